@@ -1,0 +1,120 @@
+"""Installed artifacts: listing, verification, usability on this host, combined packages."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import paths
+from harness.build import MANIFEST, file_hashes, read_manifest
+from harness.errors import ArtifactError
+from harness.types import HostInfo
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactStatus:
+    path: Path
+    manifest: dict[str, Any]
+    ok: bool
+    problems: tuple[str, ...] = ()
+    usable: bool = True
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def find_artifacts(root: Path | None = None) -> list[Path]:
+    root = root or paths.artifacts_dir()
+    return sorted(p.parent for p in root.glob(f"*/{MANIFEST}"))
+
+
+def verify(path: Path) -> list[str]:
+    """Differences between the files on disk and the manifest's sha256 list."""
+    try:
+        manifest = read_manifest(path)
+    except (OSError, json.JSONDecodeError) as e:
+        return [f"unreadable manifest: {e}"]
+    want: dict[str, str] = manifest.get("files", {})
+    have = file_hashes(path)
+    problems = [f"{f}: missing" for f in sorted(set(want) - set(have))]
+    problems += [f"{f}: not in manifest" for f in sorted(set(have) - set(want))]
+    problems += [f"{f}: sha256 differs" for f in sorted(set(want) & set(have)) if want[f] != have[f]]
+    return problems
+
+
+def usable_on(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]]:
+    """Whether an artifact can run here (CUDA archs vs the GPUs' compute capability)."""
+    from harness_plugins.variant_cuda import arch_satisfies
+
+    notes = []
+    if manifest.get("host", {}).get("os") not in (None, host.os):
+        return False, [f"built for {manifest['host']['os']}, host is {host.os}"]
+    if manifest.get("backend") == "cuda":
+        gpus = [g for g in host.gpus if g.api == "cuda"]
+        if not gpus:
+            return False, ["no CUDA GPU on this host"]
+        for g in gpus:
+            if g.compute_capability and not arch_satisfies(manifest.get("cuda_archs", []), g.compute_capability):
+                return False, [f"{g.name} is sm_{g.compute_capability}; artifact has {','.join(manifest['cuda_archs'])}"]
+    return True, notes
+
+
+def status(path: Path, host: HostInfo | None = None) -> ArtifactStatus:
+    problems = verify(path)
+    manifest = read_manifest(path) if (path / MANIFEST).is_file() else {}
+    usable, notes = usable_on(manifest, host) if host and manifest else (True, [])
+    return ArtifactStatus(path=path, manifest=manifest, ok=not problems, problems=tuple(problems),
+                          usable=usable and not problems, notes=tuple(notes))
+
+
+IDENTITY_KEYS = ("engine", "pin", "patch_series_hash", "abi_fingerprint")
+
+
+def package(artifacts: list[Path], dest: Path) -> dict[str, Any]:
+    """One directory with a single libllama/libggml-base and several backend plugins.
+
+    Refuses artifacts whose pin, patch series or ABI fingerprint differ: ggml
+    loads the plugins at run time and a mismatched one corrupts memory, not a link.
+    """
+    if not artifacts:
+        raise ArtifactError("no artifacts to package")
+    manifests = [read_manifest(a) for a in artifacts]
+    for key in IDENTITY_KEYS:
+        values = {m.get(key) for m in manifests}
+        if len(values) > 1:
+            detail = ", ".join(f"{m['variant']}={m.get(key)}" for m in manifests)
+            msg = f"refusing to combine artifacts with different {key}: {detail}. Rebuild them from one pin"
+            raise ArtifactError(msg)
+    for a in artifacts:
+        problems = verify(a)
+        if problems:
+            msg = f"artifact {a} fails verification: {'; '.join(problems[:5])}"
+            raise ArtifactError(msg)
+    staging = dest.with_name(f".{dest.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    for sub in ("lib", "bin", "include"):
+        (staging / sub).mkdir(parents=True)
+    for a in artifacts:
+        for sub in ("lib", "bin", "include"):
+            for src in sorted((a / sub).iterdir()):
+                target = staging / sub / src.name
+                if target.exists() or target.is_symlink():
+                    continue
+                if src.is_symlink():
+                    target.symlink_to(os.readlink(src))
+                else:
+                    shutil.copy2(src, target)
+    first = manifests[0]
+    manifest = {k: first.get(k) for k in (*IDENTITY_KEYS, "upstream", "patches", "toolchain", "host")}
+    manifest.update({"manifest_version": first.get("manifest_version"), "variant": "+".join(m["variant"] for m in manifests),
+                     "backend": "package", "variants": [m["variant"] for m in manifests],
+                     "cuda_archs": sorted({a for m in manifests for a in m.get("cuda_archs", [])}),
+                     "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    manifest["files"] = file_hashes(staging)
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)
+    return manifest

@@ -1,0 +1,75 @@
+"""The ``harness`` command line: one entry point, subcommands registered by area.
+
+Each area module exposes ``register(subparsers)``; its parsers set
+``func=handler`` where ``handler(args) -> int``. Errors derived from
+:class:`harness.errors.HarnessError` map to their class's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from harness import __version__, progress
+from harness.errors import HarnessError
+
+#: Modules that contribute subcommands, in the order they appear in --help.
+COMMAND_MODULES: tuple[str, ...] = (
+    "harness.commands.core",
+    "harness.commands.build",
+)
+
+EPILOG = """\
+typical release-engineer flow:
+  harness host                      what this machine has
+  harness matrix                    which variants build here, and why not
+  harness fetch llamacpp            download + verify the pinned source
+  harness patch llamacpp            apply the patch series to a fresh copy
+  harness patch --check llamacpp    which patches apply / are upstream / conflict
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harness",
+        description="Build, check and benchmark native inference engines.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress or info messages")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod in COMMAND_MODULES:
+        importlib.import_module(mod).register(sub)
+    return parser
+
+
+def add_json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    progress.set_quiet(bool(args.quiet or getattr(args, "json", False)))
+    try:
+        return int(args.func(args) or 0)
+    except HarnessError as e:
+        progress.console.print(f"[bold red]error:[/] {type(e).__name__}: ", end="", highlight=False)
+        progress.console.print(str(e), markup=False, highlight=False)
+        return e.exit_code
+    except KeyboardInterrupt:
+        progress.console.print("interrupted", style="red")
+        return 130

@@ -1,0 +1,127 @@
+"""Build subcommands: build, artifacts, package."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+from pathlib import Path
+
+from rich.table import Table
+
+from harness import host as hostmod
+from harness import paths, pipeline
+from harness.artifacts import find_artifacts, package, status
+from harness.build import build
+from harness.cli import add_json_flag, print_json
+from harness.commands.core import _stdout_table
+from harness.engines import load_engine
+from harness.errors import UsageError
+from harness.matrix import get_variant, load_matrix, select
+from harness.plugin import get_manager
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("build", help="build an engine variant into a relocatable artifact",
+                       description="Fetch, patch and build ENGINE for matrix rows. Idempotent: with nothing "
+                       "changed it does no work and says so.")
+    p.add_argument("engine")
+    p.add_argument("--variant", default="cpu", help="matrix row(s), fnmatch, comma-separated (default: cpu)")
+    p.add_argument("--define", action="append", default=[], metavar="K=V", help="extra CMake cache entry (repeatable)")
+    p.add_argument("--force", action="store_true", help="rebuild even when the stamp matches")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("artifacts", help="list built artifacts and verify their file hashes")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_artifacts)
+
+    p = sub.add_parser("package", help="combine variant artifacts into one directory with several ggml backends")
+    p.add_argument("engine")
+    p.add_argument("--variants", required=True, help="comma-separated variants, e.g. cpu,vulkan")
+    p.add_argument("-o", "--output", type=Path, help="output dir (default: <dist>/<engine>-<pin>-package)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_package)
+
+
+def parse_defines(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            msg = f"--define takes KEY=VALUE, got {item!r}"
+            raise UsageError(msg)
+        k, v = item.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def selected_cpu_variant(artifact: Path) -> str | None:
+    """Which ``libggml-cpu-*`` the host selects, from the backend loader's own log line."""
+    bench = artifact / "bin" / "llama-bench"
+    if not bench.exists():
+        return None
+    r = subprocess.run([str(bench), "--list-devices"], capture_output=True, text=True, timeout=60, check=False)
+    m = re.search(r"loaded CPU backend from \S*libggml-cpu-(\w+)\.so", r.stdout + r.stderr)
+    return m.group(1) if m else None
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    pm = get_manager()
+    engine = load_engine(args.engine)
+    host = hostmod.probe()
+    variants = select(load_matrix(), args.variant)
+    tree = pipeline.patched_tree(engine, pm)
+    results = []
+    for v in variants:
+        r = build(pm, engine, v, tree, host, overrides=parse_defines(args.define), force=args.force)
+        cpu = selected_cpu_variant(r.artifact) if v.defines.get("GGML_BACKEND_DL") == "ON" else None
+        results.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
+                        "seconds": round(r.seconds, 2), "selected_cpu_variant": cpu})
+        if not args.json:
+            verb = "built" if r.built else "up to date, nothing to do"
+            print(f"{engine.name} {engine.pin} {v.name}: {verb} ({r.seconds:.1f} s)"
+                  + (f"; host selects libggml-cpu-{cpu}" if cpu else "") + f"\n{r.artifact}")
+    if args.json:
+        print_json(results)
+    return 0
+
+
+def cmd_artifacts(args: argparse.Namespace) -> int:
+    host = hostmod.probe()
+    rows = [status(p, host) for p in find_artifacts()]
+    if args.json:
+        print_json([{"path": str(s.path), "engine": s.manifest.get("engine"), "pin": s.manifest.get("pin"),
+                     "variant": s.manifest.get("variant"), "ok": s.ok, "usable": s.usable,
+                     "problems": list(s.problems), "notes": list(s.notes),
+                     "abi_fingerprint": s.manifest.get("abi_fingerprint")} for s in rows])
+    else:
+        t = Table("artifact", "pin", "variant", "hashes", "usable here", "notes")
+        for s in rows:
+            t.add_row(s.path.name, str(s.manifest.get("pin")), str(s.manifest.get("variant")),
+                      "[green]ok[/]" if s.ok else f"[red]{len(s.problems)} problems[/]: " + "; ".join(s.problems[:3]),
+                      "yes" if s.usable else "no", "; ".join(s.notes))
+        _stdout_table(t)
+        if not rows:
+            print(f"no artifacts under {paths.artifacts_dir()} (harness build ENGINE --variant cpu)")
+    return 1 if any(not s.ok for s in rows) else 0
+
+
+def cmd_package(args: argparse.Namespace) -> int:
+    engine = load_engine(args.engine)
+    rows = load_matrix()
+    names = [v for v in args.variants.split(",") if v]
+    dirs = []
+    for n in names:
+        get_variant(n, rows)
+        d = paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{n}"
+        if not d.is_dir():
+            msg = f"no artifact for variant {n} at {d}: run harness build {engine.name} --variant {n}"
+            raise UsageError(msg)
+        dirs.append(d)
+    out = args.output or paths.artifacts_dir() / f"{engine.name}-{engine.pin}-package"
+    manifest = package(dirs, out)
+    if args.json:
+        print_json({"path": str(out), "variants": manifest["variants"]})
+    else:
+        print(f"packaged {', '.join(manifest['variants'])} into {out}")
+    return 0

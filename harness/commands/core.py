@@ -1,0 +1,171 @@
+"""Core subcommands: plugins, host, matrix, engines, fetch, patch."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from typing import Any
+
+from rich.table import Table
+
+from harness import host as hostmod
+from harness import pipeline, progress
+from harness.cli import add_json_flag, print_json
+from harness.engines import engine_names, load_engine
+from harness.errors import PatchError
+from harness.matrix import buildability, load_matrix, select
+from harness.plugin import describe, get_manager
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("plugins", help="list plugins and the hooks each implements")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser("host", help="probe this host: CPU, SIMD, memory, toolchains, GPUs, ffmpeg")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_host)
+
+    p = sub.add_parser("matrix", help="list variant rows and whether each builds on this host")
+    p.add_argument("--variant", default="*", help="fnmatch pattern(s), comma-separated (default: all)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_matrix)
+
+    p = sub.add_parser("engines", help="list engine descriptors and their pins")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_engines)
+
+    p = sub.add_parser("fetch", help="download, verify and extract an engine's pinned source (cached)")
+    p.add_argument("engine", help="engine name, e.g. llamacpp")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_fetch)
+
+    p = sub.add_parser("patch", help="apply the patch series to a fresh copy of the pinned source",
+                       description="Apply patches/<engine>/*.patch in order with git apply. "
+                       "With --check, report per patch: applies / already-upstream (retire it) / conflicts.")
+    p.add_argument("engine", help="engine name, e.g. llamacpp")
+    p.add_argument("--check", action="store_true", help="only report what each patch would do")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_patch)
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    rows = describe(get_manager())
+    if args.json:
+        print_json(rows)
+        return 0
+    t = Table("plugin", "origin", "hooks")
+    for r in rows:
+        t.add_row(r["name"], r["origin"], ", ".join(h.removeprefix("harness_") for h in r["hooks"]))
+    _stdout_table(t)
+    return 0
+
+
+def _stdout_table(t: Table) -> None:
+    from rich.console import Console
+
+    Console(soft_wrap=False, width=140).print(t)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def cmd_host(args: argparse.Namespace) -> int:
+    h = hostmod.probe()
+    if args.json:
+        print_json(hostmod.as_dict(h))
+        return 0
+    t = Table("what", "found", show_header=False)
+    t.add_row("os / arch", f"{h.os} {h.arch}" + (f" (macOS {h.macos_version})" if h.macos_version else ""))
+    t.add_row("cpu", f"{h.cpu_model} [{h.microarch}], {h.cores} cores")
+    t.add_row("simd", " ".join(f for f in h.simd if f.startswith(("sse", "avx", "fma", "f16c", "neon", "sve", "amx", "bmi"))))
+    t.add_row("memory", _gib(h.memory_bytes))
+    for name, tool in h.tools.items():
+        t.add_row(name, f"{tool.version or '?'} ({tool.path}{', ' + tool.detail if tool.detail else ''})"
+                  if tool.found else "[dim]not found[/]")
+    t.add_row("cuda toolkit", h.cuda_version or "[dim]none[/]")
+    t.add_row("gpus", ", ".join(f"{g.api}:{g.name}" + (f" sm_{g.compute_capability}" if g.compute_capability else "")
+                                + (f" ({g.device_type})" if g.device_type else "") for g in h.gpus) or "[dim]none[/]")
+    t.add_row("vulkan headers", h.vulkan_headers or "[dim]not found[/]")
+    t.add_row("ffmpeg aac", {None: "[dim]no ffmpeg[/]", True: "yes", False: "[red]no AAC encoder[/]"}[h.ffmpeg_aac])
+    _stdout_table(t)
+    return 0
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    pm = get_manager()
+    h = hostmod.probe()
+    rows = select(load_matrix(), args.variant)
+    results = [(v, buildability(pm, v, h)) for v in rows]
+    if args.json:
+        print_json([{**dataclasses.asdict(v), **dataclasses.asdict(b)} for v, b in results])
+        return 0
+    t = Table("variant", "backend", "status", "why / notes", "ci", "default")
+    for v, b in results:
+        status = "[green]buildable[/]" if b.buildable else "[yellow]not buildable[/]"
+        if b.buildable and not b.runnable:
+            status += " (compile-only)"
+        t.add_row(v.name, v.backend, status, "; ".join((*b.reasons, *b.notes)), "yes" if v.ci else "",
+                  "yes" if v.default else "")
+    _stdout_table(t)
+    return 0
+
+
+def cmd_engines(args: argparse.Namespace) -> int:
+    data: list[dict[str, Any]] = []
+    for name in engine_names():
+        e = load_engine(name)
+        data.append({"engine": e.name, "pin": e.pin, "source": e.source.kind, "package": e.source.package,
+                     "upstream": e.upstream, "pinned_on": e.pinned_on})
+    if args.json:
+        print_json(data)
+        return 0
+    t = Table("engine", "pin", "source", "upstream", "pinned on")
+    for d in data:
+        t.add_row(d["engine"], d["pin"], f"{d['source']} {d['package']}",
+                  f"{d['upstream'].get('build', '')} {d['upstream'].get('commit', '')}", d["pinned_on"])
+    _stdout_table(t)
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    tree = pipeline.fetch(args.engine)
+    dt = time.perf_counter() - t0
+    if args.json:
+        print_json({"engine": tree.engine, "pin": tree.pin, "path": str(tree.path), "digest": tree.digest,
+                    "fetched": tree.fetched, "seconds": round(dt, 3)})
+    else:
+        verb = "fetched" if tree.fetched else "already cached, nothing to do"
+        print(f"{tree.engine} {tree.pin}: {verb} ({dt:.2f} s)\n{tree.path}")
+    return 0
+
+
+def cmd_patch(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    if args.check:
+        outcomes = pipeline.check_patches(args.engine)
+        dt = time.perf_counter() - t0
+        if args.json:
+            print_json([{"patch": o.patch.name, "status": o.status, "detail": o.detail} for o in outcomes])
+        else:
+            for o in outcomes:
+                print(f"{o.patch.name}: {o.status}" + (f"\n  {o.detail}" if o.detail else ""))
+            print(f"{len(outcomes)} patches checked ({dt:.2f} s)")
+        return 1 if any(o.status == "conflicts" for o in outcomes) else 0
+    try:
+        tree = pipeline.patched_tree(args.engine)
+    except PatchError:
+        raise
+    dt = time.perf_counter() - t0
+    if args.json:
+        print_json({"engine": tree.engine, "pin": tree.pin, "path": str(tree.path), "series_hash": tree.series_hash,
+                    "patches": [o.patch.name for o in tree.patches], "applied": tree.applied,
+                    "seconds": round(dt, 3)})
+    else:
+        verb = (f"applied {len(tree.patches)} patches" if tree.applied
+                else "patched tree up to date, nothing to do")
+        print(f"{tree.engine} {tree.pin}: {verb} (series {tree.series_hash[:12]}, {dt:.2f} s)\n{tree.path}")
+    return 0

@@ -1,0 +1,141 @@
+"""One error hierarchy for every stage.
+
+Each class carries the exit code the CLI returns for it. Messages say what was
+expected, what was found and what to do next.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+
+
+class HarnessError(Exception):
+    """Base of every error the harness raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(HarnessError):
+    """The command line or an argument is wrong."""
+
+    exit_code = 2
+
+
+class UnknownNameError(UsageError):
+    """A name (engine, variant, plugin, key) is not one we know."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]) -> None:
+        known = sorted(known)
+        self.kind, self.name, self.known = kind, name, known
+        msg = f"unknown {kind} {name!r}"
+        msg += did_you_mean(name, known)
+        if known:
+            msg += f" (known: {', '.join(known)})"
+        super().__init__(msg)
+
+
+class ConfigError(HarnessError):
+    """A data file (engine.yaml, matrix row, model config) is invalid."""
+
+    exit_code = 3
+
+
+class HostError(HarnessError):
+    """The host lacks something a stage needs."""
+
+    exit_code = 4
+
+
+class SourceError(HarnessError):
+    """Fetching or extracting a pinned source failed."""
+
+    exit_code = 5
+
+
+class ChecksumError(SourceError):
+    """A downloaded file does not have the pinned sha256."""
+
+    def __init__(self, what: str, expected: str, found: str) -> None:
+        msg = (
+            f"sha256 mismatch for {what}: expected {expected}, found {found}. "
+            "Refusing to use it. If the pin moved on purpose, update the sha256 in the "
+            "engine descriptor (nox -s update_pins); otherwise the download is corrupt or tampered."
+        )
+        super().__init__(msg)
+
+
+class UnsafeArchiveError(SourceError):
+    """An archive member would land outside the extraction directory."""
+
+
+class PatchError(HarnessError):
+    """A patch of the series does not apply."""
+
+    exit_code = 6
+
+
+class AbiError(HarnessError):
+    """The pinned headers disagree with the committed ABI surface."""
+
+    exit_code = 7
+
+
+class BuildError(HarnessError):
+    """Configuring or building a variant failed."""
+
+    exit_code = 8
+
+
+class ArtifactError(HarnessError):
+    """An artifact is missing, corrupt, or mixes pins/ABI fingerprints."""
+
+    exit_code = 9
+
+
+class ModelError(HarnessError):
+    """A model file is missing, corrupt or unsupported."""
+
+    exit_code = 10
+
+
+class EngineError(HarnessError):
+    """The engine refused a request (context too large, KV full, bad sampling value)."""
+
+    exit_code = 11
+
+
+class VideoError(HarnessError):
+    """A video request is invalid or rendering/muxing failed."""
+
+    exit_code = 12
+
+
+class BenchError(HarnessError):
+    """A benchmark could not run or its result cannot support a claim."""
+
+    exit_code = 13
+
+
+class SubprocessError(HarnessError):
+    """A command the harness ran failed: shows the command, code and output tail."""
+
+    exit_code = 14
+
+    def __init__(
+        self, argv: Sequence[str], returncode: int, output: str, hint: str = "", tail: int = 40
+    ) -> None:
+        self.argv, self.returncode, self.output = list(argv), returncode, output
+        lines = output.rstrip().splitlines()[-tail:]
+        msg = f"command failed with exit code {returncode}: {' '.join(map(str, argv))}"
+        if lines:
+            msg += "\n--- last output ---\n" + "\n".join(lines)
+        if hint:
+            msg += f"\n{hint}"
+        super().__init__(msg)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """Return ``" (did you mean 'x'?)"`` when a close match exists, else ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,178 @@
+"""Hook specifications: every stage of the pipeline is a hook.
+
+Names follow ``harness_<phase>_<verb>``. Hooks marked ``firstresult`` are
+"choose one" hooks: they stop at the first non-None result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from harness.types import (
+        Buildability,
+        EngineSpec,
+        HostInfo,
+        MatchResult,
+        PatchedTree,
+        SourceSpec,
+        SourceTree,
+        Variant,
+    )
+
+hookspec = pluggy.HookspecMarker("harness")
+
+
+# -------------------------------------------------------------------------
+# engines
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def harness_engine_names() -> list[str]:  # type: ignore[empty-body]
+    """Engine names this plugin implements (each has ``engines/<name>/engine.yaml``)."""
+
+
+@hookspec
+def harness_engine_match(  # type: ignore[empty-body]
+    engine: str, model: dict[str, Any], host: HostInfo
+) -> MatchResult | None:
+    """Say whether ``engine`` can serve ``model`` on ``host``.
+
+    :param engine: the engine being asked; plugins answer only for their own.
+    :param model: facts about the model (format, quantization, architecture, abilities).
+    :param host: the probed host.
+    :return: a :class:`MatchResult`, or None when the engine is not this plugin's.
+    """
+
+
+# -------------------------------------------------------------------------
+# source
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def harness_source_fetch(  # type: ignore[empty-body]
+    engine: str, spec: SourceSpec, cache_dir: Path
+) -> SourceTree | None:
+    """Fetch and verify a pinned source into the cache. Stops at first non-None result.
+
+    :param engine: engine name, for messages.
+    :param spec: the ``source:`` entry of the engine descriptor.
+    :param cache_dir: the content-addressed source cache root.
+    """
+
+
+@hookspec
+def harness_source_kinds() -> list[str]:  # type: ignore[empty-body]
+    """Source kinds (``source.kind`` values) this plugin fetches."""
+
+
+# -------------------------------------------------------------------------
+# patch
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def harness_patch_applied(tree: PatchedTree) -> None:
+    """Called after the patch series was applied to a fresh working copy."""
+
+
+# -------------------------------------------------------------------------
+# ABI
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def harness_abi_check(engine: EngineSpec, tree: PatchedTree) -> list[str] | None:
+    """Return ABI differences (one line each) between the tree and the committed surface."""
+
+
+# -------------------------------------------------------------------------
+# variants
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def harness_variant_requirements(  # type: ignore[empty-body]
+    variant: Variant, host: HostInfo
+) -> Buildability | None:
+    """Check a matrix row against the host. Stops at first non-None result.
+
+    The plugin owning ``variant.backend`` answers.
+    """
+
+
+@hookspec
+def harness_variant_configure(  # type: ignore[empty-body]
+    engine: EngineSpec, variant: Variant, host: HostInfo
+) -> dict[str, str] | None:
+    """Extra CMake cache entries for a variant on this host (merged in plugin order)."""
+
+
+@hookspec
+def harness_variant_environment(  # type: ignore[empty-body]
+    engine: EngineSpec, variant: Variant, host: HostInfo
+) -> dict[str, str] | None:
+    """Extra environment variables for configuring and building a variant."""
+
+
+@hookspec(firstresult=True)
+def harness_variant_build(  # type: ignore[empty-body]
+    engine: EngineSpec, variant: Variant, tree: PatchedTree, host: HostInfo, defines: dict[str, str]
+) -> Path | None:
+    """Build a variant and return its installed artifact dir. Stops at first non-None result."""
+
+
+# -------------------------------------------------------------------------
+# artifacts and backend
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def harness_artifact_manifest(  # type: ignore[empty-body]
+    engine: EngineSpec, variant: Variant, manifest: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Extra fields for an artifact's ``manifest.json``."""
+
+
+@hookspec(firstresult=True)
+def harness_backend_build(  # type: ignore[empty-body]
+    engine: EngineSpec, artifact_dir: Path, out_dir: Path
+) -> Path | None:
+    """Build the engine's Python backend module against an artifact. Stops at first non-None result."""
+
+
+# -------------------------------------------------------------------------
+# e2e, bench, report
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def harness_e2e_specs(engine: str) -> list[Path] | None:
+    """Pytest paths holding the engine's e2e specs."""
+
+
+@hookspec(firstresult=True)
+def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
+    """Create a benchmark arm of ``kind``. Stops at first non-None result."""
+
+
+@hookspec
+def harness_report_write(  # type: ignore[empty-body]
+    results: dict[str, Any], out_dir: Path
+) -> list[Path] | None:
+    """Write a report for ``results`` into ``out_dir``; return the files written."""
+
+
+# -------------------------------------------------------------------------
+# model configs
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def harness_config_check(config: Any, context: Any) -> list[Any] | None:
+    """Extra semantic checks on a model config; return diagnostics."""

@@ -1,0 +1,43 @@
+"""The stages wired together: fetch -> patch (-> ABI check -> build, in later modules)."""
+
+from __future__ import annotations
+
+import pluggy
+
+from harness import paths
+from harness.engines import load_engine
+from harness.errors import SourceError
+from harness.patches import apply_series, check_series, load_series
+from harness.plugin import get_manager
+from harness.types import EngineSpec, PatchedTree, PatchOutcome, SourceTree
+
+
+def _pm(pm: pluggy.PluginManager | None) -> pluggy.PluginManager:
+    return pm or get_manager()
+
+
+def fetch(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None) -> SourceTree:
+    spec = load_engine(engine) if isinstance(engine, str) else engine
+    pm = _pm(pm)
+    tree: SourceTree | None = pm.hook.harness_source_fetch(
+        engine=spec.name, spec=spec.source, cache_dir=paths.sources_dir())
+    if tree is None:
+        kinds = sorted(k for ks in pm.hook.harness_source_kinds() for k in ks)
+        msg = f"no plugin fetches source kind {spec.source.kind!r} (known kinds: {', '.join(kinds)})"
+        raise SourceError(msg)
+    return tree
+
+
+def patched_tree(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None) -> PatchedTree:
+    spec = load_engine(engine) if isinstance(engine, str) else engine
+    pm = _pm(pm)
+    source = fetch(spec, pm)
+    tree = apply_series(source, load_series(spec.patches_dir), engine=spec.name)
+    if tree.applied:
+        pm.hook.harness_patch_applied(tree=tree)
+    return tree
+
+
+def check_patches(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None) -> list[PatchOutcome]:
+    spec = load_engine(engine) if isinstance(engine, str) else engine
+    return check_series(fetch(spec, pm), load_series(spec.patches_dir))

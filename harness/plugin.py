@@ -1,0 +1,64 @@
+"""The plugin manager: built-ins first, then the ``harness`` entry-point group."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from typing import Any
+
+import pluggy
+
+from harness import hookspec
+
+hookimpl = pluggy.HookimplMarker("harness")
+
+#: Built-in plugins, registered in this order under these short names.
+BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("source-pypi-sdist", "harness_plugins.source_pypi_sdist"),
+    ("source-git", "harness_plugins.source_git"),
+    ("variant-cpu", "harness_plugins.variant_cpu"),
+    ("variant-cuda", "harness_plugins.variant_cuda"),
+    ("variant-vulkan", "harness_plugins.variant_vulkan"),
+    ("variant-metal", "harness_plugins.variant_metal"),
+    ("variant-mlx", "harness_plugins.variant_mlx"),
+    ("engine-llamacpp", "harness_plugins.engine_llamacpp"),
+)
+
+#: Set to any non-empty value to skip third-party (entry-point) plugins.
+DISABLE_AUTOLOAD_ENV = "HARNESS_DISABLE_PLUGIN_AUTOLOAD"
+ENTRY_POINT_GROUP = "harness"
+
+
+def make_manager(*, autoload: bool | None = None, extra: tuple[Any, ...] = ()) -> pluggy.PluginManager:
+    """Build a fresh plugin manager (tests use this; the CLI uses :func:`get_manager`)."""
+    pm = pluggy.PluginManager("harness")
+    pm.add_hookspecs(hookspec)
+    for name, module in BUILTIN_PLUGINS:
+        pm.register(importlib.import_module(module), name=name)
+    for plugin in extra:
+        pm.register(plugin)
+    if autoload is None:
+        autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
+    if autoload:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    pm.check_pending()
+    return pm
+
+
+@functools.cache
+def get_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager."""
+    return make_manager()
+
+
+def describe(pm: pluggy.PluginManager) -> list[dict[str, Any]]:
+    """Plugins in registration order, with the hooks each implements."""
+    rows = []
+    for name, plugin in pm.list_name_plugin():
+        hooks = sorted(h.name for h in pm.get_hookcallers(plugin) or [])
+        dist = next((d for p, d in pm.list_plugin_distinfo() if p is plugin), None)
+        origin = f"{dist.project_name} {dist.version}" if dist else "built-in"
+        rows.append({"name": name, "module": getattr(plugin, "__name__", repr(plugin)),
+                     "origin": origin, "hooks": hooks})
+    return rows

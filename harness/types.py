@@ -1,0 +1,170 @@
+"""Frozen dataclasses that stages pass to each other (never loose dicts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolInfo:
+    """One external tool found (or not) on the host."""
+
+    name: str
+    path: str | None = None
+    version: str | None = None
+    detail: str = ""
+
+    @property
+    def found(self) -> bool:
+        return self.path is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuInfo:
+    """A GPU seen by the host (CUDA via nvidia-smi, Vulkan via vulkaninfo)."""
+
+    api: str
+    name: str
+    compute_capability: str | None = None
+    device_type: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostInfo:
+    """What the host probe found: the input of every requirement check."""
+
+    os: str
+    arch: str
+    cpu_model: str
+    microarch: str
+    simd: tuple[str, ...]
+    cores: int
+    memory_bytes: int
+    tools: dict[str, ToolInfo] = field(default_factory=dict)
+    gpus: tuple[GpuInfo, ...] = ()
+    cuda_version: str | None = None
+    vulkan_headers: str | None = None
+    macos_version: str | None = None
+    ffmpeg_aac: bool | None = None
+
+    def tool(self, name: str) -> ToolInfo:
+        return self.tools.get(name, ToolInfo(name=name))
+
+    def has_gpu(self, api: str) -> bool:
+        return any(g.api == api for g in self.gpus)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceSpec:
+    """Where a pinned engine source comes from (`source:` in engine.yaml)."""
+
+    kind: str
+    package: str = ""
+    version: str = ""
+    filename: str = ""
+    sha256: str = ""
+    subdir: str = ""
+    url: str = ""
+    commit: str = ""
+
+    @property
+    def pin(self) -> str:
+        return self.version or self.commit[:12]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    """An engine descriptor (`engines/<name>/engine.yaml`), validated."""
+
+    name: str
+    root: Path
+    source: SourceSpec
+    upstream: dict[str, Any]
+    cmake: dict[str, Any]
+    targets: tuple[str, ...]
+    artifacts: dict[str, tuple[str, ...]]
+    abi: dict[str, Any]
+    pinned_on: str = ""
+    variants: tuple[str, ...] = ()
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def pin(self) -> str:
+        return self.source.pin
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root.parent.parent / "patches" / self.name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variant:
+    """One row of the variant matrix."""
+
+    name: str
+    backend: str
+    description: str = ""
+    os: tuple[str, ...] = ()
+    arch: tuple[str, ...] = ()
+    tools: dict[str, str] = field(default_factory=dict)
+    defines: dict[str, str] = field(default_factory=dict)
+    cuda_archs: tuple[str, ...] = ()
+    ci: bool = False
+    default: bool = False
+    engines: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Buildability:
+    """Whether a variant can be built (and run) on this host, with reasons."""
+
+    variant: str
+    buildable: bool
+    runnable: bool
+    reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceTree:
+    """A verified, extracted, read-only pinned source in the cache."""
+
+    engine: str
+    pin: str
+    path: Path
+    digest: str
+    fetched: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchOutcome:
+    """What happened to one patch of the series."""
+
+    patch: Path
+    status: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchedTree:
+    """A working copy of the source with the patch series applied."""
+
+    engine: str
+    pin: str
+    path: Path
+    series_hash: str
+    patches: tuple[PatchOutcome, ...]
+    applied: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatchResult:
+    """An engine's answer to "can you serve this model here?"."""
+
+    engine: str
+    ok: bool
+    reason: str = ""
+    variant: str | None = None

@@ -1,0 +1,1 @@
+"""Built-in harness plugins (installed as the ``harness_plugins`` package)."""
