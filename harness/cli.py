@@ -21,6 +21,7 @@ from harness.errors import HarnessError
 COMMAND_MODULES: tuple[str, ...] = (
     "harness.commands.core",
     "harness.commands.build",
+    "harness.abi.cli",
 )
 
 EPILOG = """\
@@ -68,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except HarnessError as e:
         progress.console.print(f"[bold red]error:[/] {type(e).__name__}: ", end="", highlight=False)
-        progress.console.print(str(e), markup=False, highlight=False)
+        # soft_wrap keeps one difference / diagnostic per line, whatever the width
+        progress.console.print(str(e), markup=False, highlight=False, soft_wrap=True)
         return e.exit_code
     except KeyboardInterrupt:
         progress.console.print("interrupted", style="red")

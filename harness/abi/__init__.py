@@ -1,0 +1,3 @@
+"""ABI checks: snapshot public headers with libclang, diff surfaces, check before building."""
+
+from __future__ import annotations

@@ -1,0 +1,128 @@
+"""``abi check``: the pinned, patched headers against the committed surface, before any build.
+
+The committed surface (``abi/<engine>/surface.json``) is what the backend module
+was written against. The check snapshots the pinned headers for the committed
+targets, restricts them to the committed used set, and fails on any difference.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness import paths
+from harness.abi import surface as surf
+from harness.abi.diff import diff_surfaces
+from harness.abi.snapshot import CONSTANT_PATTERN, snapshot_headers
+from harness.errors import AbiError, ConfigError
+
+if TYPE_CHECKING:
+    from harness.types import EngineSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckResult:
+    """A passed check: what was compared and how long it took."""
+
+    engine: str
+    fingerprint: str
+    targets: tuple[str, ...]
+    functions: int
+    structs: int
+    seconds: float
+
+
+def surface_path(engine: str) -> Path:
+    return paths.project_root() / "abi" / engine / "surface.json"
+
+
+def snapshot_config(
+    root: Path, abi: Mapping[str, Any], *, targets: Sequence[str] | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> surf.Surface:
+    """Snapshot the headers an engine descriptor's ``abi:`` section names."""
+    if not abi.get("headers"):
+        msg = "the engine descriptor has no abi.headers; list the public headers (e.g. include/llama.h)"
+        raise ConfigError(msg)
+    return snapshot_headers(
+        root,
+        list(abi["headers"]),
+        list(abi.get("include_dirs", [])),
+        targets or abi.get("targets") or surf.DEFAULT_TARGETS,
+        defines=list(abi.get("defines", [])),
+        constant_headers=list(abi.get("constant_headers", [])),
+        constant_pattern=str(abi.get("constant_pattern", CONSTANT_PATTERN)),
+        meta=meta,
+    )
+
+
+def load_committed(engine: str, path: Path | None = None) -> surf.Surface:
+    path = path or surface_path(engine)
+    if not path.is_file():
+        msg = (f"no committed ABI surface at {path}. Create it with `harness abi snapshot {engine} "
+               "--used-from <backend module or its sources>`, review it and commit it")
+        raise AbiError(msg)
+    try:
+        return surf.load(path)
+    except ValueError as e:
+        msg = f"{path} is not a valid ABI surface ({e}); regenerate it with `harness abi snapshot {engine}`"
+        raise AbiError(msg) from e
+
+
+def pinned_view(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]) -> surf.Surface:
+    """The pinned headers seen the way the committed surface was cut: same targets, same used set."""
+    current = snapshot_config(root, abi, targets=list(committed.get("targets") or []) or None)
+    used = committed.get("used")
+    return surf.filter_surface(current, set(used)) if used is not None else current
+
+
+def differences(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]) -> list[str]:
+    """One line per difference between the committed surface and the pinned headers."""
+    current = pinned_view(root, abi, committed)
+    lines = diff_surfaces(committed, current)
+    stored = str(committed.get("fingerprint", ""))
+    if not lines and stored != current["fingerprint"]:
+        # Nothing itemized yet the content hashes differ: a hand-edited file. Still a failure.
+        lines = [f"fingerprint {stored[:16]} -> {current['fingerprint'][:16]} "
+                 "(no itemized difference; the committed file may have been edited by hand)"]
+    return lines
+
+
+def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = "",
+               committed_path: Path | None = None) -> CheckResult:
+    """Raise :class:`AbiError` listing each difference; return what was checked otherwise."""
+    t0 = time.perf_counter()
+    path = committed_path or surface_path(engine)
+    committed = load_committed(engine, path)
+    lines = differences(root, abi, committed)
+    if lines:
+        where = f" ({pin})" if pin else ""
+        rel = path.relative_to(paths.project_root()) if path.is_relative_to(paths.project_root()) else path
+        msg = "\n".join([
+            f"the pinned headers of {engine}{where} disagree with the committed ABI surface {rel} "
+            f"({len(lines)} difference{'s' if len(lines) != 1 else ''}):",
+            *lines,
+            f"Update the backend module (engines/{engine}/) for these changes, then accept them with "
+            f"`harness abi snapshot {engine}` and review the diff of {rel} before committing it.",
+        ])
+        raise AbiError(msg)
+    return CheckResult(
+        engine=engine,
+        fingerprint=str(committed.get("fingerprint", "")),
+        targets=tuple(committed.get("targets") or ()),
+        functions=len(committed.get("functions", {})),
+        structs=len(committed.get("structs", {})),
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def check_engine(spec: EngineSpec, tree: Path | None = None) -> CheckResult:
+    """The pipeline's ABI stage: the patched tree of ``spec`` against ``abi/<engine>/``."""
+    if tree is None:
+        from harness.pipeline import patched_tree  # the fetch/patch stages load plugins
+
+        tree = patched_tree(spec).path
+    return check_tree(spec.name, tree, spec.abi, pin=spec.pin)

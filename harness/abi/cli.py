@@ -1,0 +1,175 @@
+"""``harness abi snapshot|check|diff``: wire into ``harness.cli.COMMAND_MODULES`` as ``harness.abi.cli``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness import paths, progress
+from harness.abi import surface as surf
+from harness.abi.check import check_engine, load_committed, snapshot_config, surface_path
+from harness.abi.diff import diff, diff_surfaces, render_markdown
+from harness.abi.pins import resolve_pin
+from harness.abi.used import used_from
+
+if TYPE_CHECKING:
+    from harness.types import EngineSpec
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    abi = sub.add_parser("abi", help="ABI surface of an engine: snapshot, check before build, diff pins",
+                         description="Compute an engine's ABI surface from its pinned headers with libclang.")
+    asub = abi.add_subparsers(dest="abi_command", metavar="ACTION", required=True)
+
+    p = asub.add_parser("snapshot", help="write abi/<engine>/surface.json from the pinned, patched headers",
+                        description="Parse the pinned, patched headers per target and write the surface the "
+                        "backend module is written against. Review the file's diff before committing it.")
+    p.add_argument("engine")
+    p.add_argument("--target", action="append", default=[], metavar="TRIPLE",
+                   help="target triple (repeatable; default: abi.targets of the engine, else the committed ones)")
+    p.add_argument("--used-from", type=Path, metavar="PATH",
+                   help="built backend module (.so) or its sources; default: abi.used_from, else the committed used set")
+    p.add_argument("--all", action="store_true", help="keep the whole surface, not only the used part")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write (default: abi/<engine>/surface.json; - for stdout)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    p.set_defaults(func=cmd_snapshot)
+
+    p = asub.add_parser("check", help="fail when the pinned headers disagree with the committed surface",
+                        description="Runs before any build; seconds, not minutes.")
+    p.add_argument("engine")
+    p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    p.set_defaults(func=cmd_check)
+
+    p = asub.add_parser("diff", help="API/ABI change report between two pins (versions or directories)",
+                        description="PIN is an sdist version of the engine's source package (fetched and "
+                        "verified against the index's sha256) or a directory holding the engine tree.")
+    p.add_argument("pin_a", metavar="PIN_A")
+    p.add_argument("pin_b", metavar="PIN_B")
+    p.add_argument("--engine", default="llamacpp", help="engine descriptor to take headers from (default: llamacpp)")
+    p.add_argument("--target", action="append", default=[], metavar="TRIPLE", help="target triple (repeatable)")
+    p.add_argument("--used", action="store_true", help="only what the committed used set reaches")
+    p.add_argument("--markdown", action="store_true", help="a Markdown report for a pull request")
+    p.add_argument("--json", action="store_true", help="print the differences as JSON")
+    p.set_defaults(func=cmd_diff)
+
+
+def _load(engine: str) -> EngineSpec:
+    from harness.engines import load_engine
+
+    return load_engine(engine)
+
+
+def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str, Any] | None) -> set[str] | None:
+    """--used-from, else the descriptor's abi.used_from, else the committed used set; None = everything."""
+    if args.all:
+        return None
+    if args.used_from is not None:
+        return used_from(args.used_from)
+    configured = spec.abi.get("used_from")
+    if configured:
+        path = paths.project_root() / str(configured)
+        if path.exists():
+            return used_from(path)
+        progress.info(f"abi.used_from {configured} does not exist yet; keeping the committed used set")
+    if committed is not None and committed.get("used") is not None:
+        return set(committed["used"])
+    return None
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from harness.pipeline import patched_tree
+
+    t0 = time.perf_counter()
+    spec = _load(args.engine)
+    out = Path(args.output) if args.output and args.output != "-" else surface_path(spec.name)
+    committed = surf.load(out) if out.is_file() else None
+    targets = args.target or (list(committed["targets"]) if committed and not spec.abi.get("targets") else None)
+    tree = patched_tree(spec).path
+    surface = snapshot_config(tree, spec.abi, targets=targets, meta={"engine": spec.name})
+    used = _used_set(args, spec, committed)
+    if used is not None:
+        surface = surf.filter_surface(surface, used)
+    changes = diff_surfaces(committed, surface) if committed else []
+    seconds = time.perf_counter() - t0
+    if args.output == "-":
+        sys.stdout.write(surf.dumps(surface))
+    elif committed is not None and surf.dumps(committed) == surf.dumps(surface):
+        progress.info(f"{out}: unchanged (fingerprint {surface['fingerprint'][:16]})")
+    else:
+        surf.write(surface, out)
+        progress.info(f"wrote {out} ({len(changes)} differences from the previous file)" if committed
+                      else f"wrote {out}")
+        for line in changes:
+            progress.info(f"  {line}")
+    if args.json:
+        from harness.cli import print_json
+
+        print_json({
+            "engine": spec.name, "pin": spec.pin, "path": str(out), "fingerprint": surface["fingerprint"],
+            "fingerprints": surface["fingerprints"], "changes": changes, "seconds": round(seconds, 3),
+            "counts": {c: len(surface[c]) for c in surf.CATEGORIES},
+        })
+    elif args.output != "-":
+        counts = ", ".join(f"{len(surface[c])} {c}" for c in surf.CATEGORIES)
+        progress.info(f"{spec.name} {spec.pin}: {counts} on {', '.join(surface['targets'])} in {seconds:.2f} s")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    spec = _load(args.engine)
+    result = check_engine(spec)
+    if args.json:
+        from dataclasses import asdict
+
+        from harness.cli import print_json
+
+        print_json({**asdict(result), "ok": True, "seconds": round(result.seconds, 3)})
+        return 0
+    progress.info(
+        f"ABI check passed: {spec.name} {spec.pin} matches abi/{spec.name}/surface.json "
+        f"({result.functions} functions, {result.structs} structs on {', '.join(result.targets)}; "
+        f"fingerprint {result.fingerprint[:16]}) in {result.seconds:.2f} s"
+    )
+    return 0
+
+
+def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.Surface:
+    """The full surface of one pin (a version or a directory) with the engine's header config."""
+    root = resolve_pin(pin, package=spec.source.package or spec.name, subdir=spec.source.subdir)
+    abi = dict(spec.abi)
+    # Constants-only headers are internal and come and go between pins; a report skips missing ones.
+    abi["constant_headers"] = [h for h in abi.get("constant_headers", []) if (root / h).is_file()]
+    return snapshot_config(root, abi, targets=targets, meta={"engine": spec.name, "pin": pin})
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    t0 = time.perf_counter()
+    spec = _load(args.engine)
+    targets = args.target or None
+    a = snapshot_pin(args.pin_a, spec, targets)
+    b = snapshot_pin(args.pin_b, spec, targets)
+    if args.used:
+        used = set(load_committed(spec.name).get("used") or [])
+        a, b = surf.filter_surface(a, used), surf.filter_surface(b, used)
+    changes = diff(a, b)
+    seconds = time.perf_counter() - t0
+    if args.json:
+        from harness.cli import print_json
+
+        print_json({"old": args.pin_a, "new": args.pin_b, "seconds": round(seconds, 3),
+                    "fingerprints": {"old": a["fingerprint"], "new": b["fingerprint"]},
+                    "changes": [{"group": c.group, "kind": c.kind, "line": str(c)} for c in changes]})
+    elif args.markdown:
+        footer = (f"_{len(changes)} differences on {', '.join(b['targets'])}; generated by "
+                  f"`harness abi diff {args.pin_a} {args.pin_b}` in {seconds:.1f} s._")
+        sys.stdout.write(render_markdown(changes, old=f"{spec.name} {args.pin_a}",
+                                         new=f"{spec.name} {args.pin_b}", footer=footer))
+    else:
+        for c in changes:
+            print(c)
+        progress.info(f"{len(changes)} differences in {seconds:.1f} s")
+    return 0

@@ -1,0 +1,74 @@
+"""Which engine symbols the backend module uses: from its binary or from its sources.
+
+The committed surface is restricted to these, so an upstream change to an API
+the module never calls does not fail the check (the full report is `abi diff`).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+from harness.errors import HostError, SubprocessError, UsageError
+
+#: Identifiers that can name an engine symbol, a type or an enum constant in C/C++ sources.
+SOURCE_IDENT = re.compile(r"\b(?:llama|ggml|gguf|LLAMA|GGML|GGUF)_\w+")
+SOURCE_SUFFIXES = frozenset({".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".inl"})
+_ELF = b"\x7fELF"
+_MACHO = {b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe"}
+
+
+def undefined_symbols(binary: Path) -> set[str]:
+    """Undefined dynamic symbols of a shared module (ELF via ``nm -D``, Mach-O via ``nm -u``)."""
+    nm = shutil.which("nm")
+    if nm is None:
+        msg = "nm (binutils) is needed to read a module's undefined symbols; install binutils or pass its sources"
+        raise HostError(msg)
+    magic = binary.read_bytes()[:4]
+    macho = magic in _MACHO
+    argv = [nm, "-u", "-j", str(binary)] if macho else [nm, "-D", "--undefined-only", str(binary)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SubprocessError(argv, proc.returncode, proc.stdout + proc.stderr)
+    names: set[str] = set()
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        # ELF: "  U llama_decode" (version suffixes like @GLIBC_2.2.5 dropped); Mach-O: "_llama_decode".
+        sym = parts[-1].split("@", 1)[0]
+        names.add(sym[1:] if macho and sym.startswith("_") else sym)
+    return names
+
+
+def source_identifiers(paths: Iterable[Path]) -> set[str]:
+    """Engine-looking identifiers in C/C++ sources (files, or directories walked recursively)."""
+    names: set[str] = set()
+    for p in paths:
+        files = sorted(f for f in p.rglob("*") if f.suffix in SOURCE_SUFFIXES) if p.is_dir() else [p]
+        for f in files:
+            names.update(SOURCE_IDENT.findall(f.read_text(errors="replace")))
+    return names
+
+
+def _is_binary(path: Path) -> bool:
+    with path.open("rb") as f:
+        magic = f.read(4)
+    return magic == _ELF or magic in _MACHO
+
+
+def used_from(path: Path) -> set[str]:
+    """The used set from a built module (.so/.dylib) or from a source file or directory.
+
+    Unfiltered: the caller intersects with the surface's names, which drops libc
+    symbols and identifiers that only look like engine names.
+    """
+    if not path.exists():
+        msg = f"--used-from {path}: no such file or directory (expected the built backend module or its sources)"
+        raise UsageError(msg)
+    if path.is_file() and _is_binary(path):
+        return undefined_symbols(path)
+    return source_identifiers([path])

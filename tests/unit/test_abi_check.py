@@ -1,0 +1,212 @@
+"""Check against a committed surface, the used set, pins for `abi diff`, and the CLI handlers."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import sys
+import sysconfig
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.abi import cli as abi_cli
+from harness.abi import pins
+from harness.abi import surface as surf
+from harness.abi.check import check_tree, differences, snapshot_config
+from harness.abi.used import source_identifiers, undefined_symbols, used_from
+from harness.errors import AbiError, SourceError, UsageError
+from harness.types import EngineSpec, SourceSpec
+
+HEADER = """\
+#include <stdint.h>
+#include <stdbool.h>
+#define LLAMA_STATE_SEQ_VERSION 2
+struct llama_context_params { uint32_t n_ctx; bool flash_attn; };
+struct llama_unused { int x; };
+struct llama_context_params llama_context_default_params(void);
+int32_t llama_decode(int32_t n);
+int32_t llama_unused_fn(struct llama_unused * u);
+"""
+ABI: dict[str, Any] = {"headers": ["include/llama.h"], "include_dirs": ["include"],
+                       "targets": ["x86_64-linux-gnu", "arm64-apple-darwin"]}
+
+
+def tree(root: Path, text: str = HEADER) -> Path:
+    (root / "include").mkdir(parents=True, exist_ok=True)
+    (root / "include" / "llama.h").write_text(text)
+    return root
+
+
+def commit(tmp_path: Path, used: set[str] | None) -> Path:
+    s = snapshot_config(tree(tmp_path / "old"), ABI, meta={"engine": "llamacpp"})
+    if used is not None:
+        s = surf.filter_surface(s, used)
+    path = tmp_path / "abi" / "llamacpp" / "surface.json"
+    surf.write(s, path)
+    return path
+
+
+def test_check_passes_on_the_committed_headers(tmp_path: Path) -> None:
+    path = commit(tmp_path, {"llama_decode", "llama_context_default_params"})
+    r = check_tree("llamacpp", tree(tmp_path / "old"), ABI, committed_path=path)
+    assert r.functions == 2 and r.structs == 1 and r.seconds < 10
+    assert r.targets == ("x86_64-linux-gnu", "arm64-apple-darwin")
+
+
+def test_check_fails_with_one_line_per_difference(tmp_path: Path) -> None:
+    path = commit(tmp_path, {"llama_decode", "llama_context_default_params"})
+    new = HEADER.replace("bool flash_attn;", "int32_t flash_attn_type;").replace("SEQ_VERSION 2", "SEQ_VERSION 3")
+    with pytest.raises(AbiError) as e:
+        check_tree("llamacpp", tree(tmp_path / "new", new), ABI, pin="0.3.36", committed_path=path)
+    msg = str(e.value).splitlines()
+    assert "(3 differences)" in msg[0] and "(0.3.36)" in msg[0]
+    assert set(msg[1:4]) == {
+        "llama_context_params.flash_attn: removed",
+        "llama_context_params.flash_attn_type: added at offset 4 (int32_t)",
+        "LLAMA_STATE_SEQ_VERSION 2 -> 3",
+    }
+    assert "`harness abi snapshot llamacpp`" in msg[-1]
+
+
+def test_check_ignores_what_the_module_does_not_use(tmp_path: Path) -> None:
+    path = commit(tmp_path, {"llama_decode"})
+    new = HEADER.replace("struct llama_unused { int x; };", "struct llama_unused { long x; };")
+    check_tree("llamacpp", tree(tmp_path / "new", new), ABI, committed_path=path)
+    removed = HEADER.replace("int32_t llama_decode(int32_t n);\n", "")
+    assert differences(tree(tmp_path / "gone", removed), ABI, surf.load(path)) == ["llama_decode: removed"]
+
+
+def test_check_without_committed_surface(tmp_path: Path) -> None:
+    with pytest.raises(AbiError, match="harness abi snapshot llamacpp"):
+        check_tree("llamacpp", tree(tmp_path / "old"), ABI, committed_path=tmp_path / "missing.json")
+
+
+def test_hand_edited_fingerprint_is_caught(tmp_path: Path) -> None:
+    path = commit(tmp_path, None)
+    data = surf.load(path)
+    data["fingerprint"] = "0" * 64
+    assert differences(tree(tmp_path / "old"), ABI, data)[0].startswith("fingerprint 0000")
+
+
+def test_committed_file_is_stable(tmp_path: Path) -> None:
+    path = commit(tmp_path, {"llama_decode"})
+    first = path.read_text()
+    commit(tmp_path, {"llama_decode"})
+    assert path.read_text() == first
+    assert first == surf.dumps(surf.load(path))
+
+
+# --------------------------------------------------------------------------- used set
+
+
+def test_used_from_sources(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "engine.cpp").write_text("auto p = llama_context_default_params();\nx = LLAMA_VOCAB_TYPE_SPM; foo_llama_x();\n")
+    (src / "notes.txt").write_text("llama_ignored")
+    assert source_identifiers([src]) == {"llama_context_default_params", "LLAMA_VOCAB_TYPE_SPM"}
+    assert used_from(src) == source_identifiers([src])
+    with pytest.raises(UsageError):
+        used_from(tmp_path / "nope")
+
+
+@pytest.mark.skipif(shutil.which("nm") is None or sys.platform != "linux", reason="needs binutils nm on Linux")
+def test_used_from_shared_module() -> None:
+    dynload = Path(sysconfig.get_paths()["platstdlib"]) / "lib-dynload"
+    mod = next(iter(sorted(dynload.glob("_json*.so"))), None)
+    if mod is None:
+        pytest.skip("no _json extension module to read")
+    syms = undefined_symbols(mod)
+    assert any(s.startswith("Py") for s in syms)
+    assert not any("@" in s for s in syms)
+    assert used_from(mod) == syms
+
+
+# --------------------------------------------------------------------------- pins
+
+
+def test_sdist_version_parsing() -> None:
+    v = pins._sdist_version
+    assert str(v("llama_cpp_python-0.3.16.tar.gz", "llama-cpp-python")) == "0.3.16"
+    assert str(v("llama-cpp-python-0.2.1.zip", "llama_cpp_python")) == "0.2.1"
+    assert v("llama_cpp_python-0.3.16-cp311-cp311-linux_x86_64.whl", "llama-cpp-python") is None
+    assert v("other-1.0.tar.gz", "llama-cpp-python") is None
+
+
+def _fake_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    top = tmp_path / "build" / "llama_cpp_python-0.3.16"
+    tree(top / "vendor" / "llama.cpp")
+    archive = tmp_path / "llama_cpp_python-0.3.16.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(top, arcname=top.name)
+    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
+    files = [{"filename": archive.name, "url": archive.as_uri(), "hashes": {"sha256": sha}},
+             {"filename": "llama_cpp_python-0.3.15.tar.gz", "url": "x", "hashes": {"sha256": "0"}, "yanked": True}]
+    monkeypatch.setattr(pins, "_index", lambda package: {"files": files})
+    return archive
+
+
+def test_fetch_sdist_version_verifies_and_extracts(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_index(tmp_path, monkeypatch)
+    top = pins.fetch_sdist_version("llama-cpp-python", "0.3.16")
+    assert top.name == "llama_cpp_python-0.3.16" and top.is_relative_to(cache)
+    path = pins.resolve_pin("0.3.16", package="llama-cpp-python", subdir="vendor/llama.cpp")
+    assert (path / "include" / "llama.h").is_file()
+    with pytest.raises(SourceError, match=r"no sdist of llama-cpp-python==0\.3\.15"):
+        pins.find_sdist("llama-cpp-python", "0.3.15")
+    with pytest.raises(UsageError):
+        pins.resolve_pin("not-a-version", package="llama-cpp-python")
+    assert pins.resolve_pin(str(tmp_path), package="x") == tmp_path
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def spec(root: Path) -> EngineSpec:
+    return EngineSpec(name="llamacpp", root=root / "engines" / "llamacpp",
+                      source=SourceSpec(kind="pypi-sdist", package="llama-cpp-python", version="0.3.16"),
+                      upstream={}, cmake={}, targets=(), artifacts={}, abi=dict(ABI))
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    abi_cli.register(parser.add_subparsers())
+    return parser.parse_args(argv)
+
+
+def test_cli_diff_markdown_between_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(abi_cli, "_load", lambda name: spec(tmp_path))
+    a, b = tree(tmp_path / "a"), tree(tmp_path / "b", HEADER.replace("SEQ_VERSION 2", "SEQ_VERSION 3"))
+    args = parse(["abi", "diff", str(a), str(b), "--markdown"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "### Constants" in out and "- `LLAMA_STATE_SEQ_VERSION 2 -> 3`" in out
+
+
+def test_cli_snapshot_then_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import harness.abi.check as check_mod
+    import harness.pipeline as pipeline
+
+    src = tree(tmp_path / "src")
+    monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))
+    monkeypatch.setattr(abi_cli, "_load", lambda name: spec(tmp_path))
+    monkeypatch.setattr(pipeline, "patched_tree", lambda s: argparse.Namespace(path=src))
+    mod = tmp_path / "module"
+    mod.mkdir()
+    (mod / "engine.cpp").write_text("llama_decode(1);")
+    args = parse(["abi", "snapshot", "llamacpp", "--used-from", str(mod), "--json"])
+    assert args.func(args) == 0
+    written = surf.load(tmp_path / "abi" / "llamacpp" / "surface.json")
+    assert list(written["functions"]) == ["llama_decode"] and written["used"] == ["llama_decode"]
+    capsys.readouterr()
+    monkeypatch.setattr(check_mod, "check_engine", lambda s: check_tree(s.name, src, s.abi))
+    monkeypatch.setattr(abi_cli, "check_engine", check_mod.check_engine)
+    args = parse(["abi", "check", "llamacpp", "--json"])
+    assert args.func(args) == 0
+    assert '"ok": true' in capsys.readouterr().out
