@@ -6,6 +6,8 @@ Names follow ``harness_<phase>_<verb>``. Hooks marked ``firstresult`` are
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
         SourceTree,
         Variant,
     )
+    from harness.video.job import EngineOutput, VideoJob
 
 hookspec = pluggy.HookspecMarker("harness")
 
@@ -32,12 +35,12 @@ hookspec = pluggy.HookspecMarker("harness")
 
 
 @hookspec
-def harness_engine_names() -> list[str]:  # type: ignore[empty-body]
+def harness_engine_names() -> list[str]:
     """Engine names this plugin implements (each has ``engines/<name>/engine.yaml``)."""
 
 
 @hookspec
-def harness_engine_match(  # type: ignore[empty-body]
+def harness_engine_match(
     engine: str, model: dict[str, Any], host: HostInfo
 ) -> MatchResult | None:
     """Say whether ``engine`` can serve ``model`` on ``host``.
@@ -55,7 +58,7 @@ def harness_engine_match(  # type: ignore[empty-body]
 
 
 @hookspec(firstresult=True)
-def harness_source_fetch(  # type: ignore[empty-body]
+def harness_source_fetch(
     engine: str, spec: SourceSpec, cache_dir: Path
 ) -> SourceTree | None:
     """Fetch and verify a pinned source into the cache. Stops at first non-None result.
@@ -67,7 +70,7 @@ def harness_source_fetch(  # type: ignore[empty-body]
 
 
 @hookspec
-def harness_source_kinds() -> list[str]:  # type: ignore[empty-body]
+def harness_source_kinds() -> list[str]:
     """Source kinds (``source.kind`` values) this plugin fetches."""
 
 
@@ -97,7 +100,7 @@ def harness_abi_check(engine: EngineSpec, tree: PatchedTree) -> list[str] | None
 
 
 @hookspec(firstresult=True)
-def harness_variant_requirements(  # type: ignore[empty-body]
+def harness_variant_requirements(
     variant: Variant, host: HostInfo
 ) -> Buildability | None:
     """Check a matrix row against the host. Stops at first non-None result.
@@ -107,21 +110,21 @@ def harness_variant_requirements(  # type: ignore[empty-body]
 
 
 @hookspec
-def harness_variant_configure(  # type: ignore[empty-body]
+def harness_variant_configure(
     engine: EngineSpec, variant: Variant, host: HostInfo
 ) -> dict[str, str] | None:
     """Extra CMake cache entries for a variant on this host (merged in plugin order)."""
 
 
 @hookspec
-def harness_variant_environment(  # type: ignore[empty-body]
+def harness_variant_environment(
     engine: EngineSpec, variant: Variant, host: HostInfo
 ) -> dict[str, str] | None:
     """Extra environment variables for configuring and building a variant."""
 
 
 @hookspec(firstresult=True)
-def harness_variant_build(  # type: ignore[empty-body]
+def harness_variant_build(
     engine: EngineSpec, variant: Variant, tree: PatchedTree, host: HostInfo, defines: dict[str, str]
 ) -> Path | None:
     """Build a variant and return its installed artifact dir. Stops at first non-None result."""
@@ -133,14 +136,14 @@ def harness_variant_build(  # type: ignore[empty-body]
 
 
 @hookspec
-def harness_artifact_manifest(  # type: ignore[empty-body]
+def harness_artifact_manifest(
     engine: EngineSpec, variant: Variant, manifest: dict[str, Any]
 ) -> dict[str, Any] | None:
     """Extra fields for an artifact's ``manifest.json``."""
 
 
 @hookspec(firstresult=True)
-def harness_backend_build(  # type: ignore[empty-body]
+def harness_backend_build(
     engine: EngineSpec, artifact_dir: Path, out_dir: Path
 ) -> Path | None:
     """Build the engine's Python backend module against an artifact. Stops at first non-None result."""
@@ -162,7 +165,7 @@ def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
 
 
 @hookspec
-def harness_report_write(  # type: ignore[empty-body]
+def harness_report_write(
     results: dict[str, Any], out_dir: Path
 ) -> list[Path] | None:
     """Write a report for ``results`` into ``out_dir``; return the files written."""
@@ -176,3 +179,36 @@ def harness_report_write(  # type: ignore[empty-body]
 @hookspec
 def harness_config_check(config: Any, context: Any) -> list[Any] | None:
     """Extra semantic checks on a model config; return diagnostics."""
+
+
+# -------------------------------------------------------------------------
+# video
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def harness_video_generate(
+    engine: str,
+    request: VideoJob,
+    workdir: Path,
+    progress: Callable[[int, int], None],
+    cancel: threading.Event,
+) -> EngineOutput | None:
+    """Render a validated video request into ``workdir``. Stops at first non-None result.
+
+    Called only after the request, partition, canvas and frame count were checked
+    and ffmpeg was found; keyframes are already binary PPMs at the exact canvas.
+    The plugin writes frames (PPM/PNG files or one raw RGB24 file) and optionally a
+    WAV under ``workdir`` and spawns no ffmpeg itself: it may propose a mux argv,
+    whose argv[0] the harness replaces with the resolved ffmpeg.
+
+    :param engine: the engine being asked; plugins answer only for their own.
+    :param request: the resolved job (prompt, canvas, frames, fps, steps, seed, crf,
+        keyframe PPMs, reference paths, device, the model config).
+    :param workdir: a fresh directory for this request; removed after a verified
+        mux, kept after a failure.
+    :param progress: call as ``progress(step, total)`` after each denoising step; it
+        raises when the request was cancelled, which stops the render.
+    :param cancel: set when the caller cancels; check it between steps and return.
+    :return: an :class:`EngineOutput`, or None when ``engine`` is not this plugin's.
+    """

@@ -1,0 +1,216 @@
+"""``harness video generate`` and ``harness video check``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness import progress
+from harness.cli import add_json_flag, print_json
+from harness.errors import ConfigError, UsageError, VideoError
+from harness.video.mux import VideoCancelledError
+from harness.video.options import VideoOptions
+from harness.video.pipeline import VideoPipeline, VideoResult
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    video = sub.add_parser("video", help="generate or check video requests (MiniMax-H3 style)")
+    vsub = video.add_subparsers(dest="video_command", metavar="ACTION")
+
+    p = vsub.add_parser("generate", help="render a request into a verified MP4 (H.264 + AAC)",
+                        description="Validate, render through the engine plugin, mux with "
+                        "ffmpeg and verify the MP4. ffmpeg is found before rendering starts.")
+    p.add_argument("config", type=Path, metavar="CONFIG.yaml", help="model config")
+    p.add_argument("--prompt", help="text prompt (required unless --request gives one)")
+    p.add_argument("--start-image", help="first keyframe: PNG/JPEG path or data: URL")
+    p.add_argument("--end-image", help="last keyframe: PNG/JPEG path or data: URL")
+    p.add_argument("--width", type=int, help="canvas width (truncated to the 32-px grid)")
+    p.add_argument("--height", type=int, help="canvas height (truncated to the 32-px grid)")
+    p.add_argument("--frames", type=int, dest="num_frames", help="frame count (17n+5 grid)")
+    p.add_argument("--steps", type=int, help="denoising steps")
+    p.add_argument("--seed", type=int, help="seed (default: random, reported)")
+    p.add_argument("--crf", type=int, help="H.264 CRF 0..51")
+    p.add_argument("--request", type=Path, metavar="REQUEST.json",
+                   help="request keys from a JSON file; flags override them")
+    p.add_argument("-o", "--output", type=Path, help="output MP4 (default: <config>-<time>.mp4)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = vsub.add_parser("check", help="validate a request against a model config (no rendering)")
+    p.add_argument("config", type=Path, metavar="CONFIG.yaml", help="model config")
+    p.add_argument("request", type=Path, metavar="REQUEST.json",
+                   help="request JSON; relative paths in it resolve against its directory")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_check)
+
+    def usage(args: argparse.Namespace) -> int:
+        video.print_help()
+        return 2
+
+    video.set_defaults(func=usage)
+
+
+def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
+    """(engine, video options, raw config) from a model YAML.
+
+    Reads only ``backend`` and the ``options:`` list (``key:value``, split on the
+    first colon); the full schema is ``harness.config``'s.
+    """
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        msg = f"cannot read model config {path}: {e.strerror}"
+        raise ConfigError(msg) from e
+    except yaml.YAMLError as e:
+        msg = f"{path}: not valid YAML: {e}"
+        raise ConfigError(msg) from e
+    if not isinstance(data, dict):
+        msg = f"{path}: expected a mapping at the top level"
+        raise ConfigError(msg)
+    engine = str(data.get("backend") or "")
+    if not engine:
+        msg = f"{path}: no 'backend:' naming the engine that renders video"
+        raise ConfigError(msg)
+    mapping: dict[str, Any] = {}
+    for item in data.get("options") or []:
+        key, sep, value = str(item).partition(":")
+        if not sep:
+            msg = f"{path}: option {item!r} is not key:value"
+            raise ConfigError(msg)
+        mapping[key.strip()] = value.strip()
+    return engine, VideoOptions.from_mapping(mapping), data
+
+
+def _load_pipeline(config: Path) -> VideoPipeline:
+    engine, options, data = load_config(config)
+    return VideoPipeline(engine, options, model=data)
+
+
+def _print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
+    for w in warnings:
+        progress.console.print(f"[yellow]warning:[/] {w}", highlight=False)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    pipe = _load_pipeline(args.config)
+    try:
+        data = json.loads(args.request.read_text(encoding="utf-8"))
+    except OSError as e:
+        msg = f"cannot read request {args.request}: {e.strerror}"
+        raise UsageError(msg) from e
+    except json.JSONDecodeError as e:
+        msg = f"{args.request}: not valid JSON: {e}"
+        raise VideoError(msg) from e
+    plan = pipe.check(data, base_dir=args.request.resolve().parent)
+    if args.json:
+        print_json({"ok": True, "engine": pipe.engine, "ffmpeg": pipe.ffmpeg.path,
+                    "ffmpeg_source": pipe.ffmpeg.source, "video_encoder": pipe.ffmpeg.video_encoder,
+                    "plan": plan.to_dict()})
+        return 0
+    _print_warnings(plan.warnings)
+    seed = plan.seed if plan.seed is not None else "random"
+    progress.console.print(
+        f"ok: {plan.partition} {plan.canvas} ({plan.canvas.source}), {plan.num_frames} frames "
+        f"at {plan.fps:g} fps ({plan.duration:.2f}s), {plan.steps} steps, crf {plan.crf}, "
+        f"seed {seed}; ffmpeg {pipe.ffmpeg.path} ({pipe.ffmpeg.source}, "
+        f"{pipe.ffmpeg.video_encoder})", highlight=False)
+    return 0
+
+
+def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    if args.request is not None:
+        try:
+            loaded = json.loads(args.request.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            msg = f"cannot read request {args.request}: {e}"
+            raise UsageError(msg) from e
+        if not isinstance(loaded, dict):
+            msg = f"{args.request}: a request is a JSON object"
+            raise VideoError(msg)
+        data.update(loaded)
+    for key in ("prompt", "start_image", "end_image", "width", "height", "num_frames",
+                "steps", "seed", "crf"):
+        value = getattr(args, key)
+        if value is not None:
+            data[key] = value
+    if "prompt" not in data:
+        msg = "video generate needs --prompt (or a request file with a prompt)"
+        raise UsageError(msg)
+    return data
+
+
+@contextmanager
+def _step_display() -> Iterator[tuple[Callable[[int, int], None], Callable[[str], None]]]:
+    """(progress, status) callbacks: a rich bar on a terminal, plain lines otherwise."""
+    if not progress.enabled():
+        last = [0.0]
+
+        def step_line(step: int, total: int) -> None:
+            # Steps can take minutes each; one line per step, but never a flood.
+            now = time.monotonic()
+            if step == total or now - last[0] >= 5:
+                last[0] = now
+                progress.info(f"step {step}/{total}")
+
+        yield step_line, progress.info
+        return
+    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn())
+    with Progress(*cols, console=progress.console, transient=True) as bar:
+        task = bar.add_task("preparing", total=None)
+        yield (lambda step, total: bar.update(task, completed=step, total=total),
+               lambda text: bar.update(task, description=text))
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    pipe = _load_pipeline(args.config)  # ffmpeg is resolved here, before anything renders
+    data = _request_from_args(args)
+    out = args.output or Path(f"{args.config.stem}-{time.strftime('%Y%m%d-%H%M%S')}.mp4")
+    base_dir = args.request.resolve().parent if args.request else Path.cwd()
+    cancel = threading.Event()
+    box: dict[str, Any] = {}
+    with _step_display() as (on_step, on_status):
+        def work() -> None:
+            try:
+                box["result"] = pipe.generate(data, out, base_dir=base_dir, progress=on_step,
+                                              status=on_status, cancel=cancel)
+            except BaseException as e:  # re-raised on the main thread
+                box["error"] = e
+
+        # The render runs in a worker so Ctrl-C becomes a clean cancel (workdir removed)
+        # instead of an exception landing somewhere inside the engine call.
+        worker = threading.Thread(target=work, name="video-render", daemon=True)
+        worker.start()
+        try:
+            while worker.is_alive():
+                worker.join(0.2)
+        except KeyboardInterrupt:
+            cancel.set()
+            progress.info("cancelling: waiting for the engine to stop ...")
+            worker.join()
+    if "error" in box:
+        if cancel.is_set() and isinstance(box["error"], VideoCancelledError):
+            progress.info("cancelled; the work directory was removed")
+            return 130
+        raise box["error"]
+    result: VideoResult = box["result"]
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    _print_warnings(result.warnings)
+    info = result.info
+    progress.console.print(
+        f"wrote {result.path}: {info.width}x{info.height}, {info.frames} frames, "
+        f"{info.duration:.2f}s, {'+'.join(info.video_codecs + info.audio_codecs)} "
+        f"(encoder {result.encoder}, seed {result.seed}, {result.seconds:.1f}s)", highlight=False)
+    return 0

@@ -1,0 +1,95 @@
+"""The dataclasses the video path passes around: the plan, the engine's job, its output."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.video.geometry import Canvas
+from harness.video.request import VideoRequest
+
+
+@dataclass(frozen=True, kw_only=True)
+class VideoPlan:
+    """A validated request with its geometry resolved: what ``video check`` reports."""
+
+    request: VideoRequest
+    partition: str
+    canvas: Canvas
+    num_frames: int
+    fps: float
+    steps: int
+    crf: int
+    seed: int | None
+    """None until generate picks one (and reports it, so the render can be repeated)."""
+    inputs: Mapping[str, Path] = field(default_factory=dict)
+    """File-valued request keys resolved to existing paths (data: URLs are not here)."""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def duration(self) -> float:
+        return self.num_frames / self.fps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "width": self.canvas.width,
+            "height": self.canvas.height,
+            "canvas_source": self.canvas.source,
+            "num_frames": self.num_frames,
+            "fps": self.fps,
+            "duration_s": round(self.duration, 6),
+            "steps": self.steps,
+            "crf": self.crf,
+            "seed": self.seed,
+            "inputs": {k: str(v) for k, v in self.inputs.items()},
+            "request": self.request.given(),
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class VideoJob:
+    """What the engine receives (the ``request`` argument of ``harness_video_generate``).
+
+    Geometry is final: keyframes are binary PPMs at exactly ``width`` x ``height``.
+    """
+
+    prompt: str
+    partition: str
+    width: int
+    height: int
+    num_frames: int
+    fps: float
+    steps: int
+    seed: int
+    crf: int
+    noise_aug: float | None = None
+    start_image: Path | None = None
+    end_image: Path | None = None
+    ref_image: Path | None = None
+    ref_video: Path | None = None
+    audio: Path | None = None
+    device: str | None = None
+    ffmpeg: str = "ffmpeg"
+    """The resolved ffmpeg, for engines that assemble a mux argv."""
+    model: Any = None
+    """The model config (checkpoint set) as the config layer loaded it; opaque here."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOutput:
+    """What the engine hands back: frames, optionally a WAV and a proposed mux argv."""
+
+    frames: Path
+    """A directory of PPM or PNG frames (sorted by name), or a raw RGB24 file."""
+    audio: Path | None = None
+    """A WAV to mux as AAC; None gives a video-only MP4."""
+    argv: tuple[str, ...] | None = None
+    """A proposed ffmpeg argv; argv[0] is replaced with the resolved ffmpeg."""
+    output: Path | None = None
+    """The file ``argv`` writes; default its last element (relative to the workdir)."""
+    raw_size: tuple[int, int] | None = None
+    """Width and height of raw RGB frames; default the planned canvas."""

@@ -1,0 +1,245 @@
+"""One video request end to end: validate, convert keyframes, render (hook), mux, verify.
+
+Everything that can be refused is refused before the engine is called: the
+render is hours long, so ffmpeg is resolved when the pipeline is created and
+the request, partition and geometry are checked before rendering starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from harness.errors import HarnessError, VideoError
+from harness.video.ffmpeg import Ffmpeg, get_ffmpeg
+from harness.video.geometry import resolve_canvas, resolve_frames
+from harness.video.job import EngineOutput, VideoJob, VideoPlan
+from harness.video.keyframes import convert_keyframe, read_keyframe
+from harness.video.mux import MediaInfo, VideoCancelledError, mux
+from harness.video.options import VideoOptions
+from harness.video.partition import check_partition
+from harness.video.request import parse_request, resolve_paths
+
+ProgressCallback = Callable[[int, int], None]
+StatusCallback = Callable[[str], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class VideoResult:
+    path: Path
+    plan: VideoPlan
+    seed: int
+    info: MediaInfo
+    encoder: str
+    ffmpeg: str
+    seconds: float
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path), "seed": self.seed, "encoder": self.encoder,
+            "ffmpeg": self.ffmpeg, "seconds": round(self.seconds, 3),
+            "video_codecs": list(self.info.video_codecs),
+            "audio_codecs": list(self.info.audio_codecs),
+            "width": self.info.width, "height": self.info.height,
+            "frames": self.info.frames, "duration_s": self.info.duration,
+            "verified_by": self.info.probe, "plan": self.plan.to_dict(),
+            "warnings": list(self.warnings),
+        }
+
+
+def _video_hook(pm: pluggy.PluginManager) -> Any:
+    return pm.hook.harness_video_generate
+
+
+def _default_manager() -> pluggy.PluginManager:
+    from harness.plugin import get_manager
+
+    return get_manager()
+
+
+def _keep_note(exc: BaseException, workdir: Path) -> None:
+    # Mutating args keeps the error's class (and so its exit code) and shows the
+    # path wherever str(exc) is printed.
+    note = f"\nworkdir kept for inspection: {workdir}"
+    if exc.args and isinstance(exc.args[0], str):
+        exc.args = (exc.args[0] + note, *exc.args[1:])
+    else:
+        exc.args = (*exc.args, note)
+
+
+class VideoPipeline:
+    """A loaded video engine: resolves ffmpeg now, then serves requests.
+
+    :param engine: the engine name plugins answer for (the model's ``backend``).
+    :param options: the model's video options.
+    :param model: the loaded model config, passed through to the engine untouched.
+    :param pm: the plugin manager (default: the process-wide one).
+    :param ffmpeg: an already-resolved ffmpeg (default: resolve from options/env/PATH/wheel).
+    :raises HostError: no usable ffmpeg: at load time, never after a render.
+    """
+
+    def __init__(self, engine: str, options: VideoOptions, *, model: Any = None,
+                 pm: pluggy.PluginManager | None = None, ffmpeg: Ffmpeg | None = None) -> None:
+        self.engine = engine
+        self.options = options
+        self.model = model
+        self._pm = pm
+        self.ffmpeg = ffmpeg or get_ffmpeg(options.ffmpeg)
+
+    # -- validation ---------------------------------------------------------
+
+    def check(self, data: Mapping[str, Any], *, base_dir: Path | None = None) -> VideoPlan:
+        """Validate a request and resolve its geometry; nothing is rendered or written.
+
+        :param base_dir: where relative paths in the request resolve (default: cwd).
+        """
+        base = base_dir or Path.cwd()
+        opts = self.options
+        request, warnings = parse_request(data, native_fps=opts.fps)
+        partition, more = check_partition(opts.partition, request)
+        warnings += more
+        inputs = resolve_paths(request, base)
+        keyframe_size = None
+        if request.keyframe is not None:
+            # Size from the header only: the canvas is resolved before any scaling.
+            _, w, h = read_keyframe(request.keyframe, "start_image" if request.start_image
+                                    else "end_image", base)
+            keyframe_size = (w, h)
+        # Probe the other keyframe too so a bad end_image fails now, not after the render.
+        if request.start_image and request.end_image:
+            read_keyframe(request.end_image, "end_image", base)
+        canvas, more = resolve_canvas(width=request.width, height=request.height,
+                                      keyframe_size=keyframe_size,
+                                      default_width=opts.width, default_height=opts.height)
+        warnings += more
+        frames, more = resolve_frames(request.num_frames, opts.num_frames)
+        warnings += more
+        return VideoPlan(
+            request=request, partition=partition, canvas=canvas, num_frames=frames,
+            fps=opts.fps, steps=request.steps or opts.steps,
+            crf=request.crf if request.crf is not None else opts.crf,
+            seed=request.seed, inputs=inputs, warnings=tuple(warnings))
+
+    # -- generation -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _workdir(self) -> Iterator[Path]:
+        # Always a fresh directory, also under video_workdir: leftover frames from an
+        # earlier run would otherwise be muxed into this one without a word.
+        parent = Path(self.options.workdir).expanduser() if self.options.workdir else None
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix="harness-video-", dir=parent))
+        try:
+            yield path
+        except (VideoCancelledError, KeyboardInterrupt):
+            shutil.rmtree(path, ignore_errors=True)  # the user asked to stop: nothing to inspect
+            raise
+        except BaseException as e:
+            _keep_note(e, path)
+            raise
+        shutil.rmtree(path, ignore_errors=True)
+
+    def generate(
+        self,
+        data: Mapping[str, Any],
+        out: Path,
+        *,
+        base_dir: Path | None = None,
+        progress: ProgressCallback | None = None,
+        status: StatusCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> VideoResult:
+        """Render ``data`` into ``out`` (an MP4), verified.
+
+        :param progress: called as ``progress(step, total)`` while the engine renders.
+        :param status: called with the name of each stage.
+        :param cancel: set it (from any thread) to stop; the workdir is removed and
+            :class:`VideoCancelledError` raised.
+        :raises VideoError: invalid request, engine or mux failure (workdir kept and named).
+        """
+        started = time.monotonic()
+        cancel = cancel or threading.Event()
+        say = status or (lambda text: None)
+        plan = self.check(data, base_dir=base_dir)
+        hook = _video_hook(self._pm or _default_manager())
+        seed = plan.seed if plan.seed is not None else secrets.randbelow(2**31)
+        base = base_dir or Path.cwd()
+
+        def check_cancel(where: str) -> None:
+            if cancel.is_set():
+                msg = f"cancelled {where}"
+                raise VideoCancelledError(msg)
+
+        def on_step(step: int, total: int) -> None:
+            # Raising from the callback stops engines that report progress even if
+            # they never look at the event themselves.
+            check_cancel(f"at step {step}/{total}")
+            if progress is not None:
+                progress(step, total)
+
+        with self._workdir() as workdir:
+            check_cancel("before rendering")
+            keyframes: dict[str, Path] = {}
+            for key in ("start_image", "end_image"):
+                value = getattr(plan.request, key)
+                if value is not None:
+                    say(f"converting {key} to {plan.canvas} PPM")
+                    raw, _, _ = read_keyframe(value, key, base)
+                    keyframes[key] = convert_keyframe(self.ffmpeg, raw, plan.canvas,
+                                                      workdir / "keyframes" / f"{key}.ppm")
+            job = VideoJob(
+                prompt=plan.request.prompt, partition=plan.partition,
+                width=plan.canvas.width, height=plan.canvas.height,
+                num_frames=plan.num_frames, fps=plan.fps, steps=plan.steps, seed=seed,
+                crf=plan.crf, noise_aug=plan.request.noise_aug,
+                start_image=keyframes.get("start_image"), end_image=keyframes.get("end_image"),
+                ref_image=plan.inputs.get("ref_image"), ref_video=plan.inputs.get("ref_video"),
+                audio=plan.inputs.get("audio"), device=self.options.device,
+                ffmpeg=self.ffmpeg.path, model=self.model)
+            check_cancel("before rendering")
+            say(f"rendering {plan.num_frames} frames at {plan.canvas}, {plan.steps} steps")
+            output = self._render(hook, job, workdir, on_step, cancel)
+            check_cancel("after rendering")
+            say("muxing")
+            result = mux(self.ffmpeg, output, job, workdir, cancel)
+            out = Path(out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(result.path), str(out))
+        return VideoResult(
+            path=out, plan=plan, seed=seed, info=result.info, encoder=result.encoder,
+            ffmpeg=self.ffmpeg.path, seconds=time.monotonic() - started,
+            warnings=plan.warnings + result.notes)
+
+    def _render(self, hook: Any, job: VideoJob, workdir: Path, on_step: ProgressCallback,
+                cancel: threading.Event) -> EngineOutput:
+        try:
+            output = hook(engine=self.engine, request=job, workdir=workdir,
+                          progress=on_step, cancel=cancel)
+        except HarnessError:
+            raise
+        except Exception as e:
+            msg = f"the {self.engine} video engine failed: {type(e).__name__}: {e}"
+            raise VideoError(msg) from e
+        if cancel.is_set():
+            msg = "cancelled during rendering"
+            raise VideoCancelledError(msg)
+        if output is None:
+            msg = (f"no plugin rendered video for engine {self.engine!r}: none implements "
+                   "harness_video_generate for it (is the engine plugin installed?)")
+            raise VideoError(msg)
+        if not isinstance(output, EngineOutput):
+            msg = f"the {self.engine} video plugin returned {type(output).__name__}, not EngineOutput"
+            raise VideoError(msg)
+        return output
