@@ -1,4 +1,4 @@
-"""Engine plugin ``llamacpp``: llama.cpp through its GGUF models."""
+"""Engine plugin ``llamacpp``: llama.cpp serves GGUF models (and HF safetensors dirs, converted once)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from harness.plugin import hookimpl
 from harness.types import HostInfo, MatchResult
 
 NAME = "llamacpp"
+FORMATS = ("ggufv2", "safetensors")
+#: Architectures the pinned llama.cpp loads (general.architecture); the engine has the final word.
+UNSUPPORTED_QUANT = ("gptq", "awq", "fp8")
 
 
 @hookimpl
@@ -20,6 +23,16 @@ def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> 
     if engine != NAME:
         return None
     fmt = model.get("format")
-    if fmt not in ("ggufv2", "gguf", "safetensors-dir"):
-        return MatchResult(engine=NAME, ok=False, reason=f"llama.cpp engine only supports ggufv2 format, model is {fmt}")
-    return MatchResult(engine=NAME, ok=True, variant="cpu")
+    if fmt in UNSUPPORTED_QUANT or fmt not in FORMATS:
+        return MatchResult(engine=NAME, ok=False,
+                           reason=f"llama.cpp engine only supports ggufv2 format (or safetensors, converted); model is {fmt}")
+    version = model.get("gguf_version")
+    if fmt == "ggufv2" and isinstance(version, int) and version > 3:
+        return MatchResult(engine=NAME, ok=False, reason=f"GGUF version {version} is newer than the supported 3")
+    if host.os == "darwin" and host.arch == "arm64":
+        variant = "metal"
+    elif host.has_gpu("cuda"):
+        variant = "cuda"
+    else:
+        variant = "cpu"
+    return MatchResult(engine=NAME, ok=True, variant=variant)

@@ -1,0 +1,182 @@
+"""``harness config show``: the engine parameters a config really gets, and why.
+
+Every value carries its source, in increasing precedence: ``default`` (engine
+default or derived from the host), ``model header`` (the GGUF's context
+length), the config's own top-level key (``context_size``, ``threads``,
+``gpu_layers``), ``parameters`` (sampling defaults), ``options`` and finally
+``engine_args``. Tri-state booleans are shown as the engine receives them:
+unset = 0, true = 1, explicit false = 2 (force off).
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.config.facts import read_gguf_header
+from harness.config.model import ModelConfig, model_config, nested_specs, option_specs
+from harness.config.options import ResolvedOptions, Setting
+from harness.config.rules import resolve_draft
+
+#: Sampling defaults when neither parameters nor options set them (GPT4All's, per SPEC.md 5).
+SAMPLING_DEFAULTS: dict[str, Any] = {
+    "temperature": 0.9, "top_p": 0.9, "top_k": 40, "min_p": 0.0, "max_tokens": 0, "seed": -1,
+    "repeat_penalty": 1.1, "repeat_last_n": 64, "presence_penalty": 0.0,
+    "frequency_penalty": 0.0, "ignore_eos": False,
+}
+TRISTATE_MEANING = {0: "engine default", 1: "on", 2: "force off"}
+MAX_DEFAULT_PARALLEL = 8
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def tristate(value: bool | None) -> int:
+    """The engine's encoding: unset 0, true 1, explicit false 2 (never collapsed into 0)."""
+    return 0 if value is None else (1 if value else 2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Effective:
+    """Resolved engine parameters of one config."""
+
+    name: str
+    backend: str | None
+    params: dict[str, Setting]
+    ignored: dict[str, Setting] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        def one(s: Setting) -> dict[str, Any]:
+            return {"value": s.value, "source": s.source}
+
+        return {"name": self.name, "backend": self.backend,
+                "params": {k: one(s) for k, s in self.params.items()},
+                "ignored": {k: one(s) for k, s in self.ignored.items()}, "notes": list(self.notes)}
+
+
+class _Resolve:
+    def __init__(self, config: ModelConfig, opts: ResolvedOptions, models_dir: Path | None,
+                 cpus: int, header: Callable[[Path], dict[str, Any] | None]) -> None:
+        self.config, self.opts, self.models_dir = config, opts, models_dir
+        self.cpus, self.header = cpus, header
+        self.params: dict[str, Setting] = {}
+        self.notes: list[str] = []
+
+    def chain(self, key: str, *candidates: tuple[Any, str]) -> Setting:
+        """The first candidate whose value is not None, after options/engine_args."""
+        opt = self.opts.values.get(key)
+        if opt is not None:
+            return Setting(value=opt.value, source=opt.source)
+        for value, source in candidates:
+            if value is not None:
+                return Setting(value=value, source=source)
+        return Setting(value=None, source="default")
+
+    def resolve_path(self, ref: str) -> str:
+        return str(self.models_dir / ref) if self.models_dir is not None else ref
+
+    def run(self) -> dict[str, Setting]:
+        c = self.config
+        p = self.params
+        p["model"] = Setting(value=self.resolve_path(c.parameters.model), source="parameters")
+        p["n_ctx"] = self.n_ctx()
+        p["n_parallel"] = self.chain("n_parallel", (min(MAX_DEFAULT_PARALLEL, self.cpus), "default"))
+        p["threads"] = self.chain("threads", (c.threads, "threads"), (self.cpus, "default"))
+        p["threads_batch"] = self.chain("threads_batch", (p["threads"].value, p["threads"].source))
+        p["n_gpu_layers"] = self.chain("n_gpu_layers", (c.gpu_layers, "gpu_layers"))
+        done = set(p) | {"max_model_len"}
+        for key, spec in option_specs().items():
+            if key in done or spec.video:
+                continue
+            s = self.chain(key, (spec.default, "default"))
+            p[key] = Setting(value=tristate(s.value), source=s.source) if spec.tristate else s
+        self.sampling()
+        if c.mmproj:
+            p["mmproj"] = Setting(value=self.resolve_path(c.mmproj), source="mmproj")
+        if c.draft_model:
+            p["draft_model"] = Setting(value=self.draft(c.draft_model), source="draft_model")
+        if self.opts.video_engaged:
+            self.video()
+        return p
+
+    def n_ctx(self) -> Setting:
+        opt = self.opts.values.get("max_model_len")
+        if opt is not None:
+            return Setting(value=opt.value, source=opt.source)
+        if self.config.context_size is not None:
+            return Setting(value=self.config.context_size, source="context_size")
+        model = self.config.parameters.model
+        if self.models_dir is not None and model.endswith(".gguf"):
+            path = self.models_dir / model
+            header = self.header(path) if path.is_file() else None
+            if header is not None:
+                arch = header.get("general.architecture")
+                length = header.get(f"{arch}.context_length")
+                if isinstance(length, int) and length > 0:
+                    return Setting(value=length, source="model header")
+            self.notes.append(f"n_ctx: no context length readable from {path}; the engine decides")
+        return Setting(value=0, source="default")
+
+    def sampling(self) -> None:
+        given = self.opts.nested.get("sampling", {})
+        for key in nested_specs("sampling"):
+            s = given.get(key)
+            from_params = getattr(self.config.parameters, key, None)
+            if s is not None:
+                self.params[f"sampling.{key}"] = Setting(value=s.value, source=s.source)
+            elif from_params is not None:
+                self.params[f"sampling.{key}"] = Setting(value=from_params, source="parameters")
+            else:
+                self.params[f"sampling.{key}"] = Setting(value=SAMPLING_DEFAULTS.get(key), source="default")
+        stop = self.config.parameters.stop
+        self.params["sampling.stop"] = Setting(value=list(stop), source="parameters" if stop else "default")
+
+    def draft(self, ref: str) -> str:
+        if self.models_dir is None:
+            return ref
+        found, _ = resolve_draft(ref, self.models_dir)
+        return str(found) if found is not None else ref
+
+    def video(self) -> None:
+        specs = {k: s for k, s in option_specs().items() if s.video}
+        for key, spec in specs.items():
+            s = self.chain(key, (spec.default, "default"))
+            if spec.path and isinstance(s.value, str):
+                s = Setting(value=self.resolve_path(s.value), source=s.source)
+            if spec.tristate:
+                s = Setting(value=tristate(s.value), source=s.source)
+            self.params[key] = s
+        for weights, config in (("video_vae", "video_vae_config"), ("audio_vae", "audio_vae_config")):
+            w = self.opts.values.get(weights)
+            if config not in self.opts.values and w is not None and isinstance(w.value, str):
+                beside = posixpath.join(posixpath.dirname(w.value), "config.json")
+                self.params[config] = Setting(value=self.resolve_path(beside),
+                                              source=f"default (beside {weights})")
+        if "video_partition" not in self.opts.values:
+            self.params["video_partition"] = Setting(value="fl2va", source="default (assumed)")
+
+
+def effective(
+    data: dict[str, Any],
+    opts: ResolvedOptions,
+    *,
+    models_dir: Path | None = None,
+    cpus: int | None = None,
+    header: Callable[[Path], dict[str, Any] | None] = read_gguf_header,
+) -> Effective:
+    """Effective parameters of a *validated* config mapping and its resolved options."""
+    config = model_config(data)
+    r = _Resolve(config, opts, models_dir, cpus or cpu_count(), header)
+    params = r.run()
+    return Effective(name=config.name, backend=config.backend, params=params,
+                     ignored=dict(opts.unknown), notes=tuple(r.notes))

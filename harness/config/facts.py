@@ -1,0 +1,139 @@
+"""Facts about a config's model files: format, quantization, architecture, context length.
+
+Engines decide from these (the ``model`` argument of ``harness_engine_match``);
+``config show`` takes n_ctx from them when the config leaves it unset. A GGUF's
+facts come from its header (the ``gguf`` package's reader), a model directory's
+from its ``config.json``; missing or unreadable files give partial facts, never
+an exception.
+
+Vocabulary (Xinference's): ``format`` is ``ggufv2`` for any GGUF file (its
+header version is ``gguf_version``), ``safetensors`` / ``pytorch`` for a model
+directory, ``gptq`` / ``awq`` / ``fp8`` for a quantized one, ``unknown`` otherwise;
+``abilities`` lists ``known_usecases`` (default chat, completion).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from harness.config.model import ModelConfig
+
+_QUANT = re.compile(r"(?i)(?:^|[-_.])((?:I?Q[1-8](?:_[0-9A-Z]+)*)|F16|BF16|F32)(?=[-_.]|$)")
+_SIZE = re.compile(r"(?i)(?:^|[-_ ])(\d+(?:\.\d+)?[BM](?:-A\d+(?:\.\d+)?[BM])?)(?=[-_ .]|$)")
+
+
+def read_gguf_header(path: Path) -> dict[str, Any] | None:
+    """Key/value metadata of a GGUF file (scalars and strings only), or None when unreadable."""
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(path)
+        out: dict[str, Any] = {}
+        for key, f in reader.fields.items():
+            try:
+                value = f.contents()
+            except Exception:  # an exotic field type must not hide the rest of the header
+                continue
+            if isinstance(value, str | int | float | bool):
+                out[key] = value
+        return out
+    except Exception:  # corrupt, truncated or not a GGUF at all
+        return None
+
+
+def _file_type_name(code: Any) -> str | None:
+    try:
+        from gguf import LlamaFileType
+
+        return LlamaFileType(int(code)).name.removeprefix("MOSTLY_")
+    except (ValueError, TypeError, ImportError):
+        return None
+
+
+def quantization_from_name(name: str) -> str | None:
+    """``Q4_K_M`` from ``SmolLM2-135M-Instruct.Q4_K_M.gguf``, else None."""
+    m = _QUANT.search(Path(name).stem if name.endswith(".gguf") else name)
+    return m.group(1).upper() if m else None
+
+
+def size_from_name(name: str) -> str | None:
+    """``135M`` / ``26B-A4B`` from a model name, else None."""
+    m = _SIZE.search(Path(name).name)
+    return m.group(1).upper() if m else None
+
+
+def _abilities(config: ModelConfig) -> list[str]:
+    if config.known_usecases:
+        return list(config.known_usecases)
+    return ["embeddings"] if config.embeddings else ["chat", "completion"]
+
+
+def gguf_facts(path: Path) -> dict[str, Any]:
+    """Facts from a GGUF header: architecture, context length, quantization, family, size."""
+    header = read_gguf_header(path)
+    if header is None:
+        return {"format": "ggufv2", "readable": False}
+    arch = header.get("general.architecture")
+    version = header.get("GGUF.version")
+    facts: dict[str, Any] = {
+        "format": "ggufv2",
+        "readable": True,
+        "gguf_version": version,
+        "architecture": arch,
+        "context_length": header.get(f"{arch}.context_length") if arch else None,
+        "quantization": _file_type_name(header.get("general.file_type"))
+        or quantization_from_name(path.name),
+        "family": header.get("general.basename") or arch,
+        "size": header.get("general.size_label") or size_from_name(path.name),
+        "name": header.get("general.name"),
+    }
+    return facts
+
+
+def directory_facts(path: Path) -> dict[str, Any]:
+    """Facts from a model directory's ``config.json`` (safetensors / pytorch layout)."""
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"format": "directory", "readable": False}
+    if not isinstance(cfg, dict):
+        return {"format": "directory", "readable": False}
+    quant = cfg.get("quantization_config")
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    archs = cfg.get("architectures")
+    has_st = any(path.glob("*.safetensors"))
+    return {
+        "format": method if method in ("gptq", "awq", "fp8") else ("safetensors" if has_st else "pytorch"),
+        "readable": True,
+        "architecture": cfg.get("model_type"),
+        "architectures": archs if isinstance(archs, list) else [],
+        "context_length": cfg.get("max_position_embeddings"),
+        "quantization": method,
+        "family": cfg.get("model_type"),
+        "size": size_from_name(path.name),
+    }
+
+
+def model_facts(config: ModelConfig, models_dir: Path | None) -> dict[str, Any]:
+    """Everything engines need to decide whether they can serve ``config``'s model."""
+    ref = config.parameters.model
+    facts: dict[str, Any] = {
+        "name": config.name, "model": ref, "abilities": _abilities(config),
+        "cuda": bool(config.cuda), "format": "ggufv2" if ref.endswith(".gguf") else "unknown",
+        "quantization": quantization_from_name(ref), "size": size_from_name(ref),
+        "path": None, "exists": False,
+    }
+    if models_dir is None:
+        return facts
+    full = models_dir / ref
+    facts["path"] = str(full)
+    if full.is_file() and full.suffix == ".gguf":
+        facts.update(gguf_facts(full), exists=True)
+    elif full.is_dir():
+        facts.update(directory_facts(full), exists=True)
+    else:
+        facts["exists"] = full.exists()
+    return facts

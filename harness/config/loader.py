@@ -1,0 +1,171 @@
+"""YAML loading that keeps where every key and value was written, and diagnostics.
+
+PyYAML's composer (the libyaml one when available) gives a node tree with
+marks; we build the plain data ourselves from it so that each path
+(``("parameters", "model")``) maps back to a line and column. Anything wrong
+with the text itself becomes a located :class:`Diagnostic`, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+Severity = Literal["error", "warning"]
+Path_ = tuple[str | int, ...]
+
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: Alias expansion is bounded: a few anchors must not blow up into millions of nodes.
+MAX_NODES = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Diagnostic:
+    """One finding, located: prints as ``file:line:col: error|warning: message``."""
+
+    file: str
+    line: int
+    col: int
+    severity: Severity
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "col": self.col,
+                "severity": self.severity, "message": self.message}
+
+
+@dataclass(kw_only=True)
+class Document:
+    """One YAML document: its data and where each path was written (1-based)."""
+
+    file: str
+    data: Any
+    values: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+    keys: dict[Path_, tuple[int, int]] = field(default_factory=dict)
+
+    def where(self, path: Path_, *, key: bool = False) -> tuple[int, int]:
+        """Line and column of ``path`` (its key with ``key=True``), else of its nearest ancestor."""
+        p = tuple(path)
+        if key and p in self.keys:
+            return self.keys[p]
+        while p:
+            if p in self.values:
+                return self.values[p]
+            p = p[:-1]
+        return self.values.get((), (1, 1))
+
+    def diag(self, path: Path_, severity: Severity, message: str, *, key: bool = False) -> Diagnostic:
+        line, col = self.where(path, key=key)
+        return Diagnostic(file=self.file, line=line, col=col, severity=severity, message=message)
+
+
+class _Builder:
+    def __init__(self, loader: yaml.SafeLoader, doc: Document, problems: list[Diagnostic]) -> None:
+        self.loader, self.doc, self.problems = loader, doc, problems
+        self.count = 0
+        self.stack: set[int] = set()
+
+    def _problem(self, node: Node, message: str) -> None:
+        self.problems.append(Diagnostic(
+            file=self.doc.file, line=node.start_mark.line + 1, col=node.start_mark.column + 1,
+            severity="error", message=message))
+
+    def build(self, node: Node, path: Path_) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            msg = f"document too large after alias expansion (more than {MAX_NODES} nodes)"
+            raise _TooLarge(msg)
+        self.doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if id(node) in self.stack:
+            self._problem(node, "recursive alias: a node contains itself")
+            return None
+        if isinstance(node, ScalarNode):
+            return self._scalar(node)
+        self.stack.add(id(node))
+        try:
+            if isinstance(node, SequenceNode):
+                return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+            if isinstance(node, MappingNode):
+                return self._mapping(node, path)
+        finally:
+            self.stack.discard(id(node))
+        return None
+
+    def _scalar(self, node: ScalarNode) -> Any:
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as e:
+            self._problem(node, f"cannot read value {node.value!r}: {getattr(e, 'problem', e)}")
+            return node.value
+
+    def _mapping(self, node: MappingNode, path: Path_) -> dict[str, Any]:
+        try:
+            self.loader.flatten_mapping(node)  # YAML merge keys (<<: *base)
+        except yaml.YAMLError as e:
+            self._problem(node, f"bad merge key: {getattr(e, 'problem', e)}")
+        out: dict[str, Any] = {}
+        first: dict[str, Node] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, ScalarNode):
+                self._problem(key_node, "a key must be a plain scalar, not a list or a mapping")
+                continue
+            # The key as written: YAML 1.1 would turn `on:` into True and `1:` into 1.
+            key = str(key_node.value)
+            if key in first:
+                line = first[key].start_mark.line + 1
+                self._problem(key_node, f"duplicate key {key!r} (first given on line {line})")
+            first[key] = key_node
+            self.doc.keys[(*path, key)] = (key_node.start_mark.line + 1,
+                                           key_node.start_mark.column + 1)
+            out[key] = self.build(value_node, (*path, key))
+        return out
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _yaml_problem(file: str, e: yaml.YAMLError) -> Diagnostic:
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    context = getattr(e, "context", None)
+    text = f"invalid YAML: {problem}" + (f" ({context})" if context else "")
+    return Diagnostic(file=file, line=line, col=col, severity="error", message=text)
+
+
+def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagnostic]]:
+    """Parse every document of a YAML text; problems come back as diagnostics."""
+    problems: list[Diagnostic] = []
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            msg = f"not UTF-8 text (byte {e.start}): a model config is a YAML text file"
+            return [], [Diagnostic(file=file, line=1, col=1, severity="error", message=msg)]
+    docs: list[Document] = []
+    loader = _Loader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            doc = Document(file=file, data=None)
+            doc.data = _Builder(loader, doc, problems).build(node, ())
+            docs.append(doc)
+    except yaml.YAMLError as e:
+        problems.append(_yaml_problem(file, e))
+    except _TooLarge as e:
+        problems.append(Diagnostic(file=file, line=1, col=1, severity="error", message=str(e)))
+    except (RecursionError, ValueError) as e:
+        msg = f"cannot read YAML: {type(e).__name__}: {e}"
+        problems.append(Diagnostic(file=file, line=1, col=1, severity="error", message=msg))
+    finally:
+        loader.dispose()
+    return docs, problems

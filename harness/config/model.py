@@ -1,0 +1,429 @@
+"""The model config (LocalAI-compatible YAML) as frozen, keyword-only dataclasses.
+
+Every field carries a doc string right under it: :mod:`harness.config.schema`
+reads them (with ``ast``) into the committed JSON Schema, so the docs an editor
+shows and the code cannot drift apart. ``metadata={"schema": {...}}`` adds JSON
+Schema constraints (minimum, maximum) the type hints cannot say.
+
+Two surfaces carry engine settings besides the typed top level: the
+``options:`` list (``key:value`` strings) and the ``engine_args:`` map. Their
+keys are modelled by :class:`EngineOptions` and :class:`VideoOptions`; those
+classes are the registry of known keys, their types, defaults and meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: What a model is used for (LocalAI's ``known_usecases`` names).
+Usecase = Literal[
+    "chat", "completion", "edit", "embeddings", "rerank", "image", "video", "tts",
+    "transcript", "sound_generation", "tokenize", "vad", "detection",
+]
+Partition = Literal["t2va", "fl2va", "ref2va"]
+VideoDevice = Literal["cpu", "cuda", "gpu"]
+SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
+
+
+def _c(default: Any = None, **schema: Any) -> Any:
+    """A field with a default and extra JSON Schema keywords."""
+    return field(default=default, metadata={"schema": schema} if schema else {})
+
+
+#: metadata marking a tri-state boolean: unset = 0, true = 1, explicit false = 2.
+TRISTATE = {"tristate": True}
+#: metadata marking a path resolved against the models directory.
+MODELS_PATH = {"path": "models"}
+#: metadata marking an option whose value is a JSON document.
+JSON_VALUE = {"json": True}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parameters:
+    """``parameters:``: the model file and the default sampling settings of requests."""
+
+    model: str
+    """Model to load, relative to the models directory: a .gguf file or a directory with config.json."""
+
+    temperature: float | None = _c(minimum=0)
+    """Sampling temperature; 0 means greedy."""
+
+    top_p: float | None = _c(minimum=0, maximum=1)
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
+
+    top_k: int | None = _c(minimum=0)
+    """Keep only the k most likely tokens; 0 disables the filter."""
+
+    min_p: float | None = _c(minimum=0, maximum=1)
+    """Drop tokens whose probability is below min_p times the top token's."""
+
+    max_tokens: int | None = _c(minimum=0)
+    """Most tokens to generate; 0 means up to the context size."""
+
+    seed: int | None = None
+    """Sampling seed; -1 picks a random seed per request."""
+
+    repeat_penalty: float | None = _c(minimum=0)
+    """Penalty for repeating one of the last repeat_last_n tokens (1.0 disables)."""
+
+    repeat_last_n: int | None = _c(minimum=-1)
+    """How many recent tokens the repeat penalty looks at (-1: the whole context)."""
+
+    presence_penalty: float | None = None
+    """Penalty for tokens already present in the output (OpenAI semantics)."""
+
+    frequency_penalty: float | None = None
+    """Penalty growing with how often a token already occurred (OpenAI semantics)."""
+
+    ignore_eos: bool | None = None
+    """Keep generating past the end-of-sequence token."""
+
+    stop: tuple[str, ...] = ()
+    """Stop sequences; generation ends before the first one produced."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Template:
+    """``template:``: prompt templates; unset uses the model's own chat template."""
+
+    chat: str | None = None
+    """Go-template for a whole chat prompt."""
+
+    chat_message: str | None = None
+    """Go-template for one chat message."""
+
+    completion: str | None = None
+    """Go-template for a completion prompt."""
+
+    edit: str | None = None
+    """Go-template for an edit prompt."""
+
+    function: str | None = None
+    """Go-template used when tools are offered."""
+
+    use_tokenizer_template: bool | None = None
+    """Let the engine apply the model's own template (GGUF tokenizer.chat_template or tokenizer_config.json)."""
+
+    join_chat_messages_by_character: str | None = None
+    """String placed between rendered chat messages."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """One model as LocalAI-style YAML: which engine serves which files, and how."""
+
+    name: str = field(metadata={"schema": {"minLength": 1}})
+    """Model name clients ask for; unique in a models directory."""
+
+    backend: str | None = None
+    """Engine plugin serving this model (see `harness select`); unset lets selection choose."""
+
+    description: str | None = None
+    """Free text shown in listings."""
+
+    context_size: int | None = _c(minimum=1)
+    """Sequence length; options max_model_len and then engine_args.max_model_len override it."""
+
+    threads: int | None = _c(minimum=1)
+    """CPU threads for prompt processing and generation; unset uses the CPU count."""
+
+    gpu_layers: int | None = _c(minimum=-1)
+    """Layers offloaded to the GPU (-1: all)."""
+
+    f16: bool | None = None
+    """Keep the KV cache in 16-bit floats."""
+
+    mmap: bool | None = None
+    """Memory-map the model file (false: read it into memory)."""
+
+    embeddings: bool | None = None
+    """Serve embeddings from this model."""
+
+    parameters: Parameters
+    """The model file and default sampling settings."""
+
+    options: tuple[str, ...] = ()
+    """Engine options as "key:value" strings, split on the first colon (JSON values survive)."""
+
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    """Engine arguments spelled like vLLM's CLI flags; applied after options, so they win."""
+
+    known_usecases: tuple[Usecase, ...] = ()
+    """What the model is for (chat, completion, embeddings, video, ...)."""
+
+    cuda: bool | None = None
+    """The model needs a CUDA device."""
+
+    draft_model: str | None = None
+    """Draft model for speculative decoding: a path, a models-dir name or a reference."""
+
+    n_draft: int | None = _c(minimum=1)
+    """Tokens the draft model proposes per step."""
+
+    mmproj: str | None = None
+    """Multimodal projector (.gguf), relative to the models directory."""
+
+    template: Template | None = None
+    """Prompt templates."""
+
+
+# ---------------------------------------------------------------------------
+# keys of options: / engine_args:
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOptions:
+    """Known keys of ``options:`` and ``engine_args:`` for text engines, with engine defaults."""
+
+    block_size: int = _c(32, minimum=1)
+    """Tokens per KV-cache block."""
+
+    num_blocks: int = _c(256, minimum=1)
+    """KV-cache blocks to allocate."""
+
+    n_parallel: int | None = _c(minimum=1)
+    """Concurrent sequences (alias max_num_seqs); unset: min(8, CPU count)."""
+
+    max_num_batched_tokens: int = _c(0, minimum=0)
+    """Token budget per chunked-prefill step; 0 keeps the engine's per-architecture default."""
+
+    max_model_len: int | None = _c(minimum=1)
+    """Sequence length; beats context_size, loses to engine_args.max_model_len."""
+
+    scheduling_policy: SchedulingPolicy = "fcfs"
+    """Scheduler admission policy."""
+
+    tool_parser: str = ""
+    """Tool-call parser (alias tool_call_parser); empty: detect from the template."""
+
+    reasoning_parser: str = ""
+    """Reasoning parser; empty: detect from the template, "none": no reasoning split."""
+
+    speculative_config: dict[str, Any] | None = field(default=None, metadata=JSON_VALUE)
+    """Speculative decoding, as vLLM's --speculative-config JSON ({"method": "mtp", ...})."""
+
+    kv_transfer_config: dict[str, Any] | None = field(default=None, metadata=JSON_VALUE)
+    """External KV connector, as vLLM's --kv-transfer-config JSON."""
+
+    tokenizer_config_path: str | None = field(default=None, metadata=MODELS_PATH)
+    """Where the chat template comes from (alias tokenizer_config); default: the model's tokenizer_config.json."""
+
+    enable_prefix_caching: bool | None = field(default=None, metadata=TRISTATE)
+    """Automatic prefix caching (alias enable_radix_attention); unset: per model, false: force off."""
+
+    enable_jump_forward: bool | None = field(default=None, metadata=TRISTATE)
+    """Jump-forward decoding; unset follows the engine's environment default."""
+
+    flash_attn: bool | None = field(default=None, metadata=TRISTATE)
+    """Flash attention; unset: the engine decides."""
+
+    threads: int | None = _c(minimum=1)
+    """Generation threads; unset: the config's threads, else the CPU count."""
+
+    threads_batch: int | None = _c(minimum=1)
+    """Prompt-processing threads; unset: same as threads."""
+
+    n_batch: int = _c(2048, minimum=1)
+    """Logical batch size for prompt processing."""
+
+    n_ubatch: int = _c(512, minimum=1)
+    """Physical batch size for prompt processing."""
+
+    n_gpu_layers: int | None = _c(minimum=-1)
+    """Layers offloaded to the GPU (-1: all); beats the config's gpu_layers."""
+
+    cache_type_k: str = "f16"
+    """KV-cache type for keys (f16, q8_0, ...)."""
+
+    cache_type_v: str = "f16"
+    """KV-cache type for values (f16, q8_0, ...)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VideoOptions:
+    """Known ``video_*`` keys of ``options:``: the checkpoint set and render defaults."""
+
+    video_encoder: str | None = field(default=None, metadata=MODELS_PATH)
+    """Text encoder: a .gguf file or a directory of bf16 shards."""
+
+    video_tokenizer: str | None = field(default=None, metadata=MODELS_PATH)
+    """tokenizer.json of the text encoder; required with video_encoder."""
+
+    video_vae: str | None = field(default=None, metadata=MODELS_PATH)
+    """Video VAE weights (required)."""
+
+    video_vae_config: str | None = field(default=None, metadata=MODELS_PATH)
+    """Video VAE config (latents_mean/std, clip_length); default: config.json beside video_vae."""
+
+    audio_vae: str | None = field(default=None, metadata=MODELS_PATH)
+    """Audio VAE weights (required)."""
+
+    audio_vae_config: str | None = field(default=None, metadata=MODELS_PATH)
+    """Audio VAE config; default: config.json beside audio_vae."""
+
+    video_prompt_embeds: str | None = field(default=None, metadata=MODELS_PATH)
+    """Precomputed f32 prompt embeddings, the conditioning used without an encoder."""
+
+    video_partition: Partition | None = None
+    """Which DiT checkpoint this is: t2va/fl2va (the FL2VA file) or ref2va; undeclared: FL2VA, with a warning."""
+
+    video_device: VideoDevice | None = None
+    """Device to render on: cpu, cuda or gpu (there is no automatic choice)."""
+
+    video_dequant_bf16: bool | None = field(default=None, metadata=TRISTATE)
+    """Dequantize weights to bf16 at load."""
+
+    video_fp4_resident: bool | None = field(default=None, metadata=TRISTATE)
+    """Keep FP4 weights resident in device memory."""
+
+    video_width: int = _c(1344, minimum=1)
+    """Default canvas width; the engine truncates it to the 32-pixel grid."""
+
+    video_height: int = _c(768, minimum=1)
+    """Default canvas height; the engine truncates it to the 32-pixel grid."""
+
+    video_canvas: str | None = _c(pattern=r"^\s*[0-9]+\s*[xX]\s*[0-9]+\s*$")
+    """Canvas as WIDTHxHEIGHT, instead of video_width and video_height."""
+
+    video_num_frames: int = _c(124, minimum=1)
+    """Default frame count; off the 17n+5 grid it is rounded up."""
+
+    video_steps: int = _c(50, minimum=1)
+    """Default denoising steps."""
+
+    video_fps: float = _c(24.0, exclusiveMinimum=0)
+    """The engine's native frame rate; requests asking for another rate are warned."""
+
+    video_workdir: str | None = None
+    """Parent of the per-request work directories; unset: the system temp dir."""
+
+    video_crf: int = _c(18, minimum=0, maximum=51)
+    """H.264 CRF of the mux (0-51)."""
+
+    ffmpeg: str | None = None
+    """ffmpeg binary (alias video_ffmpeg); unset: found on the host before rendering starts."""
+
+
+#: Alternative spellings of option keys -> the canonical key.
+OPTION_ALIASES: dict[str, str] = {
+    "max_num_seqs": "n_parallel",
+    "parallel": "n_parallel",
+    "tool_call_parser": "tool_parser",
+    "tokenizer_config": "tokenizer_config_path",
+    "enable_radix_attention": "enable_prefix_caching",
+    "video_ffmpeg": "ffmpeg",
+}
+
+#: Prefixes of dotted option keys and the dataclass their second part names a field of.
+NESTED_OPTIONS: dict[str, type] = {"sampling": Parameters}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One known option key: its type, default and meaning."""
+
+    key: str
+    kind: str
+    default: Any
+    doc: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    tristate: bool = False
+    path: bool = False
+    video: bool = False
+
+
+def _kind(hint: Any) -> tuple[str, tuple[str, ...]]:
+    """Reduce a field's type hint to a scalar kind (int, float, bool, str, json, list) and choices."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union) and len(args) == 1:
+        return _kind(args[0])
+    if origin is Literal:
+        return "str", tuple(str(a) for a in typing.get_args(hint))
+    if origin is tuple or origin is list:
+        return "list", ()
+    if origin is dict:
+        return "json", ()
+    return {int: "int", float: "float", bool: "bool"}.get(hint, "str"), ()
+
+
+def _specs(cls: type, *, video: bool = False) -> dict[str, OptionSpec]:
+    from harness.config.schema import field_docs  # schema imports this module
+
+    docs = field_docs(cls)
+    hints = typing.get_type_hints(cls)
+    out: dict[str, OptionSpec] = {}
+    for f in dataclasses.fields(cls):
+        kind, choices = _kind(hints[f.name])
+        bounds = f.metadata.get("schema", {})
+        default = f.default if f.default is not dataclasses.MISSING else None
+        out[f.name] = OptionSpec(
+            key=f.name, kind=kind, default=default, doc=docs.get(f.name, ""), choices=choices,
+            minimum=bounds.get("minimum"), maximum=bounds.get("maximum"),
+            exclusive_minimum=bounds.get("exclusiveMinimum"),
+            tristate=bool(f.metadata.get("tristate")), path=f.metadata.get("path") == "models",
+            video=video,
+        )
+    return out
+
+
+def option_specs() -> dict[str, OptionSpec]:
+    """Every known option key (text and video), canonical spelling."""
+    global _OPTION_SPECS
+    if _OPTION_SPECS is None:
+        _OPTION_SPECS = {**_specs(EngineOptions), **_specs(VideoOptions, video=True)}
+    return _OPTION_SPECS
+
+
+@functools.cache
+def nested_specs(prefix: str) -> dict[str, OptionSpec]:
+    """Known second parts of dotted keys under ``prefix`` (``sampling.top_k``)."""
+    specs = _specs(NESTED_OPTIONS[prefix])
+    return {k: v for k, v in specs.items() if k not in ("model", "stop")}
+
+
+_OPTION_SPECS: dict[str, OptionSpec] | None = None
+
+
+# ---------------------------------------------------------------------------
+# mapping -> dataclasses
+# ---------------------------------------------------------------------------
+
+
+def from_mapping(cls: type[Any], data: dict[str, Any]) -> Any:
+    """Build ``cls`` from a schema-valid mapping (nested dataclasses and tuples included)."""
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data and data[f.name] is not None:
+            kwargs[f.name] = _convert(hints[f.name], data[f.name])
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    origin = typing.get_origin(hint)
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if origin in (types.UnionType, typing.Union) and len(args) == 1:
+        return _convert(args[0], value)
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return from_mapping(hint, value)  # type: ignore[arg-type]
+    if origin is tuple and isinstance(value, list):
+        return tuple(value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def model_config(data: dict[str, Any]) -> ModelConfig:
+    """A :class:`ModelConfig` from a mapping that passed validation."""
+    config: ModelConfig = from_mapping(ModelConfig, data)
+    return config

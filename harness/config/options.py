@@ -1,0 +1,236 @@
+"""``options:`` and ``engine_args:``: parse, type, and merge them with provenance.
+
+``options:`` items are ``key:value`` strings split on the *first* colon, so JSON
+values (``speculative_config:{"method":"mtp"}``) survive. ``engine_args:`` is a
+typed map applied afterwards, so it wins. Dotted keys (``sampling.top_k``) set
+nested parameters. Unknown keys are kept but warned about: they may belong to
+another engine.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.config.loader import Diagnostic, Document, Path_
+from harness.config.model import (
+    NESTED_OPTIONS,
+    OPTION_ALIASES,
+    OptionSpec,
+    nested_specs,
+    option_specs,
+)
+from harness.errors import did_you_mean
+
+TRUE = frozenset({"1", "t", "true", "yes", "y", "on"})
+FALSE = frozenset({"0", "f", "false", "no", "n", "off"})
+UNSET = frozenset({"", "auto", "default"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """A value and where it came from (default, options, engine_args, context_size, ...)."""
+
+    value: Any
+    source: str
+    path: Path_ | None = None
+
+
+@dataclass(kw_only=True)
+class ResolvedOptions:
+    """The merged options surfaces of one config."""
+
+    values: dict[str, Setting] = field(default_factory=dict)
+    """Known keys (canonical spelling) -> the winning setting."""
+
+    nested: dict[str, dict[str, Setting]] = field(default_factory=dict)
+    """Dotted keys: prefix -> sub-key -> setting."""
+
+    unknown: dict[str, Setting] = field(default_factory=dict)
+    """Keys no engine option of ours knows; passed through, ignored by our engines."""
+
+    given: set[str] = field(default_factory=set)
+    """Canonical keys that appeared at all, valid or not."""
+
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def video_engaged(self) -> bool:
+        """True when any video option is set: the config describes a video checkpoint set."""
+        specs = option_specs()
+        return any(specs[k].video and k != "ffmpeg" for k in self.values)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        s = self.values.get(key)
+        return default if s is None else s.value
+
+
+def canonical(key: str) -> str:
+    """The canonical spelling of an option key (dashes as underscores, aliases resolved)."""
+    key = key.strip().replace("-", "_")
+    return OPTION_ALIASES.get(key, key)
+
+
+@functools.cache
+def _known_names() -> list[str]:
+    names = [*option_specs(), *OPTION_ALIASES]
+    for prefix in NESTED_OPTIONS:
+        names += [f"{prefix}.{k}" for k in nested_specs(prefix)]
+    return names
+
+
+def _bounds(label: str, spec: OptionSpec, value: float) -> str | None:
+    if spec.minimum == 1 and spec.kind == "int" and value < 1:
+        return f"{label} must be a positive integer, found {value!r}"
+    if spec.minimum is not None and value < spec.minimum:
+        return f"{label} must be >= {spec.minimum:g}, found {value!r}"
+    if spec.exclusive_minimum is not None and value <= spec.exclusive_minimum:
+        return f"{label} must be > {spec.exclusive_minimum:g}, found {value!r}"
+    if spec.maximum is not None and value > spec.maximum:
+        return f"{label} must be <= {spec.maximum:g}, found {value!r}"
+    return None
+
+
+def convert(label: str, spec: OptionSpec, value: Any) -> tuple[Any, str | None]:
+    """Type ``value`` (a string from ``options:`` or a YAML value) as ``spec`` says.
+
+    Returns ``(value, None)`` or ``(None, message)``. A tri-state boolean returns
+    None for "unset", which stays distinct from an explicit False.
+    """
+    text = value.strip() if isinstance(value, str) else None
+    if spec.kind == "bool":
+        if isinstance(value, bool):
+            return value, None
+        if text is not None and text.lower() in TRUE:
+            return True, None
+        if text is not None and text.lower() in FALSE:
+            return False, None
+        if spec.tristate and (value is None or (text is not None and text.lower() in UNSET)):
+            return None, None
+        return None, f"{label} expects true or false, found {value!r}"
+    if spec.kind in ("int", "float"):
+        number: Any = value
+        if text is not None:
+            try:
+                number = int(text) if spec.kind == "int" else float(text)
+            except ValueError:
+                number = None
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            kind = "an integer" if spec.kind == "int" else "a number"
+            return None, f"{label} expects {kind}, found {value!r}"
+        if spec.kind == "int" and not isinstance(number, int):
+            return None, f"{label} expects an integer, found {value!r}"
+        if isinstance(number, float) and not math.isfinite(number):
+            return None, f"{label} expects a finite number, found {value!r}"
+        problem = _bounds(label, spec, number)
+        return (None, problem) if problem else (number, None)
+    if spec.kind == "json":
+        doc = value
+        if text is not None:
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError as e:
+                return None, f"{label} is not valid JSON: {e.msg} at column {e.colno}"
+        if not isinstance(doc, dict):
+            return None, f"{label} must be a JSON object, found {type(doc).__name__}"
+        return doc, None
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return None, f"{label} expects a string, found {value!r}"
+    s = str(value).strip()
+    if spec.choices and s.lower() not in spec.choices:
+        extra = "; there is no automatic choice" if spec.key == "video_device" else ""
+        return None, (f"{label} must be one of {', '.join(spec.choices)}, found {s!r}"
+                      f"{did_you_mean(s.lower(), spec.choices)}{extra}")
+    return (s.lower() if spec.choices else s), None
+
+
+class _Resolver:
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+        self.out = ResolvedOptions()
+        self.specs = option_specs()
+        # engine_args keys the JSON Schema types itself: do not report their types twice.
+        self.schema_typed = set(self.specs) | set(OPTION_ALIASES)
+
+    def warn(self, path: Path_, message: str, *, key: bool = False) -> None:
+        self.out.diagnostics.append(self.doc.diag(path, "warning", message, key=key))
+
+    def error(self, path: Path_, message: str) -> None:
+        self.out.diagnostics.append(self.doc.diag(path, "error", message))
+
+    def set(self, key: str, value: Any, source: str, path: Path_, *, report: bool = True) -> None:
+        label = f"option {key}" if source == "options" else f"engine_args.{key}"
+        noun = "option" if source == "options" else source
+        seen = self.out.values
+        name = canonical(key)
+        prefix, dot, sub = name.partition(".")
+        if dot and prefix in NESTED_OPTIONS:
+            subs = nested_specs(prefix)
+            if sub not in subs:
+                self.warn(path, f"unknown {noun} key {key!r}: ignored"
+                                f"{did_you_mean(name, _known_names())}", key=True)
+                self.out.unknown[name] = Setting(value=value, source=source, path=path)
+                return
+            typed, problem = convert(label, subs[sub], value)
+            if problem:
+                self.error(path, problem)
+                return
+            self.out.nested.setdefault(prefix, {})[sub] = Setting(value=typed, source=source, path=path)
+            return
+        spec = self.specs.get(name)
+        self.out.given.add(name)
+        if spec is None:
+            self.warn(path, f"unknown {noun} key {key!r}: ignored (it may belong to another engine)"
+                            f"{did_you_mean(name, _known_names())}", key=True)
+            self.out.unknown[name] = Setting(value=value, source=source, path=path)
+            return
+        typed, problem = convert(label, spec, value)
+        if problem:
+            if report:
+                self.error(path, problem)
+            return
+        before = seen.get(name)
+        if before is not None and before.source == source == "options":
+            self.warn(path, f"option {name} is given twice; this later value wins")
+        if typed is None and spec.tristate:
+            seen.pop(name, None)  # explicit "auto": back to unset
+            return
+        seen[name] = Setting(value=typed, source=source, path=path)
+
+    def options(self, items: Any) -> None:
+        if not isinstance(items, list):
+            return
+        for i, item in enumerate(items):
+            if not isinstance(item, str):
+                continue  # the schema reports it
+            key, colon, raw = item.partition(":")
+            if not colon:
+                self.error(("options", i), f"option {item!r} is not key:value "
+                                           "(the key ends at the first colon)")
+            elif not key.strip():
+                self.error(("options", i), f"option {item!r} has an empty key")
+            else:
+                self.set(key.strip(), raw, "options", ("options", i))
+
+    def engine_args(self, args: Any) -> None:
+        if not isinstance(args, dict):
+            return
+        for key, value in args.items():
+            path = ("engine_args", key)
+            if key in NESTED_OPTIONS and isinstance(value, dict):
+                for sub, v in value.items():
+                    self.set(f"{key}.{sub}", v, "engine_args", (*path, sub))
+            else:
+                self.set(key, value, "engine_args", path, report=key not in self.schema_typed)
+
+
+def resolve_options(doc: Document) -> ResolvedOptions:
+    """Merge ``options:`` then ``engine_args:`` (which wins) of a config document."""
+    r = _Resolver(doc)
+    data = doc.data if isinstance(doc.data, dict) else {}
+    r.options(data.get("options"))
+    r.engine_args(data.get("engine_args"))
+    return r.out

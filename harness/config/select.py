@@ -1,0 +1,211 @@
+"""Engine selection (SPEC.md section 3): every engine plugin says yes or why not.
+
+Each plugin answers ``harness_engine_match(engine, model, host)`` for its own
+engines with a :class:`~harness.types.MatchResult`; selection is transparent:
+``harness select`` shows the chosen engine and variant and every rejection's
+reason. Also here: the CUDA-version -> GPU wheel index mapping used when
+installing variant wheels, and the per-engine translation of speculative
+decoding with the draft family/size rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from harness.config.facts import model_facts
+from harness.config.model import ModelConfig
+from harness.errors import ConfigError, UnknownNameError
+from harness.types import HostInfo, MatchResult
+
+# ---------------------------------------------------------------------------
+# CUDA -> wheel index
+# ---------------------------------------------------------------------------
+
+_CUDA = re.compile(r"^\D*?(\d+)(?:\.(\d+))?")
+
+
+def cuda_wheel_index(cuda_version: str | None) -> str | None:
+    """GPU wheel index for a CUDA runtime: 13.x -> ``cu132``, >= 12.8 -> ``cu128``.
+
+    Anything else (12.6, 11.8, unparsable, no CUDA) -> None: use the default CPU index.
+    """
+    if not cuda_version:
+        return None
+    m = _CUDA.match(cuda_version.strip())
+    if m is None:
+        return None
+    version = (int(m.group(1)), int(m.group(2) or 0))
+    if version[0] == 13:
+        return "cu132"
+    if version >= (12, 8):
+        return "cu128"
+    return None
+
+
+# ---------------------------------------------------------------------------
+# selection
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """The outcome of asking every engine about one model."""
+
+    chosen: MatchResult | None
+    results: tuple[MatchResult, ...]
+    facts: dict[str, Any]
+    declared: str | None = None
+
+    @property
+    def reason(self) -> str:
+        """Why nothing was chosen ("" when something was)."""
+        if self.chosen is not None:
+            return ""
+        if self.declared is not None:
+            mine = [r for r in self.results if r.engine == self.declared]
+            if not mine:
+                return f"backend {self.declared!r} is not a registered engine plugin"
+            return f"backend {self.declared!r} rejects this model: {mine[0].reason}"
+        if not self.results:
+            return "no engine plugin is registered"
+        return "no engine can serve this model here"
+
+    def to_json(self) -> dict[str, Any]:
+        def one(r: MatchResult) -> dict[str, Any]:
+            return {"engine": r.engine, "ok": r.ok, "variant": r.variant, "reason": r.reason}
+
+        return {"chosen": one(self.chosen) if self.chosen else None, "declared": self.declared,
+                "reason": self.reason, "results": [one(r) for r in self.results], "facts": self.facts}
+
+
+def engine_names(pm: pluggy.PluginManager) -> list[str]:
+    """Engine names of every registered plugin, in registration order, without repeats."""
+    out: list[str] = []
+    # pluggy calls the last-registered plugin first; built-ins were registered first.
+    for group in reversed(pm.hook.harness_engine_names()):
+        out += [n for n in group or () if n not in out]
+    return out
+
+
+def ask_engines(facts: dict[str, Any], host: HostInfo, pm: pluggy.PluginManager) -> list[MatchResult]:
+    """One answer per engine; an engine nobody answers for, or whose plugin fails, is a rejection."""
+    results: list[MatchResult] = []
+    for name in engine_names(pm):
+        try:
+            answers = [r for r in pm.hook.harness_engine_match(engine=name, model=facts, host=host)
+                       if isinstance(r, MatchResult)]
+        except Exception as e:  # one broken plugin must not hide the others' answers
+            answers = [MatchResult(engine=name, ok=False, reason=f"match hook failed: {e}")]
+        if not answers:
+            answers = [MatchResult(engine=name, ok=False, reason="no plugin answered for this engine")]
+        results.append(next((a for a in answers if a.ok), answers[0]))
+    return results
+
+
+def choose(results: Iterable[MatchResult], declared: str | None) -> MatchResult | None:
+    """The declared backend if it accepts, else (nothing declared) the first that accepts."""
+    for r in results:
+        if r.ok and (declared is None or r.engine == declared):
+            return r
+    return None
+
+
+def select_engine(
+    config: ModelConfig,
+    host: HostInfo,
+    *,
+    pm: pluggy.PluginManager | None = None,
+    models_dir: Path | None = None,
+) -> Selection:
+    """Ask every engine plugin about ``config``'s model on ``host``."""
+    if pm is None:
+        from harness.plugin import get_manager
+
+        pm = get_manager()
+    facts = model_facts(config, models_dir)
+    results = ask_engines(facts, host, pm)
+    return Selection(chosen=choose(results, config.backend), results=tuple(results), facts=facts,
+                     declared=config.backend)
+
+
+# ---------------------------------------------------------------------------
+# speculative decoding
+# ---------------------------------------------------------------------------
+
+#: Engine name -> the launch surface its speculative decoding is spelled in.
+SPECULATIVE_SURFACES: dict[str, str] = {
+    "vllm": "vllm", "vllm-cpp": "vllm", "sglang": "sglang", "llamacpp": "llamacpp",
+    "llama.cpp": "llamacpp",
+}
+
+
+def _norm(value: Any) -> str | None:
+    return str(value).strip().lower() if value not in (None, "") else None
+
+
+def check_draft(target: dict[str, Any], draft: dict[str, Any]) -> None:
+    """Refuse a draft whose family or size differs from the target's (never silently degrade)."""
+    for key in ("family", "size"):
+        t, d = _norm(target.get(key)), _norm(draft.get(key))
+        if t is None or d is None:
+            msg = (f"cannot confirm the draft model matches the target: {key} unknown "
+                   f"(target {target.get(key)!r}, draft {draft.get(key)!r}); refusing the draft. "
+                   "Use a draft with GGUF metadata (general.basename, general.size_label) or name it")
+            raise ConfigError(msg)
+        if t != d:
+            msg = (f"draft model {key} {draft.get(key)!r} does not match the target's "
+                   f"{target.get(key)!r}; a mismatched draft is refused, not silently degraded. "
+                   "Use the target's own MTP draft")
+            raise ConfigError(msg)
+
+
+def translate_speculative(
+    engine: str,
+    *,
+    method: str = "mtp",
+    num_tokens: int = 1,
+    user_config: dict[str, Any] | None = None,
+    target: dict[str, Any] | None = None,
+    draft: dict[str, Any] | None = None,
+    draft_path: str | None = None,
+) -> dict[str, Any]:
+    """Launch arguments enabling speculative decoding on ``engine``.
+
+    vLLM: ``speculative_config {method: mtp, ...}``; SGLang: ``NEXTN``; llama.cpp:
+    ``draft-mtp``. An explicit ``user_config`` is the engine's own spelling and is
+    kept as is. When ``draft`` facts are given they must match ``target``'s family
+    and size, else :class:`ConfigError`. Measure before enabling: it pays only when
+    a draft step is cheap next to a target step.
+    """
+    surface = SPECULATIVE_SURFACES.get(engine)
+    if surface is None:
+        raise UnknownNameError("engine for speculative decoding", engine, SPECULATIVE_SURFACES)
+    if draft is not None:
+        check_draft(target or {}, draft)
+    if num_tokens < 1:
+        msg = f"speculative decoding needs at least 1 draft token, found {num_tokens}"
+        raise ConfigError(msg)
+    if user_config is not None:
+        return {"speculative_config": dict(user_config)} if surface == "vllm" else dict(user_config)
+    if surface == "vllm":
+        cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": num_tokens}
+        if draft_path:
+            cfg["model"] = draft_path
+        return {"speculative_config": cfg}
+    if method != "mtp":
+        msg = (f"{engine}: only method 'mtp' translates automatically, found {method!r}; "
+               "give the engine's own speculative settings explicitly")
+        raise ConfigError(msg)
+    if surface == "sglang":
+        return {"speculative_algorithm": "NEXTN", "speculative_num_steps": num_tokens,
+                "speculative_eagle_topk": 1, "speculative_num_draft_tokens": num_tokens + 1}
+    out: dict[str, Any] = {"spec_type": "draft-mtp", "draft_max": num_tokens}
+    if draft_path:
+        out["model_draft"] = draft_path
+    return out

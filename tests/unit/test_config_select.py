@@ -1,0 +1,212 @@
+"""Engine selection, the CUDA -> wheel index mapping, speculative-decoding translation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pluggy
+import pytest
+
+from harness import hookspec
+from harness.config.facts import model_facts, quantization_from_name, size_from_name
+from harness.config.model import ModelConfig, model_config
+from harness.config.select import (
+    check_draft,
+    cuda_wheel_index,
+    select_engine,
+    translate_speculative,
+)
+from harness.errors import ConfigError, UnknownNameError
+from harness.types import HostInfo, MatchResult
+
+hookimpl = pluggy.HookimplMarker("harness")
+HOST = HostInfo(os="linux", arch="x86_64", cpu_model="test", microarch="x86_64_v3", simd=("avx2",),
+                cores=8, memory_bytes=16 << 30)
+
+
+@pytest.mark.parametrize(
+    ("version", "index"),
+    [("13.0", "cu132"), ("13.2", "cu132"), ("13", "cu132"), ("V13.0.48", "cu132"),
+     ("12.8", "cu128"), ("12.9", "cu128"), ("12.6", None), ("11.8", None), ("", None),
+     (None, None), ("unknown", None), ("12", None)],
+)
+def test_cuda_wheel_index(version: str | None, index: str | None) -> None:
+    assert cuda_wheel_index(version) == index
+
+
+# -- speculative decoding ------------------------------------------------------
+
+
+def test_translate_speculative_per_engine() -> None:
+    assert translate_speculative("vllm", num_tokens=2) == {
+        "speculative_config": {"method": "mtp", "num_speculative_tokens": 2}
+    }
+    assert translate_speculative("sglang")["speculative_algorithm"] == "NEXTN"
+    assert translate_speculative("llamacpp", num_tokens=3, draft_path="/m/d.gguf") == {
+        "spec_type": "draft-mtp", "draft_max": 3, "model_draft": "/m/d.gguf"
+    }
+
+
+def test_explicit_user_config_kept_as_is() -> None:
+    user = {"method": "dflash", "model": "x", "num_speculative_tokens": 7}
+    assert translate_speculative("vllm-cpp", user_config=user) == {"speculative_config": user}
+    assert translate_speculative("sglang", user_config={"speculative_algorithm": "EAGLE"}) == {
+        "speculative_algorithm": "EAGLE"
+    }
+
+
+def test_translate_refuses_unknown_engine_and_method() -> None:
+    with pytest.raises(UnknownNameError, match="did you mean 'sglang'"):
+        translate_speculative("sglan")
+    with pytest.raises(ConfigError, match="only method 'mtp' translates"):
+        translate_speculative("sglang", method="ngram")
+    with pytest.raises(ConfigError, match="at least 1 draft token"):
+        translate_speculative("vllm", num_tokens=0)
+
+
+def test_draft_must_match_family_and_size() -> None:
+    target = {"family": "Qwen3", "size": "32B"}
+    check_draft(target, {"family": "qwen3", "size": "32b"})
+    with pytest.raises(ConfigError) as e:
+        translate_speculative("vllm", target=target, draft={"family": "Qwen3", "size": "0.6B"})
+    assert str(e.value) == (
+        "draft model size '0.6B' does not match the target's '32B'; a mismatched draft is refused, "
+        "not silently degraded. Use the target's own MTP draft"
+    )
+    with pytest.raises(ConfigError, match="family 'Llama'"):
+        check_draft(target, {"family": "Llama", "size": "32B"})
+    with pytest.raises(ConfigError, match="cannot confirm"):
+        check_draft(target, {"family": "Qwen3"})
+
+
+# -- facts -----------------------------------------------------------------------
+
+
+def test_names() -> None:
+    assert quantization_from_name("SmolLM2-135M-Instruct.Q4_1.gguf") == "Q4_1"
+    assert quantization_from_name("x-Q4_K_M.gguf") == "Q4_K_M"
+    assert quantization_from_name("all-MiniLM-L6-v2") is None
+    assert size_from_name("SmolLM2-135M-Instruct.Q4_1.gguf") == "135M"
+    assert size_from_name("gemma-26B-A4B") == "26B-A4B"
+
+
+def config(model: str, **kw: Any) -> ModelConfig:
+    return model_config({"name": "m", "parameters": {"model": model}, **kw})
+
+
+def test_gguf_facts(tmp_path: Path) -> None:
+    w = gguf.GGUFWriter(str(tmp_path / "s.Q4_1.gguf"), "llama")
+    w.add_context_length(2048)
+    w.add_basename("SmolLM2")
+    w.add_size_label("135M")
+    w.add_file_type(3)
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    f = model_facts(config("s.Q4_1.gguf"), tmp_path)
+    assert {k: f[k] for k in ("format", "gguf_version", "architecture", "context_length",
+                              "quantization", "family", "size", "exists", "abilities")} == {
+        "format": "ggufv2", "gguf_version": 3, "architecture": "llama", "context_length": 2048,
+        "quantization": "Q4_1", "family": "SmolLM2", "size": "135M", "exists": True,
+        "abilities": ["chat", "completion"],
+    }
+
+
+def test_directory_facts(tmp_path: Path) -> None:
+    d = tmp_path / "all-MiniLM-L6-v2"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertModel"]}))
+    (d / "model.safetensors").write_bytes(b"x")
+    f = model_facts(config("all-MiniLM-L6-v2", known_usecases=["embeddings"]), tmp_path)
+    assert (f["format"], f["architecture"], f["abilities"]) == ("safetensors", "bert", ["embeddings"])
+    (d / "config.json").write_text(json.dumps({"model_type": "llama",
+                                               "quantization_config": {"quant_method": "awq"}}))
+    assert model_facts(config("all-MiniLM-L6-v2"), tmp_path)["format"] == "awq"
+
+
+def test_facts_without_models_dir() -> None:
+    f = model_facts(config("x.Q8_0.gguf"), None)
+    assert (f["format"], f["quantization"], f["exists"]) == ("ggufv2", "Q8_0", False)
+
+
+# -- selection -------------------------------------------------------------------
+
+
+class GgufEngine:
+    @hookimpl
+    def harness_engine_names(self) -> list[str]:
+        return ["gg"]
+
+    @hookimpl
+    def harness_engine_match(self, engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult | None:
+        if engine != "gg":
+            return None
+        if model["format"] != "ggufv2":
+            return MatchResult(engine="gg", ok=False, reason="gg engine only supports ggufv2 format")
+        return MatchResult(engine="gg", ok=True, variant="cpu")
+
+
+class CudaEngine:
+    @hookimpl
+    def harness_engine_names(self) -> list[str]:
+        return ["cu", "silent"]
+
+    @hookimpl
+    def harness_engine_match(self, engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult | None:
+        if engine == "cu":
+            ok = host.has_gpu("cuda")
+            return MatchResult(engine="cu", ok=ok, reason="" if ok else "requires Linux with a CUDA device")
+        return None
+
+
+class Broken:
+    @hookimpl
+    def harness_engine_names(self) -> list[str]:
+        return ["bad"]
+
+
+def manager(*plugins: object) -> pluggy.PluginManager:
+    pm = pluggy.PluginManager("harness")
+    pm.add_hookspecs(hookspec)
+    for p in plugins:
+        pm.register(p)
+    return pm
+
+
+def test_select_reports_every_rejection() -> None:
+    sel = select_engine(config("x.safetensors"), HOST, pm=manager(GgufEngine(), CudaEngine()))
+    assert sel.chosen is None
+    assert [(r.engine, r.ok, r.reason) for r in sel.results] == [
+        ("gg", False, "gg engine only supports ggufv2 format"),
+        ("cu", False, "requires Linux with a CUDA device"),
+        ("silent", False, "no plugin answered for this engine"),
+    ]
+    assert sel.reason == "no engine can serve this model here"
+
+
+def test_select_first_accepting_or_declared() -> None:
+    pm = manager(GgufEngine(), CudaEngine())
+    sel = select_engine(config("x.gguf"), HOST, pm=pm)
+    assert sel.chosen == MatchResult(engine="gg", ok=True, variant="cpu")
+    sel = select_engine(config("x.gguf", backend="cu"), HOST, pm=pm)
+    assert sel.chosen is None
+    assert sel.reason == "backend 'cu' rejects this model: requires Linux with a CUDA device"
+    sel = select_engine(config("x.gguf", backend="nope"), HOST, pm=pm)
+    assert sel.reason == "backend 'nope' is not a registered engine plugin"
+    assert sel.to_json()["chosen"] is None
+
+
+def test_select_survives_a_failing_plugin() -> None:
+    class Raises:
+        @hookimpl
+        def harness_engine_match(self, engine: str, model: dict[str, Any], host: HostInfo) -> None:
+            raise RuntimeError("boom")
+
+    sel = select_engine(config("x.gguf"), HOST, pm=manager(Broken(), Raises()))
+    assert [(r.engine, r.reason) for r in sel.results] == [("bad", "match hook failed: boom")]

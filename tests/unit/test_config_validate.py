@@ -1,0 +1,463 @@
+"""Schema and semantic rules of model configs (SPEC.md sections 4 and 6), with exact locations."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.config.loader import Diagnostic
+from harness.config.rules import canvas_grid, frame_grid, path_problem
+from harness.config.validate import Validated, Validator
+
+ENGINES = {"llamacpp", "stable-diffusion.cpp"}
+BASE = """\
+name: m
+backend: llamacpp
+parameters:
+  model: m.gguf
+"""
+
+
+def run(text: str, models_dir: Path | None = None) -> list[str]:
+    v = Validator(engines=ENGINES, models_dir=models_dir)
+    out: list[str] = []
+    for item in v.validate_text(textwrap.dedent(text), "m.yaml"):
+        out += [str(d) for d in (item.diagnostics if isinstance(item, Validated) else [item])]
+    return out
+
+
+def with_options(*items: str, extra: str = "") -> str:
+    return BASE + "options:\n" + "".join(f"  - {i}\n" for i in items) + extra
+
+
+def test_minimal_config_is_clean() -> None:
+    assert run(BASE) == []
+
+
+def test_diagnostic_str_and_json() -> None:
+    d = Diagnostic(file="a.yaml", line=3, col=5, severity="warning", message="x")
+    assert str(d) == "a.yaml:3:5: warning: x"
+    assert d.to_json() == {"file": "a.yaml", "line": 3, "col": 5, "severity": "warning", "message": "x"}
+
+
+# -- YAML level -------------------------------------------------------------
+
+
+def test_yaml_syntax_error_is_located() -> None:
+    out = run("name: m\nparameters: [a\n")
+    assert len(out) == 1 and out[0].startswith("m.yaml:3:1: error: invalid YAML:")
+
+
+def test_empty_file() -> None:
+    assert run("") == ["m.yaml:1:1: error: empty file: a model config needs name: and parameters:"]
+
+
+def test_root_must_be_mapping() -> None:
+    assert run("- 1\n- 2\n")[1].startswith("m.yaml:2:3: error: a model config is a mapping")
+    assert run("just text\n") == [
+        "m.yaml:1:1: error: a model config is a mapping (name:, backend:, parameters: ...), "
+        "found string 'just text'"
+    ]
+
+
+def test_duplicate_key() -> None:
+    out = run(BASE + "name: n\n")
+    assert "m.yaml:5:1: error: duplicate key 'name' (first given on line 1)" in out
+
+
+def test_not_utf8() -> None:
+    v = Validator(engines=ENGINES)
+    [d] = v.validate_text(b"name: \xff\xfe\n", "m.yaml")
+    assert isinstance(d, Diagnostic) and "not UTF-8" in d.message
+
+
+def test_alias_bomb_is_bounded() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 7)]
+    out = run("\n".join(lines) + "\n")
+    assert any("document too large" in o for o in out)
+
+
+def test_list_of_configs_file() -> None:
+    text = "- " + BASE.replace("\n", "\n  ").rstrip() + "\n- name: m2\n  parameters: {model: x.bin}\n"
+    assert run(text) == [
+        "m.yaml:6:23: error: parameters.model 'x.bin' must be a .gguf file or a directory "
+        "with config.json, not a .bin file"
+    ]
+
+
+# -- schema ------------------------------------------------------------------
+
+
+def test_unknown_top_level_key_did_you_mean() -> None:
+    assert run(BASE + "contex_size: 10\n") == [
+        "m.yaml:5:1: error: unknown key 'contex_size' (did you mean 'context_size'?)"
+    ]
+
+
+def test_unknown_nested_key() -> None:
+    out = run(BASE + "  temprature: 1\n")
+    assert out == ["m.yaml:5:3: error: unknown key 'temprature' in parameters (did you mean 'temperature'?)"]
+
+
+def test_missing_required() -> None:
+    assert run("name: m\n") == ["m.yaml:1:1: error: the config is missing the required key 'parameters'"]
+    assert run("name: m\nparameters: {}\n") == [
+        "m.yaml:2:13: error: parameters is missing the required key 'model'"
+    ]
+
+
+def test_type_error_message() -> None:
+    assert run(BASE + "context_size: lots\n") == [
+        "m.yaml:5:15: error: context_size: expected an integer, found string 'lots'"
+    ]
+
+
+def test_enum_error_message() -> None:
+    assert run(BASE + "known_usecases: [chat, embedings]\n") == [
+        "m.yaml:5:24: error: known_usecases[1]: expected one of chat, completion, edit, embeddings, "
+        "rerank, image, video, tts, transcript, sound_generation, tokenize, vad, detection, found "
+        "string 'embedings' (did you mean 'embeddings'?)"
+    ]
+
+
+@pytest.mark.parametrize("field", ["context_size: 0", "threads: 0", "n_draft: 0"])
+def test_positive_integers(field: str) -> None:
+    key = field.split(":")[0]
+    assert run(BASE + field + "\n") == [f"m.yaml:5:{len(key) + 3}: error: {key}: must be >= 1, found 0"]
+
+
+def test_sampling_ranges() -> None:
+    out = run(BASE + "  top_p: 1.5\n  temperature: -1\n")
+    assert out == [
+        "m.yaml:5:10: error: parameters.top_p: must be <= 1, found 1.5",
+        "m.yaml:6:16: error: parameters.temperature: must be >= 0, found -1",
+    ]
+
+
+def test_null_scalar_means_unset() -> None:
+    assert run(BASE + "context_size:\n") == []
+
+
+# -- backend -----------------------------------------------------------------
+
+
+def test_backend_must_be_registered() -> None:
+    out = run(BASE.replace("backend: llamacpp", "backend: llama-cpp"))
+    assert out == [
+        "m.yaml:2:10: error: backend 'llama-cpp' is not a registered engine plugin "
+        "(did you mean 'llamacpp'?); known: llamacpp, stable-diffusion.cpp"
+    ]
+
+
+def test_backend_may_be_omitted() -> None:
+    assert run(BASE.replace("backend: llamacpp\n", "")) == []
+
+
+# -- model path ----------------------------------------------------------------
+
+
+def test_model_path_absolute_refused() -> None:
+    assert run(BASE.replace("m.gguf", "/models/m.gguf")) == [
+        "m.yaml:4:10: error: parameters.model must be relative to the models directory, found "
+        "absolute path '/models/m.gguf'; move the file under the models directory"
+    ]
+
+
+@pytest.mark.parametrize("ref", ["../m.gguf", "a/../../m.gguf", ".."])
+def test_model_path_escape_refused(ref: str) -> None:
+    [msg] = run(BASE.replace("m.gguf", ref))
+    assert msg.endswith(f"error: parameters.model {ref!r} escapes the models directory with '..'")
+
+
+def test_path_problem_allows_inner_dotdot() -> None:
+    assert path_problem("x", "a/../b.gguf") is None
+
+
+def test_model_path_against_models_dir(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    (tmp_path / "dir-ok").mkdir()
+    (tmp_path / "dir-ok" / "config.json").write_text("{}")
+    (tmp_path / "dir-bad").mkdir()
+    (tmp_path / "w.txt").write_text("x")
+    assert run(BASE, tmp_path) == []
+    assert run(BASE.replace("m.gguf", "dir-ok"), tmp_path) == []
+    assert run(BASE.replace("m.gguf", "dir-bad"), tmp_path) == [
+        "m.yaml:4:10: error: parameters.model 'dir-bad' is a directory without config.json; "
+        "the engine loads a .gguf file or a model directory with config.json"
+    ]
+    assert run(BASE.replace("m.gguf", "w.txt"), tmp_path) == [
+        "m.yaml:4:10: error: parameters.model 'w.txt' must be a .gguf file or a directory with config.json"
+    ]
+    assert run(BASE.replace("m.gguf", "gone.gguf"), tmp_path) == [
+        f"m.yaml:4:10: error: parameters.model 'gone.gguf' not found in the models directory {tmp_path}"
+    ]
+
+
+def test_mmproj_must_be_gguf(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    (tmp_path / "proj.bin").write_bytes(b"x")
+    assert run(BASE + "mmproj: proj.bin\n", tmp_path) == [
+        "m.yaml:5:9: error: mmproj 'proj.bin' must be a .gguf file"
+    ]
+
+
+# -- options -------------------------------------------------------------------
+
+
+def test_option_without_colon() -> None:
+    assert run(with_options("max_num_seqs")) == [
+        "m.yaml:6:5: error: option 'max_num_seqs' is not key:value (the key ends at the first colon)"
+    ]
+
+
+def test_option_empty_key() -> None:
+    assert run(with_options(":3")) == ["m.yaml:6:5: error: option ':3' has an empty key"]
+
+
+def test_unknown_option_key_warns() -> None:
+    assert run(with_options("max_num_seq:16")) == [
+        "m.yaml:6:5: warning: unknown option key 'max_num_seq': ignored (it may belong to another "
+        "engine) (did you mean 'max_num_seqs'?)"
+    ]
+
+
+def test_unknown_engine_args_key_warns() -> None:
+    assert run(BASE + "engine_args:\n  gpu_memory_utilization: 0.9\n") == [
+        "m.yaml:6:3: warning: unknown engine_args key 'gpu_memory_utilization': ignored "
+        "(it may belong to another engine)"
+    ]
+
+
+def test_option_typed_values() -> None:
+    out = run(with_options("block_size:big", "num_blocks:0", "enable_prefix_caching:maybe",
+                           "threads:1.5", "n_parallel:-2"))
+    assert out == [
+        "m.yaml:6:5: error: option block_size expects an integer, found 'big'",
+        "m.yaml:7:5: error: option num_blocks must be a positive integer, found 0",
+        "m.yaml:8:5: error: option enable_prefix_caching expects true or false, found 'maybe'",
+        "m.yaml:9:5: error: option threads expects an integer, found '1.5'",
+        "m.yaml:10:5: error: option n_parallel must be a positive integer, found -2",
+    ]
+
+
+def test_scheduling_policy() -> None:
+    assert run(with_options("scheduling_policy:priority")) == []
+    assert run(with_options("scheduling_policy:fifo")) == [
+        "m.yaml:6:5: error: option scheduling_policy must be one of fcfs, priority, lpm, found 'fifo'"
+    ]
+    assert run(BASE + "engine_args: {scheduling_policy: lmp}\n") == [
+        "m.yaml:5:34: error: engine_args.scheduling_policy: expected one of fcfs, priority, lpm, "
+        "found string 'lmp' (did you mean 'lpm'?)"
+    ]
+
+
+def test_json_options_must_parse() -> None:
+    assert run(with_options('speculative_config:{"method":"mtp","num_speculative_tokens":2}',
+                            'kv_transfer_config:{"kv_connector":"LMCacheConnectorV1"}')) == []
+    assert run(with_options('speculative_config:{"method":mtp}')) == [
+        "m.yaml:6:5: error: option speculative_config is not valid JSON: Expecting value at column 11"
+    ]
+    assert run(with_options("kv_transfer_config:[1]")) == [
+        "m.yaml:6:5: error: option kv_transfer_config must be a JSON object, found list"
+    ]
+
+
+def test_dotted_nested_keys() -> None:
+    assert run(with_options("sampling.top_k:40", "sampling.temperature:0.2")) == []
+    assert run(with_options("sampling.topk:40")) == [
+        "m.yaml:6:5: warning: unknown option key 'sampling.topk': ignored (did you mean 'sampling.top_k'?)"
+    ]
+    assert run(with_options("sampling.top_k:many")) == [
+        "m.yaml:6:5: error: option sampling.top_k expects an integer, found 'many'"
+    ]
+
+
+def test_option_given_twice_warns() -> None:
+    assert run(with_options("block_size:16", "block_size:64")) == [
+        "m.yaml:7:5: warning: option block_size is given twice; this later value wins"
+    ]
+
+
+def test_video_device_auto_refused() -> None:
+    [msg] = [m for m in run(with_options("video_device:auto")) if "video_device" in m]
+    assert msg == ("m.yaml:6:5: error: option video_device must be one of cpu, cuda, gpu, found "
+                   "'auto'; there is no automatic choice")
+
+
+# -- draft model -----------------------------------------------------------------
+
+
+def test_draft_model_resolution(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    (tmp_path / "Qwen3-0.6B").mkdir()
+    (tmp_path / "org" / "Draft").mkdir(parents=True)
+    assert run(BASE + "draft_model: some/where/Qwen3-0.6B\n", tmp_path) == []
+    assert run(BASE + "draft_model: org/Draft\n", tmp_path) == []
+    assert run(BASE + f"draft_model: {tmp_path / 'Qwen3-0.6B'}\n", tmp_path) == []
+    assert run(BASE + "draft_model: org/Missing\n", tmp_path) == [
+        f"m.yaml:5:14: error: draft model 'org/Missing' not found; looked in: org/Missing, "
+        f"{tmp_path / 'Missing'}, {tmp_path / 'org/Missing'}"
+    ]
+
+
+def test_draft_in_speculative_config(tmp_path: Path) -> None:
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    out = run(with_options('speculative_config:{"method":"dflash","model":"z/dr"}'), tmp_path)
+    assert out == [
+        f"m.yaml:6:5: error: draft model 'z/dr' not found; looked in: z/dr, {tmp_path / 'dr'}, "
+        f"{tmp_path / 'z/dr'}"
+    ]
+
+
+# -- video -------------------------------------------------------------------------
+
+VIDEO = [
+    "video_encoder:h3/enc.gguf", "video_tokenizer:h3/tokenizer.json", "video_vae:h3/vae.safetensors",
+    "audio_vae:h3/audio.safetensors", "video_partition:fl2va",
+]
+
+
+def test_video_full_set_is_clean() -> None:
+    assert run(with_options(*VIDEO)) == []
+
+
+def test_video_needs_both_vaes() -> None:
+    out = run(with_options(*[o for o in VIDEO if not o.startswith("audio_vae")]))
+    assert out == ["m.yaml:5:1: error: video options need audio_vae: both the video and the audio "
+                   "VAE are required"]
+
+
+def test_video_needs_encoder_or_embeds() -> None:
+    opts = [o for o in VIDEO if not o.startswith(("video_encoder", "video_tokenizer"))]
+    assert run(with_options(*opts)) == [
+        "m.yaml:5:1: error: video options need video_encoder or video_prompt_embeds to condition on a prompt"
+    ]
+    assert run(with_options(*opts, "video_prompt_embeds:h3/embeds.bin")) == []
+
+
+def test_video_encoder_needs_tokenizer() -> None:
+    out = run(with_options(*[o for o in VIDEO if not o.startswith("video_tokenizer")]))
+    assert out == ["m.yaml:6:5: error: video_encoder needs video_tokenizer (the encoder's tokenizer.json)"]
+
+
+def test_video_partition_undeclared_warns() -> None:
+    out = run(with_options(*VIDEO[:-1]))
+    assert out == ["m.yaml:5:1: warning: video_partition is not declared; assuming fl2va (the FL2VA and "
+                   "Ref2VA checkpoints cannot be told apart: declare video_partition:fl2va or ref2va)"]
+    assert run(with_options(*VIDEO[:-1], "video_partition:t2vx"))[0].endswith(
+        "error: option video_partition must be one of t2va, fl2va, ref2va, found 't2vx' "
+        "(did you mean 't2va'?)")
+
+
+def test_video_grids_warn_with_engine_value() -> None:
+    out = run(with_options(*VIDEO, "video_width:1000", "video_height:768", "video_num_frames:100"))
+    assert out == [
+        "m.yaml:11:5: warning: video_width 1000 is not on the 32-pixel grid; the engine will use 992",
+        "m.yaml:13:5: warning: video_num_frames 100 is not on the 17n+5 grid; the engine will use 107",
+    ]
+    assert run(with_options(*VIDEO, "video_canvas:1350x768")) == [
+        "m.yaml:11:5: warning: video_canvas width 1350 is not on the 32-pixel grid; the engine will use 1344"
+    ]
+
+
+def test_grid_helpers() -> None:
+    assert [frame_grid(n) for n in (1, 5, 6, 22, 23, 124, 125)] == [5, 5, 22, 22, 39, 124, 141]
+    assert [canvas_grid(n) for n in (1344, 1000, 31, 768)] == [1344, 992, 32, 768]
+
+
+def test_video_vae_config_defaults_beside_weights(tmp_path: Path) -> None:
+    files = ["m.gguf", "h3/enc.gguf", "h3/tokenizer.json", "h3/vae.safetensors", "h3/audio.safetensors"]
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_bytes(b"x")
+    assert run(with_options(*VIDEO), tmp_path) == [
+        f"m.yaml:8:5: error: video_vae_config is not set and there is no config.json beside video_vae "
+        f"(looked at {tmp_path / 'h3/config.json'})",
+        f"m.yaml:9:5: error: audio_vae_config is not set and there is no config.json beside audio_vae "
+        f"(looked at {tmp_path / 'h3/config.json'})",
+    ]
+    (tmp_path / "h3" / "config.json").write_text("{}")
+    assert run(with_options(*VIDEO), tmp_path) == []
+
+
+def test_video_paths_refused_outside_models_dir() -> None:
+    out = run(with_options(*VIDEO, "video_vae_config:../x.json"))
+    assert out == ["m.yaml:11:5: error: video_vae_config '../x.json' escapes the models directory with '..'"]
+
+
+def test_video_usecase_without_video_options_warns() -> None:
+    assert run(BASE + "known_usecases: [video]\n") == [
+        "m.yaml:5:17: warning: known_usecases includes video but no video_* option names the "
+        "checkpoint set (video_vae, audio_vae, ...)"
+    ]
+
+
+# -- files and directories -----------------------------------------------------------
+
+
+def test_validate_paths_walks_directories(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(BASE)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.yml").write_text(BASE.replace("name: m", "name: m"))
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "c.yaml").write_text("broken: [")
+    (tmp_path / "notes.txt").write_text("x")
+    report = Validator(engines=ENGINES).validate_paths([tmp_path, tmp_path / "nope.yaml"])
+    assert report.files == 2 and report.configs == 2
+    assert [str(d) for d in report.diagnostics] == [
+        f"{tmp_path / 'sub/b.yml'}:1:7: error: model name 'm' is already used at {tmp_path / 'a.yaml'}:1:7",
+        f"{tmp_path / 'nope.yaml'}:1:1: error: no such file or directory",
+    ]
+    assert report.exit_code() == 1
+
+
+def test_engines_default_comes_from_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.config.validate as validate
+
+    monkeypatch.setattr(validate, "known_engines_from_plugins", lambda: frozenset({"x"}))
+    assert Validator().engines == frozenset({"x"})
+
+    def broken() -> frozenset[str]:
+        raise RuntimeError("plugin import failed")
+
+    monkeypatch.setattr(validate, "known_engines_from_plugins", broken)
+    assert Validator().engines == frozenset()
+
+
+def test_plugin_config_checks_add_located_diagnostics() -> None:
+    import pluggy
+
+    from harness import hookspec
+    from harness.config.model import ModelConfig
+    from harness.config.rules import CheckContext
+
+    hookimpl = pluggy.HookimplMarker("harness")
+
+    class NoBigContext:
+        @hookimpl
+        def harness_config_check(self, config: ModelConfig, context: CheckContext) -> list[object]:
+            if (config.context_size or 0) > 4096:
+                return [context.document.diag(("context_size",), "warning", "context above 4096")]
+            return []
+
+    class Raises:
+        @hookimpl
+        def harness_config_check(self, config: ModelConfig, context: CheckContext) -> list[object]:
+            raise RuntimeError("boom")
+
+    pm = pluggy.PluginManager("harness")
+    pm.add_hookspecs(hookspec)
+    pm.register(NoBigContext())
+    v = Validator(engines=ENGINES, pm=pm)
+    [item] = v.validate_text(BASE + "context_size: 8192\n", "m.yaml")
+    assert isinstance(item, Validated)
+    assert [str(d) for d in item.diagnostics] == ["m.yaml:5:15: warning: context above 4096"]
+    pm.register(Raises())
+    [item] = v.validate_text(BASE, "m.yaml")
+    assert isinstance(item, Validated)
+    assert [str(d) for d in item.diagnostics] == [
+        "m.yaml:1:1: warning: a plugin's config check failed: RuntimeError: boom"
+    ]
