@@ -66,10 +66,16 @@ def effective_defines(pm: pluggy.PluginManager, engine: EngineSpec, variant: Var
 
 
 def build_key(engine: EngineSpec, tree: PatchedTree, variant: Variant, defines: dict[str, str]) -> str:
+    """What the CMake configuration depends on: names the build dir."""
     blob = json.dumps({"engine": engine.name, "pin": engine.pin, "source": engine.source.sha256 or engine.source.commit,
-                       "series": tree.series_hash, "variant": variant.name, "defines": defines,
-                       "targets": engine.targets, "artifacts": engine.artifacts, "manifest": MANIFEST_VERSION},
-                      sort_keys=True)
+                       "series": tree.series_hash, "variant": variant.name, "defines": defines}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def stamp_key(key: str, engine: EngineSpec, abi_fingerprint: str | None) -> str:
+    """Everything the artifact depends on: targets, collected files and the ABI fingerprint too."""
+    blob = json.dumps({"build": key, "targets": engine.targets, "artifacts": engine.artifacts,
+                       "abi": abi_fingerprint, "manifest": MANIFEST_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -153,9 +159,14 @@ def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path) -> Non
             msg = f"expected binary {name} not built in {bindir}; check targets: in {engine.root / 'engine.yaml'}"
             raise BuildError(msg)
         shutil.copy2(src, dest / "bin" / name)
-    for pattern in engine.artifacts.get("include", ()):
-        for src in sorted(tree.glob(pattern)):
-            shutil.copy2(src, dest / "include" / src.name)
+    for entry in engine.artifacts.get("include", ()):
+        # "DIR:GLOB" keeps paths relative to DIR; a bare glob flattens into include/.
+        base, _, pattern = entry.rpartition(":")
+        root = tree / base if base else None
+        for src in sorted((root or tree).glob(pattern)):
+            rel = src.relative_to(root) if root else Path(src.name)
+            (dest / "include" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / "include" / rel)
     if not any((dest / "lib").iterdir()):
         msg = f"no libraries matched {engine.artifacts.get('lib')} in {bindir}"
         raise BuildError(msg)
@@ -176,11 +187,12 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
         raise HostError(msg)
     defines = effective_defines(pm, engine, variant, host, overrides or {})
     key = build_key(engine, tree, variant, defines)
+    stamp = stamp_key(key, engine, abi_fingerprint)
     dest = artifact_dir(engine, variant)
     with FileLock(str(paths.locks_dir() / f"build-{dest.name}.lock")):
         if not force and (dest / MANIFEST).is_file():
             manifest = read_manifest(dest)
-            if manifest.get("build_key") == key:
+            if manifest.get("build_key") == stamp:
                 return BuildResult(artifact=dest, build_dir=Path(manifest.get("build_dir", "")), built=False,
                                    seconds=time.perf_counter() - t0, manifest=manifest)
         build_dir = paths.builds_dir() / f"{engine.name}-{engine.pin}-{variant.name}-{key[:12]}"
@@ -194,10 +206,17 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             env.update(extra or {})
         env.setdefault("CCACHE_BASEDIR", str(paths.cache_root()))
         source_dir = tree.path / engine.cmake.get("source_subdir", "")
-        _run_logged(["cmake", "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", "-C", str(init)],
-                    build_dir, log, env, f"configure {engine.name} {variant.name}")
-        _run_logged(["cmake", "--build", str(build_dir), "--parallel", str(jobs()), "--target", *engine.targets],
-                    build_dir, log, env, f"build {engine.name} {variant.name} (-j{jobs()})")
+        compile_lock = FileLock(paths.compile_lock_path())
+        if not _try_acquire(compile_lock):
+            progress.info("another build holds the machine's compile lock; waiting for it")
+            compile_lock.acquire()
+        try:
+            _run_logged(["cmake", "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", "-C", str(init)],
+                        build_dir, log, env, f"configure {engine.name} {variant.name}")
+            _run_logged(["cmake", "--build", str(build_dir), "--parallel", str(jobs()), "--target", *engine.targets],
+                        build_dir, log, env, f"build {engine.name} {variant.name} (-j{jobs()})")
+        finally:
+            compile_lock.release()
         staging = dest.with_name(f".{dest.name}.staging")
         shutil.rmtree(staging, ignore_errors=True)
         _collect(engine, tree.path, build_dir, staging)
@@ -217,7 +236,7 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             "host": {"os": host.os, "arch": host.arch, "microarch": host.microarch},
             "abi_fingerprint": abi_fingerprint or header_hash(staging / "include"),
             "abi_fingerprint_kind": "abi" if abi_fingerprint else "header-sha256",
-            "build_key": key,
+            "build_key": stamp,
             "build_dir": str(build_dir),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.perf_counter() - t0, 1),
@@ -232,6 +251,16 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
                                                          "key": key}))
     return BuildResult(artifact=dest, build_dir=build_dir, built=True, seconds=time.perf_counter() - t0,
                        manifest=manifest)
+
+
+def _try_acquire(lock: FileLock) -> bool:
+    from filelock import Timeout
+
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return False
+    return True
 
 
 def header_hash(include: Path) -> str:

@@ -21,6 +21,7 @@ from harness.errors import HarnessError
 COMMAND_MODULES: tuple[str, ...] = (
     "harness.commands.core",
     "harness.commands.build",
+    "harness.commands.runtime",
     "harness.abi.cli",
     "harness.config.cli",
     "harness.video.cli",

@@ -139,3 +139,25 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     """Return ``" (did you mean 'x'?)"`` when a close match exists, else ``""``."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class ContextOverflowError(EngineError):
+    """A request does not fit the engine's context."""
+
+
+class KVCacheFullError(EngineError):
+    """The shared KV cache ran out of cells while requests were running."""
+
+
+class InvalidRequestError(EngineError, ValueError):
+    """A request or sampling value is invalid (also a ValueError for callers)."""
+
+
+class EngineClosedError(EngineError):
+    """The engine was closed before or while the request ran."""
+
+
+class BackendError(HarnessError):
+    """A backend module is missing, mismatched (pin/ABI handshake) or failed to build."""
+
+    exit_code = 15

@@ -61,3 +61,8 @@ def _sub(name: str) -> Path:
     p = cache_root() / name
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def compile_lock_path() -> str:
+    """One heavy build at a time per machine: every compile stage takes this lock."""
+    return str(locks_dir() / "compile.lock")

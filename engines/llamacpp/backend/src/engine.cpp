@@ -1,0 +1,889 @@
+#include "engine.h"
+
+#include "common.h"
+#include "json-schema-to-grammar.h"
+#include "json.h"
+
+#include "ggml-backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include <dlfcn.h>
+
+namespace harness {
+
+double now_seconds() {
+    using namespace std::chrono;
+    return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+// ---------------------------------------------------------------------------
+// logging: keep the last lines so load failures can say why
+// ---------------------------------------------------------------------------
+
+namespace {
+std::mutex g_log_mu;
+std::deque<std::string> g_log;
+std::string g_log_partial;
+std::atomic<bool> g_verbose{false};
+
+void log_cb(ggml_log_level level, const char * text, void *) {
+    std::lock_guard<std::mutex> lk(g_log_mu);
+    if (g_verbose.load() || level == GGML_LOG_LEVEL_ERROR) {
+        fputs(text, stderr);
+    }
+    g_log_partial += text;
+    size_t pos;
+    while ((pos = g_log_partial.find('\n')) != std::string::npos) {
+        g_log.push_back(g_log_partial.substr(0, pos));
+        g_log_partial.erase(0, pos + 1);
+        if (g_log.size() > 400) {
+            g_log.pop_front();
+        }
+    }
+}
+
+std::once_flag g_backend_once;
+
+std::string last_errors() {
+    std::lock_guard<std::mutex> lk(g_log_mu);
+    std::string out;
+    int n = 0;
+    for (auto it = g_log.rbegin(); it != g_log.rend() && n < 6; ++it) {
+        if (it->find("error") != std::string::npos || it->find("failed") != std::string::npos ||
+            it->find("unknown") != std::string::npos || it->find("invalid") != std::string::npos) {
+            out = *it + (out.empty() ? "" : "; ") + out;
+            n++;
+        }
+    }
+    return out;
+}
+
+ggml_type kv_type(const std::string & name) {
+    static const std::map<std::string, ggml_type> types = {
+        {"f32", GGML_TYPE_F32}, {"f16", GGML_TYPE_F16}, {"bf16", GGML_TYPE_BF16}, {"q8_0", GGML_TYPE_Q8_0},
+        {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1}, {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1},
+        {"iq4_nl", GGML_TYPE_IQ4_NL},
+    };
+    auto it = types.find(name);
+    if (it == types.end()) {
+        std::string known;
+        for (auto & kv : types) known += (known.empty() ? "" : ", ") + kv.first;
+        throw std::invalid_argument("kv_cache_type '" + name + "' is not one of: " + known);
+    }
+    return it->second;
+}
+
+std::string meta(const llama_model * m, const char * key) {
+    char buf[512];
+    int32_t n = llama_model_meta_val_str(m, key, buf, sizeof(buf));
+    return n < 0 ? std::string() : std::string(buf);
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string.
+size_t partial_stop_len(const std::string & text, const std::vector<std::string> & stops) {
+    size_t best = 0;
+    for (const auto & s : stops) {
+        for (size_t k = std::min(s.size() - 1, text.size()); k > best; --k) {
+            if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+                best = k;
+                break;
+            }
+        }
+    }
+    return best;
+}
+
+void batch_clear(llama_batch & b) { b.n_tokens = 0; }
+
+void batch_add(llama_batch & b, llama_token id, llama_pos pos, llama_seq_id seq, bool logits) {
+    b.token[b.n_tokens] = id;
+    b.pos[b.n_tokens] = pos;
+    b.n_seq_id[b.n_tokens] = 1;
+    b.seq_id[b.n_tokens][0] = seq;
+    b.logits[b.n_tokens] = logits;
+    b.n_tokens++;
+}
+
+// Bytes at the end of `s` that form an incomplete UTF-8 sequence.
+size_t incomplete_utf8(const std::string & s) {
+    for (size_t i = 1; i <= std::min<size_t>(4, s.size()); ++i) {
+        unsigned char c = (unsigned char) s[s.size() - i];
+        if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking back
+        size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        return need > i ? i : 0;
+    }
+    return 0;
+}
+std::string json_str(const std::string & s) { return common_json::make(s).dump(); }
+
+// JSON Schema of the envelope: {"tool_call": {"name": ..., "arguments": {...}}} (or {"response": "..."}).
+std::string generic_tool_schema(const std::vector<common_chat_tool> & tools, bool required) {
+    std::string calls;
+    for (const auto & t : tools) {
+        std::string params = t.parameters.empty() ? std::string("{\"type\":\"object\"}") : t.parameters;
+        calls += (calls.empty() ? "" : ",") + std::string("{\"type\":\"object\",\"properties\":{\"name\":{\"const\":") +
+                 json_str(t.name) + "},\"arguments\":" + params + "},\"required\":[\"name\",\"arguments\"]}";
+    }
+    std::string call = "{\"type\":\"object\",\"properties\":{\"tool_call\":{\"oneOf\":[" + calls +
+                       "]}},\"required\":[\"tool_call\"]}";
+    if (required) return call;
+    return "{\"oneOf\":[" + call +
+           ",{\"type\":\"object\",\"properties\":{\"response\":{\"type\":\"string\"}},\"required\":[\"response\"]}]}";
+}
+
+std::string generic_tool_prompt(const std::vector<common_chat_tool> & tools, bool required) {
+    std::string s = "You can call these tools:\n";
+    for (const auto & t : tools) {
+        s += "- " + t.name + ": " + t.description + " Parameters (JSON Schema): " + t.parameters + "\n";
+    }
+    s += required ? "Respond with a JSON object {\"tool_call\": {\"name\": <tool name>, \"arguments\": {...}}}."
+                  : "Respond with a JSON object: either {\"tool_call\": {\"name\": <tool name>, \"arguments\": {...}}} "
+                    "to call a tool, or {\"response\": <your answer>}.";
+    return s;
+}
+}  // namespace
+
+std::vector<std::string> Engine::recent_log() const {
+    std::lock_guard<std::mutex> lk(g_log_mu);
+    return {g_log.begin(), g_log.end()};
+}
+
+// ---------------------------------------------------------------------------
+// SamplingParams
+// ---------------------------------------------------------------------------
+
+void SamplingParams::validate() const {
+    auto bad = [](const std::string & what) { throw std::invalid_argument(what); };
+    if (!(temperature >= 0.0f) || !std::isfinite(temperature)) bad("temperature must be >= 0, got " + std::to_string(temperature));
+    if (!(top_p > 0.0f && top_p <= 1.0f)) bad("top_p must be in (0, 1], got " + std::to_string(top_p));
+    if (top_k < 0) bad("top_k must be >= 0 (0 = whole vocabulary), got " + std::to_string(top_k));
+    if (!(min_p >= 0.0f && min_p <= 1.0f)) bad("min_p must be in [0, 1], got " + std::to_string(min_p));
+    if (max_tokens < 0) bad("max_tokens must be >= 0 (0 = until the context is full), got " + std::to_string(max_tokens));
+    if (!(repetition_penalty > 0.0f)) bad("repetition_penalty must be > 0, got " + std::to_string(repetition_penalty));
+    if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) bad("presence_penalty must be in [-2, 2], got " + std::to_string(presence_penalty));
+    if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) bad("frequency_penalty must be in [-2, 2], got " + std::to_string(frequency_penalty));
+    if (penalty_last_n < -1) bad("penalty_last_n must be >= -1");
+    for (const auto & s : stop) if (s.empty()) bad("stop strings must not be empty");
+    if (!grammar.empty() && !json_schema.empty()) bad("give either grammar or json_schema, not both");
+}
+
+// ---------------------------------------------------------------------------
+// Request
+// ---------------------------------------------------------------------------
+
+void Request::push(Event e) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        events_.push_back(std::move(e));
+    }
+    cv_.notify_all();
+}
+
+void Request::finish(const std::string & reason) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (finished_) return;
+        finished_ = true;
+        finish_reason_ = reason;
+        t.t_done = now_seconds();
+        events_.push_back({Event::Done, reason, ""});
+    }
+    cv_.notify_all();
+}
+
+void Request::fail(const std::string & type, const std::string & message) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (finished_) return;
+        finished_ = true;
+        finish_reason_ = "error";
+        t.t_done = now_seconds();
+        events_.push_back({Event::Error, message, type});
+    }
+    cv_.notify_all();
+}
+
+std::optional<Event> Request::next() {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (consumed_end_) return std::nullopt;
+    cv_.wait(lk, [&] { return !events_.empty(); });
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    if (e.kind != Event::Delta) consumed_end_ = true;
+    return e;
+}
+
+bool Request::done() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return finished_;
+}
+
+std::string Request::finish_reason() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return finish_reason_;
+}
+
+Timings Request::timings() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return t;
+}
+
+std::string Request::text() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return final_text;
+}
+
+// ---------------------------------------------------------------------------
+// Engine: load
+// ---------------------------------------------------------------------------
+
+Engine::Engine(const std::string & model_path, const EngineParams & params) : params_(params) {
+    g_verbose.store(params.verbose);
+    std::call_once(g_backend_once, [&] {
+        llama_log_set(log_cb, nullptr);
+        ggml_log_set(log_cb, nullptr);
+        if (!params.backend_dir.empty()) {
+            ggml_backend_load_all_from_path(params.backend_dir.c_str());
+        } else {
+            ggml_backend_load_all();
+        }
+        llama_backend_init();
+    });
+    if (ggml_backend_dev_count() == 0) {
+        throw ModelLoadError("no ggml backend could be loaded from '" + params.backend_dir +
+                             "' (missing libggml-cpu-*.so?)");
+    }
+    FILE * f = fopen(model_path.c_str(), "rb");
+    if (!f) throw ModelLoadError("model file not found or unreadable: " + model_path);
+    fclose(f);
+
+    auto mp = llama_model_default_params();
+    mp.n_gpu_layers = params.n_gpu_layers;
+    model_ = llama_model_load_from_file(model_path.c_str(), mp);
+    if (!model_) {
+        std::string why = last_errors();
+        throw ModelLoadError("failed to load model " + model_path + (why.empty() ? "" : ": " + why));
+    }
+    vocab_ = llama_model_get_vocab(model_);
+    arch_ = meta(model_, "general.architecture");
+    std::string pooling = meta(model_, (arch_ + ".pooling_type").c_str());
+    embedding_only_ = params.embeddings || !pooling.empty() || !llama_model_has_decoder(model_) ||
+                      arch_ == "bert" || arch_ == "nomic-bert" || arch_ == "jina-bert-v2";
+
+    int32_t n_train = llama_model_n_ctx_train(model_);
+    int32_t n_ctx = params.n_ctx > 0 ? params.n_ctx : std::min<int32_t>(n_train > 0 ? n_train : 4096, 4096);
+    if (params.max_num_seqs < 1) throw std::invalid_argument("max_num_seqs must be >= 1");
+
+    auto cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t) n_ctx;
+    cp.n_batch = (uint32_t) std::max(1, params.n_batch);
+    cp.n_ubatch = (uint32_t) std::max(1, std::min(params.n_ubatch, params.n_batch));
+    int hw = (int) std::max(1u, std::thread::hardware_concurrency());
+    cp.n_threads = params.n_threads > 0 ? params.n_threads : hw;
+    cp.n_threads_batch = params.n_threads_batch > 0 ? params.n_threads_batch : cp.n_threads;
+    cp.type_k = kv_type(params.kv_cache_type);
+    cp.type_v = kv_type(params.kv_cache_type);
+    cp.flash_attn_type = params.flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
+                         : params.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.no_perf = true;
+
+    if (embedding_only_) {
+        // Non-causal encoders need a whole sequence in one ubatch.
+        cp.n_ubatch = cp.n_batch;
+        cp.n_seq_max = (uint32_t) std::max(1, params.max_num_seqs);
+        cp.embeddings = true;
+        cp.kv_unified = true;
+        embd_ctx_ = llama_init_from_model(model_, cp);
+        if (!embd_ctx_) throw ModelLoadError("failed to create an embedding context: " + last_errors());
+        n_ctx_ = (int32_t) llama_n_ctx(embd_ctx_);
+        return;
+    }
+    // One unified KV pool shared by every sequence: a single long request may use
+    // all of it, many short ones share it.
+    cp.n_seq_max = (uint32_t) params.max_num_seqs;
+    cp.kv_unified = true;
+    ctx_ = llama_init_from_model(model_, cp);
+    if (!ctx_) {
+        llama_model_free(model_);
+        model_ = nullptr;
+        throw ModelLoadError("failed to create a context (n_ctx=" + std::to_string(n_ctx) + "): " + last_errors());
+    }
+    n_ctx_ = (int32_t) llama_n_ctx(ctx_);
+    try {
+        templates_ = common_chat_templates_init(model_, "");
+    } catch (const std::exception & e) {
+        templates_.reset();  // chat() will say the model has no usable template
+    }
+    slots_.resize((size_t) params.max_num_seqs);
+    for (size_t i = 0; i < slots_.size(); ++i) slots_[i].id = (int) i;
+    batch_ = llama_batch_init((int32_t) std::max<uint32_t>(cp.n_batch, (uint32_t) slots_.size()), 0, 1);
+    worker_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+    close();
+    if (batch_.token) llama_batch_free(batch_);
+    if (ctx_) llama_free(ctx_);
+    if (embd_ctx_) llama_free(embd_ctx_);
+    templates_.reset();
+    if (model_) llama_model_free(model_);
+}
+
+void Engine::close() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stopping_) return;
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto & r : pending_) r->fail("EngineClosedError", "engine closed before the request ran");
+    pending_.clear();
+}
+
+// ---------------------------------------------------------------------------
+// tokens
+// ---------------------------------------------------------------------------
+
+std::vector<llama_token> Engine::tokenize(const std::string & text, bool add_special, bool parse_special) const {
+    return common_tokenize(vocab_, text, add_special, parse_special);
+}
+
+std::string Engine::detokenize(const std::vector<llama_token> & tokens, bool special) const {
+    int32_t n_vocab = llama_vocab_n_tokens(vocab_);
+    for (auto t : tokens) {
+        if (t < 0 || t >= n_vocab) throw std::invalid_argument("token id " + std::to_string(t) + " out of range [0, " + std::to_string(n_vocab) + ")");
+    }
+    return common_detokenize(vocab_, tokens, special);
+}
+
+// ---------------------------------------------------------------------------
+// submit
+// ---------------------------------------------------------------------------
+
+std::shared_ptr<Request> Engine::submit_text(const std::string & prompt, const SamplingParams & sp) {
+    return submit(tokenize(prompt, true, true), sp);
+}
+
+std::shared_ptr<Request> Engine::submit(std::vector<llama_token> prompt, const SamplingParams & sp,
+                                        std::shared_ptr<ChatSetup> chat) {
+    if (embedding_only_) throw std::invalid_argument("model architecture '" + arch_ + "' is an embedding model: use embed()");
+    sp.validate();
+    if (prompt.empty()) throw std::invalid_argument("prompt is empty");
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab_);
+    for (auto t : prompt) {
+        if (t < 0 || t >= n_vocab) throw std::invalid_argument("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+    }
+    if ((int32_t) prompt.size() >= n_ctx_) {
+        throw ContextOverflowError("request of " + std::to_string(prompt.size()) + " prompt tokens does not fit the context of " +
+                                   std::to_string(n_ctx_) + " tokens (raise context_size or shorten the prompt)");
+    }
+    auto req = std::make_shared<Request>();
+    req->prompt = std::move(prompt);
+    req->sampling = sp;
+    req->chat = std::move(chat);
+
+    common_params_sampling cps;
+    cps.seed = sp.seed;
+    cps.temp = sp.temperature;
+    cps.top_p = sp.top_p;
+    cps.top_k = sp.top_k;
+    cps.min_p = sp.min_p;
+    cps.penalty_repeat = sp.repetition_penalty;
+    cps.penalty_freq = sp.frequency_penalty;
+    cps.penalty_present = sp.presence_penalty;
+    cps.penalty_last_n = sp.penalty_last_n;
+    cps.ignore_eos = sp.ignore_eos;
+    if (sp.ignore_eos) {
+        for (llama_token t = 0; t < llama_vocab_n_tokens(vocab_); ++t) {
+            if (llama_vocab_is_eog(vocab_, t)) cps.logit_bias.push_back({t, -INFINITY});
+        }
+    }
+    try {
+        if (!sp.json_schema.empty()) {
+            cps.grammar = {COMMON_GRAMMAR_TYPE_OUTPUT_FORMAT, json_schema_to_grammar(common_json::parse(sp.json_schema))};
+        } else if (!sp.grammar.empty()) {
+            cps.grammar = {COMMON_GRAMMAR_TYPE_USER, sp.grammar};
+        }
+    } catch (const std::exception & e) {
+        throw std::invalid_argument(std::string("invalid json_schema: ") + e.what());
+    }
+    if (req->chat) {
+        const auto & cp = req->chat->params;
+        if (!cp.grammar.empty() && sp.grammar.empty() && sp.json_schema.empty()) {
+            cps.grammar = {COMMON_GRAMMAR_TYPE_TOOL_CALLS, cp.grammar};
+            cps.grammar_lazy = cp.grammar_lazy;
+            // The template's own grammar starts at the generation prompt it prefilled;
+            // our JSON-schema grammars start at the first generated byte.
+            cps.generation_prompt = cp.generation_prompt;
+        }
+        for (const auto & t : cp.preserved_tokens) {
+            auto ids = common_tokenize(vocab_, t, false, true);
+            if (ids.size() == 1) cps.preserved_tokens.insert(ids[0]);
+        }
+        for (const auto & trig : cp.grammar_triggers) {
+            if (trig.type == COMMON_GRAMMAR_TRIGGER_TYPE_WORD) {
+                auto ids = common_tokenize(vocab_, trig.value, false, true);
+                if (ids.size() == 1 && cps.preserved_tokens.count(ids[0])) {
+                    common_grammar_trigger t2;
+                    t2.type = COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN;
+                    t2.value = trig.value;
+                    t2.token = ids[0];
+                    cps.grammar_triggers.push_back(t2);
+                    continue;
+                }
+            }
+            cps.grammar_triggers.push_back(trig);
+        }
+        for (const auto & s : cp.additional_stops) req->sampling.stop.push_back(s);
+    }
+    req->sampler.reset(common_sampler_init(model_, cps));
+    if (!req->sampler) throw std::invalid_argument("could not build the sampler (invalid grammar?): " + last_errors());
+    req->t.n_prompt = (int32_t) req->prompt.size();
+    req->t.t_submit = now_seconds();
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stopping_) throw EngineClosedError("engine is closed");
+        req->id = next_id_++;
+        pending_.push_back(req);
+    }
+    cv_.notify_all();
+    return req;
+}
+
+// ---------------------------------------------------------------------------
+// chat
+// ---------------------------------------------------------------------------
+
+std::shared_ptr<Request> Engine::submit_chat(const std::string & messages_json, const std::string & tools_json,
+                                             const std::string & tool_choice, const std::string & json_schema,
+                                             SamplingParams sp) {
+    if (!templates_) throw std::invalid_argument("model has no usable chat template (tokenizer.chat_template)");
+    common_chat_templates_inputs in;
+    try {
+        in.messages = common_chat_msgs_parse_oaicompat(common_json::parse(messages_json));
+        if (!tools_json.empty()) in.tools = common_chat_tools_parse_oaicompat(common_json::parse(tools_json));
+    } catch (const std::exception & e) {
+        throw std::invalid_argument(std::string("invalid messages/tools: ") + e.what());
+    }
+    if (in.messages.empty()) throw std::invalid_argument("messages must not be empty");
+    if (tool_choice == "auto" || tool_choice.empty()) {
+        in.tool_choice = COMMON_CHAT_TOOL_CHOICE_AUTO;
+    } else if (tool_choice == "required") {
+        in.tool_choice = COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+    } else if (tool_choice == "none") {
+        in.tool_choice = COMMON_CHAT_TOOL_CHOICE_NONE;
+    } else {
+        // A named function: keep only that tool and require a call.
+        auto it = std::find_if(in.tools.begin(), in.tools.end(), [&](const common_chat_tool & t) { return t.name == tool_choice; });
+        if (it == in.tools.end()) throw std::invalid_argument("tool_choice names function '" + tool_choice + "' which is not in tools");
+        common_chat_tool keep = *it;
+        in.tools = {keep};
+        in.tool_choice = COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+    }
+    if (!in.tools.empty() && in.tool_choice != COMMON_CHAT_TOOL_CHOICE_NONE) in.parallel_tool_calls = false;
+    in.json_schema = json_schema;
+    in.use_jinja = true;
+    in.add_generation_prompt = true;
+    auto setup = std::make_shared<ChatSetup>();
+    try {
+        setup->params = common_chat_templates_apply(templates_.get(), in);
+    } catch (const std::exception & e) {
+        throw std::invalid_argument(std::string("chat template failed: ") + e.what());
+    }
+    if (!in.tools.empty() && in.tool_choice != COMMON_CHAT_TOOL_CHOICE_NONE && setup->params.grammar.empty()) {
+        sp.json_schema = generic_tool_schema(in.tools, in.tool_choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED);
+        std::string sys = generic_tool_prompt(in.tools, in.tool_choice == COMMON_CHAT_TOOL_CHOICE_REQUIRED);
+        if (!in.messages.empty() && in.messages.front().role == "system") {
+            in.messages.front().content += "\n\n" + sys;
+        } else {
+            common_chat_msg m;
+            m.role = "system";
+            m.content = sys;
+            in.messages.insert(in.messages.begin(), m);
+        }
+        in.tools.clear();
+        in.json_schema.clear();
+        try {
+            setup->params = common_chat_templates_apply(templates_.get(), in);
+        } catch (const std::exception & e) {
+            throw std::invalid_argument(std::string("chat template failed: ") + e.what());
+        }
+        setup->generic_tools = true;
+    }
+    setup->parser = common_chat_parser_params(setup->params);
+    if (!setup->params.parser.empty()) setup->parser.parser.load(setup->params.parser);
+    setup->parser.parse_tool_calls = !in.tools.empty();
+    if (!json_schema.empty() && setup->params.grammar.empty() && !setup->generic_tools) sp.json_schema = json_schema;
+    // The template already holds BOS when it wants one.
+    auto tokens = tokenize(setup->params.prompt, false, true);
+    return submit(std::move(tokens), sp, setup);
+}
+
+std::string Engine::parse_chat(const Request & req) const {
+    if (!req.chat) throw std::invalid_argument("not a chat request");
+    common_chat_msg msg;
+    if (req.chat->generic_tools) {
+        msg.role = "assistant";
+        try {
+            auto j = common_json::parse(req.text());
+            if (j.is_object() && j.contains("tool_call")) {
+                const auto & c = j.at("tool_call");
+                common_chat_tool_call call;
+                call.name = c.at("name").get<std::string>();
+                call.arguments = c.contains("arguments") ? c.at("arguments").dump() : "{}";
+                call.id = "call_" + std::to_string(req.id);
+                msg.tool_calls.push_back(call);
+            } else if (j.is_object() && j.contains("response")) {
+                msg.content = j.at("response").get<std::string>();
+            } else {
+                msg.content = req.text();
+            }
+        } catch (const std::exception &) {
+            msg.content = req.text();  // cut short (max_tokens): hand back what came
+        }
+        return msg.to_json_oaicompat().dump();
+    }
+    try {
+        msg = common_chat_parse(req.text(), false, req.chat->parser);
+    } catch (const std::exception &) {
+        msg.role = "assistant";
+        msg.content = req.text();
+    }
+    if (msg.role.empty()) msg.role = "assistant";
+    return msg.to_json_oaicompat().dump();
+}
+
+// ---------------------------------------------------------------------------
+// the decode loop
+// ---------------------------------------------------------------------------
+
+size_t Engine::kv_used() const {
+    size_t n = 0;
+    for (const auto & s : slots_) n += s.cache.size();
+    return n;
+}
+
+bool Engine::admit_locked() {
+    if (pending_.empty()) return false;
+    auto & req = pending_.front();  // FCFS: never skip the head of the queue
+    if (req->cancelled.load()) {
+        req->finish("cancelled");
+        pending_.pop_front();
+        return true;
+    }
+    Slot * best = nullptr;
+    size_t best_reuse = 0;
+    for (auto & s : slots_) {
+        if (s.req) continue;
+        size_t reuse = 0;
+        if (prefix_caching()) {
+            size_t n = std::min(s.cache.size(), req->prompt.size());
+            while (reuse < n && s.cache[reuse] == req->prompt[reuse]) ++reuse;
+        }
+        if (!best || reuse > best_reuse || (reuse == best_reuse && s.last_used < best->last_used)) {
+            best = &s;
+            best_reuse = reuse;
+        }
+    }
+    if (!best) return false;  // every sequence is busy
+    if (best_reuse >= req->prompt.size()) best_reuse = req->prompt.size() - 1;  // need logits of the last token
+
+    llama_memory_t mem = llama_get_memory(ctx_);
+    llama_memory_seq_rm(mem, best->id, (llama_pos) best_reuse, -1);
+    best->cache.resize(best_reuse);
+
+    // Admission is bounded by KV capacity: evict idle cached sequences (LRU) first.
+    size_t need = req->prompt.size() - best_reuse + 1;
+    while ((size_t) n_ctx_ - kv_used() < need) {
+        Slot * victim = nullptr;
+        for (auto & s : slots_) {
+            if (!s.req && &s != best && !s.cache.empty() && (!victim || s.last_used < victim->last_used)) victim = &s;
+        }
+        if (!victim) break;
+        llama_memory_seq_rm(mem, victim->id, -1, -1);
+        victim->cache.clear();
+    }
+    if ((size_t) n_ctx_ - kv_used() < need) return false;  // wait for running requests to finish
+
+    best->req = req;
+    best->n_prompt_done = best_reuse;
+    best->decoding = false;
+    best->last = -1;
+    best->last_used = ++tick_;
+    req->t.n_cached = (int32_t) best_reuse;
+    if (best_reuse > 0) n_prefix_hits_++;
+    // Penalty samplers look at recent history: feed the prompt without touching the grammar.
+    for (auto t : req->prompt) common_sampler_accept(req->sampler.get(), t, false);
+    pending_.pop_front();
+    return true;
+}
+
+void Engine::release(Slot & s, const std::string & reason) {
+    if (s.req) {
+        if (reason != "error") s.req->finish(reason);
+        n_completed_++;
+    }
+    s.req.reset();
+    s.decoding = false;
+    s.last_used = ++tick_;
+    if (!prefix_caching() || reason == "cancelled" || reason == "error") {
+        llama_memory_seq_rm(llama_get_memory(ctx_), s.id, -1, -1);
+        s.cache.clear();
+    }
+}
+
+void Engine::emit(Slot & s, bool final) {
+    auto & r = *s.req;
+    const auto & stops = r.sampling.stop;
+    size_t from = r.sent;
+    size_t end = r.generated.size();
+    bool hit = false;
+    if (!stops.empty()) {
+        // Held-back text never contains the start of a stop string, so search from `from`.
+        size_t search_from = from;
+        size_t first = std::string::npos;
+        for (const auto & st : stops) {
+            size_t p = r.generated.find(st, search_from);
+            if (p != std::string::npos && p < first) first = p;
+        }
+        if (first != std::string::npos) {
+            end = std::max(first, from);
+            hit = true;
+        } else if (!final) {
+            end -= partial_stop_len(r.generated, stops);
+        }
+    }
+    if (!final && !hit) end -= std::min(end - from, incomplete_utf8(r.generated.substr(from, end - from)));
+    if (end > from) {
+        std::string delta = r.generated.substr(from, end - from);
+        r.sent = end;
+        r.final_text += delta;
+        r.push({Event::Delta, std::move(delta), ""});
+    }
+    if (hit) release(s, "stop");
+}
+
+void Engine::on_token(Slot & s, llama_token tok) {
+    auto & r = *s.req;
+    r.t.n_generated++;
+    if (r.t.n_generated == 1) r.t.t_first_token = now_seconds();
+    if (llama_vocab_is_eog(vocab_, tok) && !r.sampling.ignore_eos) {
+        emit(s, true);
+        if (s.req) release(s, "stop");
+        return;
+    }
+    r.generated += common_token_to_piece(vocab_, tok, false);
+    emit(s, false);
+    if (!s.req) return;  // stop string hit
+    s.last = tok;
+    s.decoding = true;
+    bool full = (int32_t) s.cache.size() + 1 >= n_ctx_;
+    if ((r.sampling.max_tokens > 0 && r.t.n_generated >= r.sampling.max_tokens) || full) {
+        emit(s, true);
+        if (s.req) release(s, "length");
+    }
+}
+
+void Engine::loop() {
+    llama_memory_t mem = llama_get_memory(ctx_);
+    const int32_t n_batch = (int32_t) llama_n_batch(ctx_);
+    while (true) {
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            auto busy = [&] { return std::any_of(slots_.begin(), slots_.end(), [](const Slot & s) { return (bool) s.req; }); };
+            cv_.wait(lk, [&] { return stopping_ || !pending_.empty() || busy(); });
+            if (stopping_) break;
+            while (admit_locked()) {}
+        }
+        // cancellation takes effect before the next token is computed
+        for (auto & s : slots_) {
+            if (s.req && s.req->cancelled.load()) release(s, "cancelled");
+        }
+        batch_clear(batch_);
+        for (auto & s : slots_) {
+            s.i_batch = -1;
+            s.n_added = 0;
+            if (s.req && s.decoding) {
+                s.i_batch = batch_.n_tokens;
+                s.n_added = 1;
+                batch_add(batch_, s.last, (llama_pos) s.cache.size(), s.id, true);
+                s.cache.push_back(s.last);
+            }
+        }
+        // prompts are processed in chunks interleaved with the decode steps above
+        for (auto & s : slots_) {
+            if (!s.req || s.decoding || batch_.n_tokens >= n_batch) continue;
+            auto & p = s.req->prompt;
+            while (s.n_prompt_done < p.size() && batch_.n_tokens < n_batch) {
+                bool last = s.n_prompt_done + 1 == p.size();
+                if (last) s.i_batch = batch_.n_tokens;
+                batch_add(batch_, p[s.n_prompt_done], (llama_pos) s.cache.size(), s.id, last);
+                s.cache.push_back(p[s.n_prompt_done]);
+                s.n_prompt_done++;
+                s.n_added++;
+            }
+        }
+        if (batch_.n_tokens == 0) continue;
+        int32_t ret = llama_decode(ctx_, batch_);
+        n_decode_calls_++;
+        n_tokens_decoded_ += batch_.n_tokens;
+        if (ret != 0) {
+            // Undo what this batch added, fail the newest request, and retry without it.
+            Slot * newest = nullptr;
+            for (auto & s : slots_) {
+                if (!s.req) continue;
+                size_t keep = s.cache.size() - (size_t) s.n_added;
+                llama_memory_seq_rm(mem, s.id, (llama_pos) keep, -1);
+                s.cache.resize(keep);
+                if (s.decoding) {
+                    // s.last is still the token to decode next
+                } else {
+                    s.n_prompt_done -= (size_t) s.n_added;
+                }
+                if (!newest || s.req->id > newest->req->id) newest = &s;
+            }
+            if (newest) {
+                bool full = ret == 1;
+                std::string why = full ? "KV cache full: " + std::to_string(kv_used()) + " of " + std::to_string(n_ctx_) +
+                                             " cells in use; lower max_num_seqs or raise context_size"
+                                       : "llama_decode failed with code " + std::to_string(ret);
+                newest->req->fail(full ? "KVCacheFullError" : "EngineError", why);
+                release(*newest, "error");
+            }
+            continue;
+        }
+        for (auto & s : slots_) {
+            if (!s.req || s.i_batch < 0) continue;
+            llama_token tok = common_sampler_sample(s.req->sampler.get(), ctx_, s.i_batch);
+            common_sampler_accept(s.req->sampler.get(), tok, true);
+            on_token(s, tok);
+        }
+    }
+    for (auto & s : slots_) {
+        if (s.req) {
+            s.req->fail("EngineClosedError", "engine closed while the request was running");
+            s.req.reset();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// embeddings
+// ---------------------------------------------------------------------------
+
+std::vector<std::vector<float>> Engine::embed(const std::vector<std::string> & texts, bool normalize) {
+    if (!embd_ctx_) throw std::invalid_argument("model architecture '" + arch_ + "' was not loaded for embeddings (load with embeddings=True)");
+    std::lock_guard<std::mutex> lk(embed_mu_);
+    const int32_t n_embd = llama_model_n_embd(model_);
+    const int32_t n_batch = (int32_t) llama_n_batch(embd_ctx_);
+    const int32_t n_seq = (int32_t) llama_n_seq_max(embd_ctx_);
+    const auto pooling = llama_pooling_type(embd_ctx_);
+    std::vector<std::vector<llama_token>> toks;
+    for (const auto & t : texts) {
+        auto ids = tokenize(t, true, false);
+        if (ids.empty()) throw std::invalid_argument("cannot embed an empty text");
+        if ((int32_t) ids.size() > n_batch) {
+            throw ContextOverflowError("text of " + std::to_string(ids.size()) + " tokens exceeds the embedding batch of " +
+                                       std::to_string(n_batch) + " (raise n_batch)");
+        }
+        toks.push_back(std::move(ids));
+    }
+    std::vector<std::vector<float>> out(texts.size(), std::vector<float>((size_t) n_embd));
+    llama_batch batch = llama_batch_init(n_batch, 0, 1);
+    llama_memory_t mem = llama_get_memory(embd_ctx_);
+    size_t i = 0;
+    while (i < toks.size()) {
+        batch_clear(batch);
+        std::vector<size_t> members;
+        while (i < toks.size() && (int32_t) members.size() < n_seq && batch.n_tokens + (int32_t) toks[i].size() <= n_batch) {
+            for (size_t k = 0; k < toks[i].size(); ++k) {
+                batch_add(batch, toks[i][k], (llama_pos) k, (llama_seq_id) members.size(), true);
+            }
+            members.push_back(i++);
+        }
+        if (mem) llama_memory_clear(mem, true);
+        int32_t ret = llama_model_has_encoder(model_) && !llama_model_has_decoder(model_) ? llama_encode(embd_ctx_, batch)
+                                                                                          : llama_decode(embd_ctx_, batch);
+        if (ret != 0) {
+            llama_batch_free(batch);
+            throw std::runtime_error("embedding decode failed with code " + std::to_string(ret));
+        }
+        for (size_t m = 0; m < members.size(); ++m) {
+            const float * e = pooling == LLAMA_POOLING_TYPE_NONE ? nullptr : llama_get_embeddings_seq(embd_ctx_, (llama_seq_id) m);
+            if (!e) {
+                llama_batch_free(batch);
+                throw std::runtime_error("model gave no pooled embedding (pooling type none)");
+            }
+            common_embd_normalize(e, out[members[m]].data(), n_embd, normalize ? 2 : -1);
+        }
+    }
+    llama_batch_free(batch);
+    return out;
+}
+
+// ---------------------------------------------------------------------------
+// info
+// ---------------------------------------------------------------------------
+
+std::map<std::string, std::string> Engine::info() const {
+    std::map<std::string, std::string> m;
+    char buf[256];
+    llama_model_desc(model_, buf, sizeof(buf));
+    m["desc"] = buf;
+    m["arch"] = arch_;
+    m["n_params"] = std::to_string(llama_model_n_params(model_));
+    m["size_bytes"] = std::to_string(llama_model_size(model_));
+    m["n_ctx"] = std::to_string(n_ctx_);
+    m["n_ctx_train"] = std::to_string(llama_model_n_ctx_train(model_));
+    m["n_embd"] = std::to_string(llama_model_n_embd(model_));
+    m["n_vocab"] = std::to_string(llama_vocab_n_tokens(vocab_));
+    m["max_num_seqs"] = std::to_string(params_.max_num_seqs);
+    m["embedding_only"] = embedding_only_ ? "1" : "0";
+    m["prefix_caching"] = prefix_caching() ? "1" : "0";
+    m["chat_template"] = templates_ ? common_chat_templates_source(templates_.get()) : "";
+    std::string devs;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        auto d = ggml_backend_dev_get(i);
+        devs += (devs.empty() ? "" : "; ") + std::string(ggml_backend_dev_name(d)) + " (" + ggml_backend_dev_description(d) + ")";
+    }
+    m["devices"] = devs;
+    // The CPU backend's registration object lives inside the plugin that was loaded
+    // (libggml-cpu-<level>.so): dladdr on it names the SIMD level the host selected.
+    std::string cpu_variant;
+    if (ggml_backend_reg_t reg = ggml_backend_reg_by_name("CPU")) {
+        Dl_info dl;
+        if (dladdr((const void *) reg, &dl) != 0 && dl.dli_fname) {
+            std::string path = dl.dli_fname;
+            auto p = path.rfind("libggml-cpu-");
+            if (p != std::string::npos) {
+                auto q = path.find('.', p);
+                cpu_variant = path.substr(p + 12, q == std::string::npos ? std::string::npos : q - p - 12);
+            } else {
+                cpu_variant = "builtin";
+            }
+        }
+    }
+    m["cpu_variant"] = cpu_variant;
+    return m;
+}
+
+std::map<std::string, int64_t> Engine::stats() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    int64_t active = 0, cached = 0;
+    for (const auto & s : slots_) {
+        active += s.req ? 1 : 0;
+        cached += s.cache.size();
+    }
+    return {{"active", active}, {"pending", (int64_t) pending_.size()}, {"kv_used", cached}, {"n_ctx", n_ctx_},
+            {"decode_calls", n_decode_calls_.load()}, {"tokens_decoded", n_tokens_decoded_.load()},
+            {"prefix_hits", n_prefix_hits_.load()}, {"completed", n_completed_.load()}};
+}
+
+}  // namespace harness

@@ -1,0 +1,201 @@
+// The llama.cpp engine as the harness serves it: one model, one shared context,
+// one decode loop (continuous batching) fed by requests from any thread.
+#pragma once
+
+#include "llama.h"
+#include "sampling.h"
+#include "chat.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace harness {
+
+// Typed failures; the module maps each to its own Python exception.
+struct ModelLoadError : std::runtime_error { using std::runtime_error::runtime_error; };
+struct ContextOverflowError : std::runtime_error { using std::runtime_error::runtime_error; };
+struct KVCacheFullError : std::runtime_error { using std::runtime_error::runtime_error; };
+struct EngineClosedError : std::runtime_error { using std::runtime_error::runtime_error; };
+
+struct EngineParams {
+    std::string backend_dir;        // where the ggml backend plugins live
+    int32_t n_ctx = 0;              // 0 = from the model (capped by max_ctx)
+    int32_t n_batch = 512;
+    int32_t n_ubatch = 512;
+    int32_t n_threads = 0;          // 0 = hardware concurrency
+    int32_t n_threads_batch = 0;
+    int32_t max_num_seqs = 4;
+    int32_t n_gpu_layers = 0;
+    std::string kv_cache_type = "f16";
+    int32_t prefix_caching = 0;     // tri-state: 0 unset (on), 1 on, 2 forced off
+    uint32_t seed = LLAMA_DEFAULT_SEED;
+    bool embeddings = false;
+    int32_t flash_attn = -1;        // -1 auto, 0 off, 1 on
+    bool verbose = false;
+};
+
+struct SamplingParams {
+    float temperature = 0.8f;
+    float top_p = 0.95f;
+    int32_t top_k = 40;
+    float min_p = 0.05f;
+    int32_t max_tokens = 256;       // 0 = until the context is full
+    uint32_t seed = LLAMA_DEFAULT_SEED;
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    float repetition_penalty = 1.0f;
+    int32_t penalty_last_n = 64;
+    bool ignore_eos = false;
+    std::vector<std::string> stop;
+    std::string grammar;            // GBNF
+    std::string json_schema;        // converted to a grammar
+    void validate() const;          // throws std::invalid_argument
+};
+
+struct Event {
+    enum Kind { Delta, Done, Error } kind;
+    std::string text;
+    std::string error_type;
+};
+
+struct Timings {
+    int32_t n_prompt = 0;
+    int32_t n_cached = 0;           // prompt tokens reused from the prefix cache
+    int32_t n_generated = 0;
+    double t_submit = 0;            // seconds, steady clock
+    double t_first_token = 0;
+    double t_done = 0;
+};
+
+struct ChatSetup;
+
+// One request: written by the decode loop, read by the caller's thread.
+class Request {
+public:
+    // caller side
+    std::optional<Event> next();             // blocks; nullopt after Done/Error was consumed
+    void cancel() { cancelled.store(true); }
+    bool done() const;
+    std::string finish_reason() const;
+    Timings timings() const;
+    std::string text() const;
+
+    // loop side
+    void push(Event e);
+    void finish(const std::string & reason);
+    void fail(const std::string & type, const std::string & message);
+
+    std::vector<llama_token> prompt;
+    SamplingParams sampling;
+    std::shared_ptr<ChatSetup> chat;
+    std::atomic<bool> cancelled{false};
+    std::unique_ptr<common_sampler, common_sampler_deleter> sampler;
+    Timings t;
+    std::string generated;                   // full text generated so far (before stop trimming)
+    size_t sent = 0;                         // bytes of `generated` already emitted
+    std::string final_text;                  // emitted text
+    int id = 0;
+
+private:
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Event> events_;
+    bool finished_ = false;
+    bool consumed_end_ = false;
+    std::string finish_reason_;
+};
+
+struct ChatSetup {
+    common_chat_params params;
+    common_chat_parser_params parser;
+    // The template has no tool-call syntax: calls travel in a grammar-enforced JSON envelope.
+    bool generic_tools = false;
+};
+
+class Engine {
+public:
+    Engine(const std::string & model_path, const EngineParams & params);
+    ~Engine();
+    Engine(const Engine &) = delete;
+    Engine & operator=(const Engine &) = delete;
+
+    std::vector<llama_token> tokenize(const std::string & text, bool add_special, bool parse_special) const;
+    std::string detokenize(const std::vector<llama_token> & tokens, bool special) const;
+
+    std::shared_ptr<Request> submit(std::vector<llama_token> prompt, const SamplingParams & sp,
+                                    std::shared_ptr<ChatSetup> chat = nullptr);
+    std::shared_ptr<Request> submit_text(const std::string & prompt, const SamplingParams & sp);
+
+    // Chat: render the model's template (with tools / schema), submit, parse at the end.
+    std::shared_ptr<Request> submit_chat(const std::string & messages_json, const std::string & tools_json,
+                                         const std::string & tool_choice, const std::string & json_schema,
+                                         SamplingParams sp);
+    std::string parse_chat(const Request & req) const;  // OpenAI-style message JSON
+
+    std::vector<std::vector<float>> embed(const std::vector<std::string> & texts, bool normalize);
+
+    std::map<std::string, std::string> info() const;
+    std::map<std::string, int64_t> stats() const;
+    std::vector<std::string> recent_log() const;
+    void close();
+
+    int32_t n_ctx() const { return n_ctx_; }
+    bool is_embedding_model() const { return embedding_only_; }
+
+private:
+    struct Slot {
+        int id = 0;
+        std::shared_ptr<Request> req;        // null when idle
+        std::vector<llama_token> cache;      // tokens in the KV cache for seq `id`
+        size_t n_prompt_done = 0;            // prompt tokens in `cache` for the active request
+        int32_t i_batch = -1;                // logits index in the current batch
+        int32_t n_added = 0;                 // tokens this slot put in the current batch
+        llama_token last = -1;               // sampled, not yet decoded
+        bool decoding = false;               // prefill done
+        uint64_t last_used = 0;
+    };
+
+    void loop();
+    bool admit_locked();
+    void release(Slot & s, const std::string & reason);
+    void on_token(Slot & s, llama_token tok);
+    void emit(Slot & s, bool final);
+    size_t kv_used() const;
+    bool prefix_caching() const { return params_.prefix_caching != 2; }
+
+    EngineParams params_;
+    llama_model * model_ = nullptr;
+    llama_context * ctx_ = nullptr;
+    llama_context * embd_ctx_ = nullptr;
+    const llama_vocab * vocab_ = nullptr;
+    common_chat_templates_ptr templates_;
+    int32_t n_ctx_ = 0;
+    bool embedding_only_ = false;
+    std::string arch_;
+
+    std::vector<Slot> slots_;
+    llama_batch batch_{};
+    std::thread worker_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::shared_ptr<Request>> pending_;
+    bool stopping_ = false;
+    int next_id_ = 1;
+    uint64_t tick_ = 0;
+    std::mutex embed_mu_;
+    std::atomic<int64_t> n_decode_calls_{0}, n_tokens_decoded_{0}, n_prefix_hits_{0}, n_completed_{0};
+};
+
+double now_seconds();
+
+}  // namespace harness

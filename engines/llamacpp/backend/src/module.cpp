@@ -1,0 +1,190 @@
+// pybind11 bindings: the engine as Python sees it. Every blocking wait releases the GIL.
+#include "engine.h"
+#include "build-info.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+using namespace harness;
+
+#ifndef HARNESS_PIN
+#define HARNESS_PIN "unknown"
+#endif
+#ifndef HARNESS_VARIANT
+#define HARNESS_VARIANT "unknown"
+#endif
+#ifndef HARNESS_ABI_FINGERPRINT
+#define HARNESS_ABI_FINGERPRINT "unknown"
+#endif
+#ifndef HARNESS_BUILD_NUMBER
+#define HARNESS_BUILD_NUMBER 0
+#endif
+
+namespace {
+
+template <typename T>
+T get(const py::dict & d, const char * key, T def) {
+    return d.contains(key) && !d[key].is_none() ? d[key].cast<T>() : def;
+}
+
+void check_keys(const py::dict & d, const std::vector<std::string> & known, const char * what) {
+    for (auto item : d) {
+        auto k = item.first.cast<std::string>();
+        if (std::find(known.begin(), known.end(), k) == known.end()) {
+            std::string all;
+            for (auto & x : known) all += (all.empty() ? "" : ", ") + x;
+            throw std::invalid_argument(std::string("unknown ") + what + " '" + k + "' (known: " + all + ")");
+        }
+    }
+}
+
+EngineParams engine_params(const py::dict & d) {
+    check_keys(d, {"backend_dir", "n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "max_num_seqs",
+                   "n_gpu_layers", "kv_cache_type", "prefix_caching", "seed", "embeddings", "flash_attn", "verbose"},
+               "engine parameter");
+    EngineParams p;
+    p.backend_dir = get<std::string>(d, "backend_dir", "");
+    p.n_ctx = get<int32_t>(d, "n_ctx", 0);
+    p.n_batch = get<int32_t>(d, "n_batch", 512);
+    p.n_ubatch = get<int32_t>(d, "n_ubatch", p.n_batch);
+    p.n_threads = get<int32_t>(d, "n_threads", 0);
+    p.n_threads_batch = get<int32_t>(d, "n_threads_batch", 0);
+    p.max_num_seqs = get<int32_t>(d, "max_num_seqs", 4);
+    p.n_gpu_layers = get<int32_t>(d, "n_gpu_layers", 0);
+    p.kv_cache_type = get<std::string>(d, "kv_cache_type", "f16");
+    p.prefix_caching = get<int32_t>(d, "prefix_caching", 0);
+    p.seed = get<uint32_t>(d, "seed", LLAMA_DEFAULT_SEED);
+    p.embeddings = get<bool>(d, "embeddings", false);
+    p.flash_attn = get<int32_t>(d, "flash_attn", -1);
+    p.verbose = get<bool>(d, "verbose", false);
+    if (p.n_ctx < 0) throw std::invalid_argument("n_ctx must be >= 0");
+    if (p.n_batch < 1 || p.n_ubatch < 1) throw std::invalid_argument("n_batch and n_ubatch must be >= 1");
+    if (p.prefix_caching < 0 || p.prefix_caching > 2) throw std::invalid_argument("prefix_caching is tri-state: 0 unset, 1 on, 2 off");
+    return p;
+}
+
+SamplingParams sampling_params(const py::dict & d) {
+    check_keys(d, {"temperature", "top_p", "top_k", "min_p", "max_tokens", "seed", "presence_penalty", "frequency_penalty",
+                   "repetition_penalty", "penalty_last_n", "ignore_eos", "stop", "grammar", "json_schema"},
+               "sampling parameter");
+    SamplingParams s;
+    s.temperature = get<float>(d, "temperature", s.temperature);
+    s.top_p = get<float>(d, "top_p", s.top_p);
+    s.top_k = get<int32_t>(d, "top_k", s.top_k);
+    s.min_p = get<float>(d, "min_p", s.min_p);
+    s.max_tokens = get<int32_t>(d, "max_tokens", s.max_tokens);
+    s.seed = get<uint32_t>(d, "seed", s.seed);
+    s.presence_penalty = get<float>(d, "presence_penalty", s.presence_penalty);
+    s.frequency_penalty = get<float>(d, "frequency_penalty", s.frequency_penalty);
+    s.repetition_penalty = get<float>(d, "repetition_penalty", s.repetition_penalty);
+    s.penalty_last_n = get<int32_t>(d, "penalty_last_n", s.penalty_last_n);
+    s.ignore_eos = get<bool>(d, "ignore_eos", false);
+    s.stop = get<std::vector<std::string>>(d, "stop", {});
+    s.grammar = get<std::string>(d, "grammar", "");
+    s.json_schema = get<std::string>(d, "json_schema", "");
+    return s;
+}
+
+py::dict timings_dict(const Timings & t) {
+    py::dict d;
+    d["n_prompt"] = t.n_prompt;
+    d["n_cached"] = t.n_cached;
+    d["n_generated"] = t.n_generated;
+    d["t_submit"] = t.t_submit;
+    d["t_first_token"] = t.t_first_token;
+    d["t_done"] = t.t_done;
+    return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "harness llama.cpp backend (continuous batching over one shared context)";
+    m.attr("PIN") = HARNESS_PIN;
+    m.attr("VARIANT") = HARNESS_VARIANT;
+    m.attr("ABI_FINGERPRINT") = HARNESS_ABI_FINGERPRINT;
+    m.attr("BUILD_NUMBER") = HARNESS_BUILD_NUMBER;
+    m.def("library_build_number", [] { return llama_build_number(); },
+          "Build number of the libllama-common actually loaded (run-time half of the handshake).");
+    m.def("library_commit", [] { return std::string(llama_commit()); });
+    m.def("system_info", [] { return std::string(llama_print_system_info()); });
+
+    auto base = py::register_exception<std::runtime_error>(m, "CoreError", PyExc_RuntimeError);
+    py::register_exception<ModelLoadError>(m, "ModelLoadError", base.ptr());
+    py::register_exception<ContextOverflowError>(m, "ContextOverflowError", base.ptr());
+    py::register_exception<KVCacheFullError>(m, "KVCacheFullError", base.ptr());
+    py::register_exception<EngineClosedError>(m, "EngineClosedError", base.ptr());
+
+    py::class_<Request, std::shared_ptr<Request>>(m, "Request")
+        .def("next", [](Request & r) -> py::object {
+            std::optional<Event> e;
+            {
+                py::gil_scoped_release nogil;
+                e = r.next();
+            }
+            if (!e) return py::none();
+            const char * kind = e->kind == Event::Delta ? "delta" : e->kind == Event::Done ? "done" : "error";
+            return py::make_tuple(kind, py::bytes(e->text).attr("decode")("utf-8", "replace"), e->error_type);
+        }, "Block (GIL released) for the next event: ('delta'|'done'|'error', text, error_type), or None after the end.")
+        .def("cancel", &Request::cancel)
+        .def_property_readonly("done", &Request::done)
+        .def_property_readonly("finish_reason", &Request::finish_reason)
+        .def_property_readonly("id", [](const Request & r) { return r.id; })
+        .def("timings", [](const Request & r) { return timings_dict(r.timings()); })
+        .def("text", [](const Request & r) { return py::bytes(r.text()).attr("decode")("utf-8", "replace"); });
+
+    py::class_<Engine>(m, "Engine")
+        .def(py::init([](const std::string & path, const py::dict & params) {
+                 EngineParams p = engine_params(params);
+                 py::gil_scoped_release nogil;
+                 return new Engine(path, p);
+             }),
+             py::arg("model_path"), py::arg("params") = py::dict())
+        .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = true)
+        .def("detokenize", [](const Engine & e, const std::vector<llama_token> & t, bool special) {
+            return py::bytes(e.detokenize(t, special)).attr("decode")("utf-8", "replace");
+        }, py::arg("tokens"), py::arg("special") = false)
+        .def("submit", [](Engine & e, const py::object & prompt, const py::dict & sampling) {
+            SamplingParams sp = sampling_params(sampling);
+            if (py::isinstance<py::str>(prompt)) {
+                auto text = prompt.cast<std::string>();
+                py::gil_scoped_release nogil;
+                return e.submit_text(text, sp);
+            }
+            auto toks = prompt.cast<std::vector<llama_token>>();
+            py::gil_scoped_release nogil;
+            return e.submit(std::move(toks), sp);
+        }, py::arg("prompt"), py::arg("sampling") = py::dict())
+        .def("submit_chat", [](Engine & e, const std::string & messages, const std::string & tools,
+                               const std::string & tool_choice, const std::string & schema, const py::dict & sampling) {
+            SamplingParams sp = sampling_params(sampling);
+            py::gil_scoped_release nogil;
+            return e.submit_chat(messages, tools, tool_choice, schema, sp);
+        }, py::arg("messages_json"), py::arg("tools_json") = "", py::arg("tool_choice") = "auto",
+           py::arg("json_schema") = "", py::arg("sampling") = py::dict())
+        .def("parse_chat", [](const Engine & e, const Request & r) { return e.parse_chat(r); })
+        .def("embed", [](Engine & e, const std::vector<std::string> & texts, bool normalize) {
+            std::vector<std::vector<float>> out;
+            {
+                py::gil_scoped_release nogil;
+                out = e.embed(texts, normalize);
+            }
+            size_t n = out.size(), d = n ? out[0].size() : 0;
+            py::array_t<float> arr({n, d});
+            auto buf = arr.mutable_unchecked<2>();
+            for (size_t i = 0; i < n; ++i)
+                for (size_t j = 0; j < d; ++j) buf(i, j) = out[i][j];
+            return arr;
+        }, py::arg("texts"), py::arg("normalize") = true)
+        .def("info", &Engine::info)
+        .def("stats", &Engine::stats)
+        .def("recent_log", &Engine::recent_log)
+        .def_property_readonly("n_ctx", &Engine::n_ctx)
+        .def_property_readonly("is_embedding_model", &Engine::is_embedding_model)
+        .def("close", [](Engine & e) {
+            py::gil_scoped_release nogil;
+            e.close();
+        });
+}

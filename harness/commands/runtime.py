@@ -1,0 +1,111 @@
+"""Runtime subcommands: build-backend, engine info, complete."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.table import Table
+
+from harness import paths
+from harness.backend import build_backend
+from harness.cli import add_json_flag, print_json
+from harness.commands.core import _stdout_table
+from harness.engines import load_engine
+from harness.errors import UsageError
+from harness.matrix import get_variant
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("build-backend", help="build + install the pybind11 backend module against a variant's artifact")
+    p.add_argument("engine")
+    p.add_argument("--variant", default="cpu")
+    p.add_argument("--no-install", action="store_true", help="only build the wheel")
+    p.add_argument("--force", action="store_true")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_build_backend)
+
+    p = sub.add_parser("engine", help="inspect installed backend variants")
+    esub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = esub.add_parser("info", help="installed variants in priority order, and why any is rejected")
+    q.add_argument("engine", nargs="?", default="llamacpp")
+    add_json_flag(q)
+    q.set_defaults(func=cmd_engine_info)
+
+    p = sub.add_parser("complete", help="load a model and complete a prompt (a smoke test of the runtime)")
+    p.add_argument("model", type=Path)
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--variant")
+    p.add_argument("--stream", action="store_true", help="print deltas as they arrive")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_complete)
+
+
+def cmd_build_backend(args: argparse.Namespace) -> int:
+    engine = load_engine(args.engine)
+    get_variant(args.variant)
+    artifact = paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{args.variant}"
+    if not artifact.is_dir():
+        msg = f"no artifact at {artifact}: run harness build {engine.name} --variant {args.variant} first"
+        raise UsageError(msg)
+    r = build_backend(engine, artifact, install=not args.no_install, force=args.force)
+    if args.json:
+        print_json({"wheel": str(r.wheel), "package": r.package, "built": r.built, "installed": r.installed,
+                    "seconds": round(r.seconds, 2)})
+    else:
+        what = "built" if r.built else "wheel up to date"
+        what += ", installed" if r.installed else (", already installed" if not args.no_install else "")
+        print(f"{engine.name} {args.variant} backend: {what} ({r.seconds:.1f} s)\n{r.wheel}")
+    return 0
+
+
+def cmd_engine_info(args: argparse.Namespace) -> int:
+    from harness.runtime import discovery
+    from harness.runtime.engine import _committed_fingerprint
+
+    engine = load_engine(args.engine)
+    cands = discovery.discover(engine.name, engine.pin, _committed_fingerprint())
+    forced = discovery.choose_or_none(engine.name, engine.pin, _committed_fingerprint())
+    rows = [{"name": c.name, "variant": c.variant, "package": c.package, "location": str(c.location),
+             "accepted": c.accepted, "reason": c.reason, "pin": c.identity.get("pin"),
+             "abi_fingerprint": c.identity.get("abi_fingerprint"), "selected": forced is not None and c.name == forced.name}
+            for c in cands]
+    if args.json:
+        print_json(rows)
+        return 0
+    t = Table("variant", "status", "pin", "abi", "where / why")
+    for r in rows:
+        status = "[green]selected[/]" if r["selected"] else ("accepted" if r["accepted"] else "[red]rejected[/]")
+        t.add_row(str(r["variant"]), status, str(r["pin"]), str(r["abi_fingerprint"] or "")[:12],
+                  r["location"] if r["accepted"] else r["reason"])
+    _stdout_table(t)
+    if not rows:
+        print(f"no {engine.name} backend installed: harness build-backend {engine.name} --variant cpu")
+    return 0 if forced else 1
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    from harness.runtime import Engine
+
+    with Engine.load(args.model, variant=args.variant) as eng:
+        if args.stream and not args.json:
+            s = eng.stream(args.prompt, max_tokens=args.max_tokens, temperature=args.temperature)
+            for delta in s:
+                sys.stdout.write(delta)
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+            return 0
+        c = eng.complete(args.prompt, max_tokens=args.max_tokens, temperature=args.temperature)
+        if args.json:
+            print_json({"text": c.text, "finish_reason": c.finish_reason, "n_prompt": c.n_prompt,
+                        "n_generated": c.n_generated, "ttft_s": c.ttft_s, "total_s": c.total_s,
+                        "info": eng.info()})
+        else:
+            print(c.text)
+            print(json.dumps({"finish_reason": c.finish_reason, "tokens": c.n_generated,
+                              "decode_tok_s": round(c.decode_tokens_per_s, 1)}), file=sys.stderr)
+    return 0

@@ -1,0 +1,145 @@
+"""Run-time variant discovery: find installed backend variants, verify them, order them.
+
+Candidates come from the ``harness.backends`` entry-point group and from
+directories on ``HARNESS_BACKEND_PATH`` (``os.pathsep``-separated). A candidate is
+accepted only when its identity (engine, pin, variant, ABI fingerprint) matches
+what this checkout expects; every rejected one is reported with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import BackendError
+from harness.host import probe
+from harness.types import HostInfo
+
+ENTRY_POINT_GROUP = "harness.backends"
+FORCE_ENV = "HARNESS_VARIANT"
+PATH_ENV = "HARNESS_BACKEND_PATH"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    name: str
+    package: str
+    location: Path
+    identity: dict[str, Any]
+    accepted: bool
+    reason: str = ""
+    priority: int = 99
+
+    @property
+    def variant(self) -> str:
+        return str(self.identity.get("variant", "?"))
+
+
+def platform_priority(host: HostInfo) -> list[str]:
+    """Backends in preference order: GPUs with a present device first, then CPU."""
+    if host.os == "darwin" and host.arch == "arm64":
+        return ["mlx", "metal", "cpu"]
+    order = []
+    if host.has_gpu("cuda"):
+        order.append("cuda")
+    if any(g.api == "vulkan" and "CPU" not in g.device_type.upper() for g in host.gpus):
+        order.append("vulkan")
+    return [*order, "cpu", "package"]
+
+
+def _from_entry_points() -> list[tuple[str, str, Path]]:
+    out = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        spec = importlib.util.find_spec(ep.value)
+        if spec and spec.submodule_search_locations:
+            out.append((ep.name, ep.value, Path(list(spec.submodule_search_locations)[0])))
+        else:
+            out.append((ep.name, ep.value, Path("<missing>")))
+    return out
+
+
+def _from_path() -> list[tuple[str, str, Path]]:
+    out = []
+    for d in filter(None, os.environ.get(PATH_ENV, "").split(os.pathsep)):
+        for ident in sorted(Path(d).glob("*/identity.json")):
+            out.append((ident.parent.name, ident.parent.name, ident.parent))
+    return out
+
+
+def discover(engine: str, pin: str, abi_fingerprint: str | None, host: HostInfo | None = None) -> list[Candidate]:
+    """Every candidate for ``engine``, accepted ones first in priority order."""
+    host = host or probe()
+    prio = platform_priority(host)
+    seen: set[Path] = set()
+    out: list[Candidate] = []
+    for name, package, loc in _from_path() + _from_entry_points():
+        if loc in seen:
+            continue
+        seen.add(loc)
+        ident_file = loc / "identity.json"
+        if not ident_file.is_file():
+            out.append(Candidate(name=name, package=package, location=loc, identity={}, accepted=False,
+                                 reason="no identity.json (not a harness backend, or a broken install)"))
+            continue
+        ident = json.loads(ident_file.read_text())
+        if ident.get("engine") != engine:
+            continue
+        reason = ""
+        if ident.get("pin") != pin:
+            reason = f"built for pin {ident.get('pin')}, this checkout pins {pin}: rebuild with harness build-backend"
+        elif abi_fingerprint and ident.get("abi_fingerprint") != abi_fingerprint:
+            reason = (f"ABI fingerprint {str(ident.get('abi_fingerprint'))[:16]} differs from the committed surface "
+                      f"{abi_fingerprint[:16]}: rebuild the artifact and backend")
+        elif ident.get("backend") not in prio:
+            reason = f"backend {ident.get('backend')} has no usable device here (order: {', '.join(prio)})"
+        elif not (loc / "lib").is_dir():
+            reason = "lib/ with the engine libraries is missing"
+        p = prio.index(ident["backend"]) if ident.get("backend") in prio else 99
+        out.append(Candidate(name=name, package=package, location=loc, identity=ident, accepted=not reason,
+                             reason=reason, priority=p))
+    out.sort(key=lambda c: (not c.accepted, c.priority, c.name))
+    return out
+
+
+def choose(engine: str, pin: str, abi_fingerprint: str | None, variant: str | None = None) -> Candidate:
+    """The variant to load: ``variant`` or ``$HARNESS_VARIANT`` if given, else the best accepted one."""
+    cands = discover(engine, pin, abi_fingerprint)
+    wanted = variant or os.environ.get(FORCE_ENV) or None
+    if wanted:
+        for c in cands:
+            if c.variant == wanted:
+                if not c.accepted:
+                    msg = f"variant {wanted} of {engine} is installed but rejected: {c.reason}"
+                    raise BackendError(msg)
+                return c
+        found = ", ".join(c.variant for c in cands) or "none"
+        msg = (f"no installed {engine} backend for variant {wanted} (installed: {found}); "
+               f"run harness build-backend {engine} --variant {wanted}")
+        raise BackendError(msg)
+    for c in cands:
+        if c.accepted:
+            return c
+    detail = "; ".join(f"{c.name}: {c.reason}" for c in cands) or "none installed"
+    msg = f"no usable {engine} backend ({detail}); run harness build-backend {engine} --variant cpu"
+    raise BackendError(msg)
+
+
+def import_core(c: Candidate) -> Any:
+    """Import the candidate's ``_core`` module, with its package dir importable."""
+    parent = str(c.location.parent)
+    if parent not in sys.path and importlib.util.find_spec(c.package) is None:
+        sys.path.insert(0, parent)
+    return importlib.import_module(f"{c.package}._core")
+
+
+def choose_or_none(engine: str, pin: str, abi_fingerprint: str | None) -> Candidate | None:
+    try:
+        return choose(engine, pin, abi_fingerprint)
+    except BackendError:
+        return None

@@ -1,0 +1,410 @@
+"""The engine as its users call it: load, complete, stream, chat, embed.
+
+A thin typed layer over the backend module (``_core``): the C++ side owns the
+decode loop, batching, sampling and streaming; Python never loops per token.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from harness import errors
+from harness.runtime import discovery
+from harness.runtime.models import resolve_model
+from harness.runtime.sampling import Sampling
+
+ENGINE = "llamacpp"
+
+#: engine argument -> (core parameter, converter). Several spellings map to one parameter
+#: so model configs (LocalAI options / vLLM-style engine_args) pass through unchanged.
+_ARGS: dict[str, str] = {
+    "n_ctx": "n_ctx", "context_size": "n_ctx", "max_model_len": "n_ctx",
+    "threads": "n_threads", "n_threads": "n_threads",
+    "threads_batch": "n_threads_batch", "n_threads_batch": "n_threads_batch",
+    "n_batch": "n_batch", "max_num_batched_tokens": "n_batch", "n_ubatch": "n_ubatch",
+    "max_num_seqs": "max_num_seqs", "n_parallel": "max_num_seqs",
+    "kv_cache_type": "kv_cache_type", "kv_cache_dtype": "kv_cache_type", "cache_type_k": "kv_cache_type",
+    "prefix_caching": "prefix_caching", "enable_prefix_caching": "prefix_caching",
+    "seed": "seed", "embeddings": "embeddings", "n_gpu_layers": "n_gpu_layers",
+    "flash_attn": "flash_attn", "verbose": "verbose",
+}
+
+
+def tri_state(value: Any) -> int:
+    """unset -> 0 (engine default), true -> 1, explicit false -> 2 (force off)."""
+    if value is None or value == 0 and not isinstance(value, bool):
+        return 0
+    if value is True or value == 1:
+        return 1
+    if value is False or value == 2:
+        return 2
+    raise errors.InvalidRequestError(f"tri-state value must be None/True/False (or 0/1/2), got {value!r}")
+
+
+def core_params(engine_args: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in engine_args.items():
+        if k not in _ARGS:
+            raise errors.InvalidRequestError(f"unknown engine argument {k!r}{errors.did_you_mean(k, _ARGS)}")
+        if v is None:
+            continue
+        target = _ARGS[k]
+        if target == "prefix_caching":
+            v = tri_state(v)
+        elif target == "flash_attn":
+            v = {None: -1, "auto": -1, True: 1, False: 0, "on": 1, "off": 0}.get(v, v)
+        out[target] = v
+    if out.get("max_num_seqs", 1) < 1:
+        raise errors.InvalidRequestError("max_num_seqs must be >= 1")
+    if out.get("n_ctx", 0) < 0:
+        raise errors.InvalidRequestError("context size must be >= 0")
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completion:
+    """A finished generation."""
+
+    text: str
+    finish_reason: str
+    """stop | length | cancelled"""
+    n_prompt: int
+    n_cached: int
+    n_generated: int
+    ttft_s: float
+    total_s: float
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        decode_s = self.total_s - self.ttft_s
+        return (self.n_generated - 1) / decode_s if self.n_generated > 1 and decode_s > 0 else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatResult:
+    """A chat turn: the parsed assistant message plus the raw completion."""
+
+    message: dict[str, Any]
+    completion: Completion
+
+    @property
+    def content(self) -> str:
+        return str(self.message.get("content") or "")
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        calls = []
+        for c in self.message.get("tool_calls") or []:
+            fn = dict(c.get("function", {}))
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                try:
+                    fn["arguments"] = json.loads(args)
+                except json.JSONDecodeError:
+                    pass
+            calls.append({**c, "function": fn})
+        return calls
+
+
+_CORE_ERRORS = {
+    "ContextOverflowError": errors.ContextOverflowError,
+    "KVCacheFullError": errors.KVCacheFullError,
+    "EngineClosedError": errors.EngineClosedError,
+    "ModelLoadError": errors.ModelError,
+}
+
+
+def _translate(e: BaseException) -> BaseException:
+    cls = _CORE_ERRORS.get(type(e).__name__)
+    if cls is not None:
+        return cls(str(e))
+    if isinstance(e, ValueError):
+        return errors.InvalidRequestError(str(e))
+    if isinstance(e, RuntimeError):
+        return errors.EngineError(str(e))
+    return e
+
+
+class Stream:
+    """Iterator of text deltas. Breaking out, ``close()`` or garbage collection cancels the request."""
+
+    def __init__(self, req: Any, started: float, on_done: Any = None) -> None:
+        self._req = req
+        self._started = started
+        self._on_done = on_done
+        self.result: Completion | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        ev = self._req.next()
+        if ev is None:
+            raise StopIteration
+        kind, text, etype = ev
+        if kind == "delta":
+            return str(text)
+        self.result = _completion(self._req, self._started)
+        if kind == "error":
+            raise _CORE_ERRORS.get(etype, errors.EngineError)(text)
+        raise StopIteration
+
+    def close(self) -> None:
+        if not self._req.done:
+            self._req.cancel()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _completion(req: Any, started: float) -> Completion:
+    t = req.timings()
+    ttft = t["t_first_token"] - t["t_submit"] if t["t_first_token"] else 0.0
+    return Completion(text=req.text(), finish_reason=req.finish_reason, n_prompt=t["n_prompt"],
+                      n_cached=t["n_cached"], n_generated=t["n_generated"], ttft_s=max(ttft, 0.0),
+                      total_s=max(t["t_done"] - t["t_submit"], 0.0))
+
+
+def _drain(req: Any) -> None:
+    while True:
+        ev = req.next()
+        if ev is None or ev[0] == "done":
+            return
+        if ev[0] == "error":
+            raise _CORE_ERRORS.get(ev[2], errors.EngineError)(ev[1])
+
+
+@dataclass
+class Engine:
+    """A loaded model on one backend variant. Thread-safe: call it from many threads."""
+
+    core: Any
+    module: Any
+    candidate: discovery.Candidate
+    model_path: Path
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    _closed: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # ---------------------------------------------------------------- load
+    @classmethod
+    def load(cls, model: str | Path, *, variant: str | None = None, **engine_args: Any) -> Engine:
+        """Load a ``.gguf`` file or a Hugging Face dir (config.json + safetensors, converted once)."""
+        from harness.engines import load_engine
+
+        spec = load_engine(ENGINE)
+        params = core_params(engine_args)
+        path = resolve_model(Path(model))
+        cand = discovery.choose(ENGINE, spec.pin, _committed_fingerprint(), variant)
+        module = discovery.import_core(cand)
+        handshake(module, cand)
+        params["backend_dir"] = str(cand.location / "lib")
+        try:
+            core = module.Engine(str(path), params)
+        except Exception as e:
+            raise _model_error(e, path) from e
+        return cls(core=core, module=module, candidate=cand, model_path=path, engine_args=engine_args)
+
+    # ---------------------------------------------------------------- text
+    def complete(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
+                 **overrides: Any) -> Completion:
+        """Generate a completion (blocking; the GIL is released while waiting)."""
+        req = self._submit(prompt, Sampling.make(sampling, **overrides))
+        started = time.perf_counter()
+        _drain(req)
+        return _completion(req, started)
+
+    def stream(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
+               **overrides: Any) -> Stream:
+        """Iterate text deltas; closing the iterator cancels generation within one token."""
+        return Stream(self._submit(prompt, Sampling.make(sampling, **overrides)), time.perf_counter())
+
+    def _submit(self, prompt: str | Sequence[int], sampling: Sampling) -> Any:
+        self._check_open()
+        p: Any = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
+        try:
+            return self.core.submit(p, sampling.to_core())
+        except Exception as e:
+            raise _translate(e) from e
+
+    # ---------------------------------------------------------------- chat
+    def chat(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None,
+             tool_choice: str | dict[str, Any] = "auto", sampling: Sampling | dict[str, Any] | None = None,
+             response_format: dict[str, Any] | None = None, **overrides: Any) -> ChatResult:
+        """One chat turn with the model's own template; tool calls come back parsed."""
+        req = self._submit_chat(messages, tools, tool_choice, sampling, response_format, overrides)
+        started = time.perf_counter()
+        _drain(req)
+        return ChatResult(message=json.loads(self.core.parse_chat(req)), completion=_completion(req, started))
+
+    def chat_stream(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None,
+                    tool_choice: str | dict[str, Any] = "auto", sampling: Sampling | dict[str, Any] | None = None,
+                    response_format: dict[str, Any] | None = None, **overrides: Any) -> ChatStream:
+        """Stream the raw assistant text; ``.message`` holds the parsed message at the end."""
+        req = self._submit_chat(messages, tools, tool_choice, sampling, response_format, overrides)
+        return ChatStream(req, time.perf_counter(), self.core)
+
+    def _submit_chat(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
+                     tool_choice: str | dict[str, Any], sampling: Sampling | dict[str, Any] | None,
+                     response_format: dict[str, Any] | None, overrides: dict[str, Any]) -> Any:
+        self._check_open()
+        s = Sampling.make(sampling, **overrides)
+        choice = _tool_choice(tool_choice)
+        if choice not in ("auto", "none") and not tools:
+            raise errors.InvalidRequestError(f"tool_choice {tool_choice!r} needs tools")
+        schema = _response_schema(response_format)
+        try:
+            return self.core.submit_chat(json.dumps(list(messages)), json.dumps(list(tools)) if tools else "",
+                                         choice, json.dumps(schema) if schema else "", s.to_core())
+        except Exception as e:
+            raise _translate(e) from e
+
+    # ---------------------------------------------------------------- embeddings & tokens
+    def embed(self, texts: Sequence[str], *, normalize: bool = True) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """One row per text, pooled the way the model says (mean for MiniLM), L2-normalized by default."""
+        self._check_open()
+        if isinstance(texts, str):
+            texts = [texts]
+        try:
+            return np.asarray(self.core.embed(list(texts), normalize), dtype=np.float32)
+        except Exception as e:
+            raise _translate(e) from e
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        return list(self.core.tokenize(text, add_special, True))
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        try:
+            return str(self.core.detokenize(list(tokens), False))
+        except Exception as e:
+            raise _translate(e) from e
+
+    # ---------------------------------------------------------------- introspection
+    def info(self) -> dict[str, Any]:
+        """Architecture, parameters, context, variant, ggml devices, selected CPU variant."""
+        raw = dict(self.core.info())
+        out: dict[str, Any] = {k: raw[k] for k in ("arch", "desc", "devices", "cpu_variant", "chat_template")}
+        for k in ("n_params", "size_bytes", "n_ctx", "n_ctx_train", "n_embd", "n_vocab", "max_num_seqs"):
+            out[k] = int(raw[k])
+        out["embedding_only"] = raw["embedding_only"] == "1"
+        out["prefix_caching"] = raw["prefix_caching"] == "1"
+        out["variant"] = self.candidate.variant
+        out["pin"] = self.candidate.identity.get("pin")
+        out["abi_fingerprint"] = self.candidate.identity.get("abi_fingerprint")
+        out["model"] = str(self.model_path)
+        return out
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.core.stats())
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.core.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.EngineClosedError("engine is closed")
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+class ChatStream(Stream):
+    def __init__(self, req: Any, started: float, core: Any) -> None:
+        super().__init__(req, started)
+        self._core = core
+        self.message: dict[str, Any] | None = None
+
+    def __next__(self) -> str:
+        try:
+            return super().__next__()
+        except StopIteration:
+            if self.message is None and self._req.done and self._req.finish_reason != "error":
+                self.message = json.loads(self._core.parse_chat(self._req))
+            raise
+
+
+def _tool_choice(choice: str | dict[str, Any]) -> str:
+    if isinstance(choice, dict):
+        fn = choice.get("function", {})
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not name:
+            raise errors.InvalidRequestError('tool_choice must be "auto", "required", "none" or {"function": {"name": ...}}')
+        return str(name)
+    if choice not in ("auto", "required", "none"):
+        raise errors.InvalidRequestError(f'tool_choice must be "auto", "required", "none" or a function, got {choice!r}')
+    return choice
+
+
+def _response_schema(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Accept OpenAI's ``{"type": "json_schema", "json_schema": {"schema": ...}}`` or a bare schema."""
+    if not fmt:
+        return None
+    if fmt.get("type") == "json_object":
+        return {"type": "object"}
+    if fmt.get("type") == "json_schema":
+        inner = fmt.get("json_schema", {})
+        return dict(inner.get("schema", inner))
+    return fmt
+
+
+def _committed_fingerprint() -> str | None:
+    from harness.paths import project_root
+
+    p = project_root() / "abi" / ENGINE / "surface.json"
+    try:
+        return str(json.loads(p.read_text())["fingerprint"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def handshake(module: Any, cand: discovery.Candidate) -> None:
+    """Refuse a module whose libraries are not the ones it was built against."""
+    ident = cand.identity
+    manifest_path = cand.location / "lib" / "manifest.json"
+    lib_fp = json.loads(manifest_path.read_text()).get("abi_fingerprint") if manifest_path.is_file() else None
+    problems = []
+    if module.ABI_FINGERPRINT != lib_fp:
+        problems.append(f"module built against ABI {str(module.ABI_FINGERPRINT)[:16]}, "
+                        f"libraries in {cand.location / 'lib'} are {str(lib_fp)[:16]}")
+    if module.PIN != ident.get("pin"):
+        problems.append(f"module pin {module.PIN} != identity pin {ident.get('pin')}")
+    lib_build = module.library_build_number()
+    if int(module.BUILD_NUMBER) != int(lib_build):
+        problems.append(f"module built for llama.cpp build {module.BUILD_NUMBER}, loaded libllama-common is build {lib_build}")
+    if problems:
+        raise errors.BackendError(f"refusing backend {cand.name}: " + "; ".join(problems)
+                                  + ". Rebuild it: harness build-backend llamacpp --variant " + cand.variant)
+
+
+def _model_error(e: BaseException, path: Path) -> BaseException:
+    msg = str(e)
+    import re
+
+    m = re.search(r"unknown model architecture: '([^']+)'", msg)
+    if m:
+        return errors.ModelError(f"Unsupported model architecture: {m.group(1)} ({path})")
+    return _translate(e) if not isinstance(e, errors.HarnessError) else e

@@ -1,0 +1,53 @@
+"""What a model path may be: a ``.gguf`` file (header checked) or a HF dir (converted once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import ModelError
+
+MAX_GGUF_VERSION = 3
+
+
+def check_gguf(path: Path) -> dict[str, object]:
+    """Read the GGUF header with the ``gguf`` package; refuse bad magic, version > 3, truncation."""
+    import gguf
+
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise ModelError(f"cannot read {path}: {e}") from e
+    if len(head) < 8 or head[:4] != b"GGUF":
+        raise ModelError(f"{path} is not a GGUF file (bad magic {head[:4]!r}, expected b'GGUF')")
+    version = int.from_bytes(head[4:8], "little")
+    if version > MAX_GGUF_VERSION:
+        raise ModelError(f"{path} is GGUF version {version}; this engine reads versions <= {MAX_GGUF_VERSION}")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as e:  # the reader raises ValueError/IndexError/struct errors on damage
+        raise ModelError(f"{path} is truncated or corrupt: {e}") from e
+    field = reader.get_field("general.architecture")
+    arch = field.contents() if field is not None else None
+    if not arch:
+        raise ModelError(f"{path} has no general.architecture key")
+    return {"version": version, "architecture": arch, "tensors": len(reader.tensors)}
+
+
+def resolve_model(path: Path) -> Path:
+    """The GGUF file to load for ``path``; HF directories are converted once and cached."""
+    if not path.exists():
+        raise ModelError(f"model not found: {path}")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{path} is a directory without config.json: not a Hugging Face model dir")
+        if not any(path.glob("*.safetensors")):
+            raise ModelError(f"{path} has config.json but no *.safetensors weights (only safetensors are converted)")
+        from harness.models.convert import convert_hf_dir
+        from harness.pipeline import patched_tree
+
+        return resolve_model(convert_hf_dir(path, engine_tree=patched_tree("llamacpp").path))
+    if path.suffix != ".gguf":
+        raise ModelError(f"{path} is neither a .gguf file nor a Hugging Face model directory")
+    check_gguf(path)
+    return path

@@ -1,0 +1,179 @@
+"""Text specs on SmolLM2-135M-Instruct (HARNESS_CHAT_MODEL): completion, chat, streaming, sampling."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import pytest
+
+from harness.runtime import Engine
+
+from .conftest import model_path, require_variant
+
+GREEDY: dict[str, Any] = {"temperature": 0.0, "max_tokens": 16}
+
+
+@pytest.fixture(scope="session")
+def smol(variant: str) -> Iterator[Engine]:
+    require_variant(variant)
+    path = model_path("HARNESS_CHAT_MODEL")
+    with Engine.load(path, variant=variant, n_ctx=2048, max_num_seqs=8, threads=2) as eng:
+        yield eng
+
+
+def test_info_reports_variant_and_cpu_level(smol: Engine, variant: str) -> None:
+    info = smol.info()
+    assert info["arch"] == "llama" and info["variant"] == variant
+    assert info["n_ctx"] == 2048 and info["n_params"] > 100_000_000
+    assert "CPU" in info["devices"]
+    if variant == "cpu":
+        assert info["cpu_variant"], "the run-time dispatched build names the libggml-cpu level it picked"
+
+
+def test_completion_knows_paris(smol: Engine) -> None:
+    c = smol.complete("The capital of France is", GREEDY)
+    assert "Paris" in c.text, c.text
+    assert c.n_prompt > 0 and c.n_generated > 0
+
+
+def test_chat_with_system_prompt_knows_paris(smol: Engine) -> None:
+    r = smol.chat([{"role": "system", "content": "You are a helpful geography assistant. Answer briefly."},
+                   {"role": "user", "content": "What is the capital of France?"}], sampling={"temperature": 0, "max_tokens": 32})
+    assert "Paris" in r.content, r.content
+    assert r.message["role"] == "assistant"
+
+
+def test_stream_equals_blocking(smol: Engine) -> None:
+    blocking = smol.complete("Once upon a time", temperature=0.0, max_tokens=40)
+    s = smol.stream("Once upon a time", temperature=0.0, max_tokens=40)
+    deltas = list(s)
+    assert len(deltas) > 1
+    assert "".join(deltas) == blocking.text
+    assert s.result is not None and s.result.finish_reason == blocking.finish_reason
+
+
+def test_stop_string_is_not_emitted(smol: Engine) -> None:
+    free = smol.complete("The capital of France is", GREEDY).text
+    assert "Paris" in free
+    c = smol.complete("The capital of France is", GREEDY, stop=["Paris"])
+    assert c.finish_reason == "stop"
+    assert "Paris" not in c.text and "Par" not in c.text[-3:]
+    assert free.startswith(c.text)
+
+
+def test_stop_string_spanning_tokens_never_leaks(smol: Engine) -> None:
+    free = smol.complete("The capital of France is", GREEDY).text
+    i = free.index("Paris")
+    stop = free[i - 1 : i + 3]  # e.g. " Par": crosses the token boundary before "Paris"
+    deltas = list(smol.stream("The capital of France is", GREEDY, stop=[stop]))
+    joined = "".join(deltas)
+    assert stop not in joined
+    assert joined == free[: free.index(stop)]
+
+
+def test_max_tokens(smol: Engine) -> None:
+    c = smol.complete("List the numbers:", temperature=0.0, max_tokens=5, ignore_eos=True)
+    assert c.n_generated == 5 and c.finish_reason == "length"
+
+
+def test_seed_reproducibility(smol: Engine) -> None:
+    a = smol.complete("Write a word:", temperature=1.0, seed=1234, max_tokens=20)
+    b = smol.complete("Write a word:", temperature=1.0, seed=1234, max_tokens=20)
+    assert a.text == b.text
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Get the weather for a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "description": "Get the local time in a timezone",
+        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}}}
+
+
+def test_tool_call_required(smol: Engine) -> None:
+    r = smol.chat([{"role": "user", "content": "What is the weather in Paris?"}], tools=[WEATHER],
+                  tool_choice="required", sampling={"temperature": 0, "max_tokens": 64})
+    calls = r.tool_calls
+    assert calls, r.message
+    assert calls[0]["function"]["name"] == "get_weather"
+    assert isinstance(calls[0]["function"]["arguments"], dict)
+    assert "city" in calls[0]["function"]["arguments"]
+
+
+def test_tool_call_named(smol: Engine) -> None:
+    r = smol.chat([{"role": "user", "content": "What is the weather in Paris?"}], tools=[WEATHER, TIME],
+                  tool_choice={"type": "function", "function": {"name": "get_time"}},
+                  sampling={"temperature": 0, "max_tokens": 64})
+    assert [c["function"]["name"] for c in r.tool_calls] == ["get_time"], r.message
+
+
+def test_json_schema_response(smol: Engine) -> None:
+    schema = {"type": "object", "properties": {"country": {"type": "string"}, "capital": {"type": "string"}},
+              "required": ["country", "capital"], "additionalProperties": False}
+    r = smol.chat([{"role": "user", "content": "Give the capital of France as JSON."}],
+                  response_format={"type": "json_schema", "json_schema": {"schema": schema}},
+                  sampling={"temperature": 0, "max_tokens": 64})
+    data = json.loads(r.content)
+    jsonschema.validate(data, schema)
+
+
+def test_chat_stream_parses_at_the_end(smol: Engine) -> None:
+    s = smol.chat_stream([{"role": "system", "content": "You are a helpful geography assistant. Answer briefly."},
+                          {"role": "user", "content": "What is the capital of France?"}],
+                         sampling={"temperature": 0, "max_tokens": 32})
+    text = "".join(s)
+    assert s.message is not None and "Paris" in s.message["content"] and "Paris" in text
+
+
+def test_eight_concurrent_streams_finish(smol: Engine) -> None:
+    results: dict[int, str] = {}
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = "".join(smol.stream(f"Count from {i}:", temperature=0.0, max_tokens=24))
+        except BaseException as e:  # noqa: BLE001 - collected and re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert sorted(results) == list(range(8)) and all(results.values())
+    assert smol.stats()["active"] == 0
+
+
+def test_cancel_mid_stream_frees_the_slot(smol: Engine) -> None:
+    s = smol.stream("Tell me a long story about a dragon.", temperature=0.0, max_tokens=500, ignore_eos=True)
+    got = [next(s), next(s)]
+    s.close()
+    assert all(isinstance(g, str) for g in got)
+    for _ in range(200):
+        if smol.stats()["active"] == 0:
+            break
+        threading.Event().wait(0.01)
+    assert smol.stats()["active"] == 0
+    assert "Paris" in smol.complete("The capital of France is", GREEDY).text
+
+
+def test_breaking_out_of_a_for_loop_cancels(smol: Engine) -> None:
+    before = smol.stats()["completed"]
+    for i, _ in enumerate(smol.stream("Tell me a long story.", temperature=0.0, max_tokens=500, ignore_eos=True)):
+        if i == 2:
+            break
+    for _ in range(300):
+        if smol.stats()["completed"] > before and smol.stats()["active"] == 0:
+            break
+        threading.Event().wait(0.01)
+    assert smol.stats()["active"] == 0
+
+
+def test_prefix_cache_reuses_the_prompt(smol: Engine) -> None:
+    prompt = "The following is a long shared system prompt. " * 8 + "Question: what is 2+2?"
+    smol.complete(prompt, temperature=0.0, max_tokens=4)
+    again = smol.complete(prompt, temperature=0.0, max_tokens=4)
+    assert again.n_cached > 0
