@@ -105,6 +105,8 @@ def package(artifacts: list[Path], dest: Path) -> dict[str, Any]:
                     continue
                 if src.is_symlink():
                     target.symlink_to(os.readlink(src))
+                elif src.is_dir():
+                    shutil.copytree(src, target, symlinks=True)
                 else:
                     shutil.copy2(src, target)
     first = manifests[0]

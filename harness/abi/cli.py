@@ -67,13 +67,14 @@ def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str
     """--used-from, else the descriptor's abi.used_from, else the committed used set; None = everything."""
     if args.all:
         return None
+    pattern = spec.abi.get("used_pattern")
     if args.used_from is not None:
-        return used_from(args.used_from)
+        return used_from(args.used_from, pattern)
     configured = spec.abi.get("used_from")
     if configured:
         path = paths.project_root() / str(configured)
         if path.exists():
-            return used_from(path)
+            return used_from(path, pattern)
         progress.info(f"abi.used_from {configured} does not exist yet; keeping the committed used set")
     if committed is not None and committed.get("used") is not None:
         return set(committed["used"])

@@ -44,13 +44,18 @@ def undefined_symbols(binary: Path) -> set[str]:
     return names
 
 
-def source_identifiers(paths: Iterable[Path]) -> set[str]:
-    """Engine-looking identifiers in C/C++ sources (files, or directories walked recursively)."""
+def source_identifiers(paths: Iterable[Path], pattern: str | None = None) -> set[str]:
+    """Engine-looking identifiers in C/C++ sources (files, or directories walked recursively).
+
+    :param pattern: regex of identifiers to collect (the descriptor's ``abi.used_pattern``,
+        for engines whose API is not prefixed like ggml's); default :data:`SOURCE_IDENT`.
+    """
+    ident = re.compile(pattern) if pattern else SOURCE_IDENT
     names: set[str] = set()
     for p in paths:
         files = sorted(f for f in p.rglob("*") if f.suffix in SOURCE_SUFFIXES) if p.is_dir() else [p]
         for f in files:
-            names.update(SOURCE_IDENT.findall(f.read_text(errors="replace")))
+            names.update(ident.findall(f.read_text(errors="replace")))
     return names
 
 
@@ -60,7 +65,7 @@ def _is_binary(path: Path) -> bool:
     return magic == _ELF or magic in _MACHO
 
 
-def used_from(path: Path) -> set[str]:
+def used_from(path: Path, pattern: str | None = None) -> set[str]:
     """The used set from a built module (.so/.dylib) or from a source file or directory.
 
     Unfiltered: the caller intersects with the surface's names, which drops libc
@@ -71,4 +76,4 @@ def used_from(path: Path) -> set[str]:
         raise UsageError(msg)
     if path.is_file() and _is_binary(path):
         return undefined_symbols(path)
-    return source_identifiers([path])
+    return source_identifiers([path], pattern)

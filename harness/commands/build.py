@@ -11,6 +11,7 @@ from rich.table import Table
 
 from harness import host as hostmod
 from harness import paths, pipeline
+from harness.abi.check import check_engine
 from harness.artifacts import find_artifacts, package, status
 from harness.build import build
 from harness.cli import add_json_flag, print_json
@@ -71,9 +72,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     host = hostmod.probe()
     variants = select(load_matrix(), args.variant)
     tree = pipeline.patched_tree(engine, pm)
+    # The ABI check runs before any build: seconds, not a wasted half hour.
+    abi = check_engine(engine, tree.path)
+    if not args.json:
+        print(f"ABI check passed ({abi.fingerprint[:16]}, {abi.seconds:.2f} s)")
     results = []
     for v in variants:
-        r = build(pm, engine, v, tree, host, overrides=parse_defines(args.define), force=args.force)
+        r = build(pm, engine, v, tree, host, overrides=parse_defines(args.define), force=args.force,
+                  abi_fingerprint=abi.fingerprint)
         cpu = selected_cpu_variant(r.artifact) if v.defines.get("GGML_BACKEND_DL") == "ON" else None
         results.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
                         "seconds": round(r.seconds, 2), "selected_cpu_variant": cpu})

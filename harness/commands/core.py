@@ -10,7 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from harness import host as hostmod
-from harness import pipeline, progress
+from harness import pipeline
 from harness.cli import add_json_flag, print_json
 from harness.engines import engine_names, load_engine
 from harness.errors import PatchError

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import pytest
+from harness_plugins.variant_cuda import arch_satisfies
 
 from harness.errors import UnknownNameError
 from harness.matrix import buildability, load_matrix, select
 from harness.plugin import make_manager
 from harness.types import GpuInfo, HostInfo, ToolInfo
-from harness_plugins.variant_cuda import arch_satisfies
 
 
 def fake_host(**kw: object) -> HostInfo:
