@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.commands.core",
     "harness.commands.build",
     "harness.commands.runtime",
+    "harness.models.cli",
     "harness.abi.cli",
     "harness.config.cli",
     "harness.video.cli",

