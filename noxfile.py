@@ -13,6 +13,7 @@ Posargs pass through to the underlying tool.
 
 from __future__ import annotations
 
+import json
 import os
 
 import nox
@@ -35,21 +36,36 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "harness")
 
 
-@nox.session(python=PYTHON)
-def tests(session: nox.Session) -> None:
-    """Unit tests, then fetch/patch/build cpu and the tests that need the artifact."""
-    _install(session)
-    env = {"HARNESS_NO_PROGRESS": "1"}
+def _prepare_cpu(session: nox.Session, env: dict[str, str]) -> dict[str, str]:
+    """fetch -> patch -> ABI check -> build cpu -> backend -> models; returns the e2e environment."""
     session.run("harness", "fetch", "llamacpp", env=env)
     session.run("harness", "patch", "llamacpp", env=env)
     session.run("harness", "patch", "--check", "llamacpp", env=env)
+    session.run("harness", "abi", "check", "llamacpp", env=env)
     session.run("harness", "build", "llamacpp", "--variant", "cpu", env=env)
     session.run("harness", "artifacts", env=env)
-    env["HARNESS_ARTIFACT"] = session.run(
-        "python", "-c", "from harness import paths; print(paths.artifacts_dir() / 'llamacpp-' + "
-        "__import__('harness.engines', fromlist=['x']).load_engine('llamacpp').pin + '-cpu')",
-        silent=True, env=env).strip()
-    session.run("pytest", "-p", "no:cacheprovider", *session.posargs, env=env)
+    session.run("harness", "build-backend", "llamacpp", "--variant", "cpu", env=env)
+    session.run("harness", "engine", "info", env=env)
+    session.run("harness", "models", "fetch", env=env)
+    out = session.run("harness", "models", "env", "--json", silent=True, env=env)
+    e2e = dict(env)
+    e2e.update(json.loads(str(out)))
+    art = session.run("harness", "artifacts", "--json", silent=True, env=env)
+    for a in json.loads(str(art)):
+        if a["engine"] == "llamacpp" and a["variant"] == "cpu":
+            e2e["HARNESS_ARTIFACT"] = a["path"]
+    return e2e
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Unit tests, then the pipeline for cpu (cached after the first run) and the e2e specs on it."""
+    _install(session, "test,convert")
+    env = {"HARNESS_NO_PROGRESS": "1"}
+    session.run("pytest", "-p", "no:cacheprovider", "tests/unit", *session.posargs, env=env)
+    e2e = _prepare_cpu(session, env)
+    session.run("pytest", "-p", "no:cacheprovider", "tests/e2e", "--variant", "cpu", "-ra", *session.posargs,
+                env=e2e)
 
 
 @nox.session(python=PYTHON, default=False)
