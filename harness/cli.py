@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.abi.cli",
     "harness.config.cli",
     "harness.video.cli",
+    "harness.bench.cli",
 )
 
 EPILOG = """\

@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_plugins)
 
     p = sub.add_parser("host", help="probe this host: CPU, SIMD, memory, toolchains, GPUs, ffmpeg")
+    p.add_argument("--measure", action="store_true",
+                   help="also measure memory bandwidth and GEMM FLOP/s (the roofline; cached per host)")
+    p.add_argument("--force", action="store_true", help="with --measure: measure again, ignoring the cache")
     add_json_flag(p)
     p.set_defaults(func=cmd_host)
 
@@ -74,8 +77,13 @@ def _gib(n: int) -> str:
 
 def cmd_host(args: argparse.Namespace) -> int:
     h = hostmod.probe()
+    measured = None
+    if args.measure:
+        from harness.bench.roofline import measure_host
+
+        measured = measure_host(force=args.force)
     if args.json:
-        print_json(hostmod.as_dict(h))
+        print_json({**hostmod.as_dict(h), **({"measure": measured} if measured else {})})
         return 0
     t = Table("what", "found", show_header=False)
     t.add_row("os / arch", f"{h.os} {h.arch}" + (f" (macOS {h.macos_version})" if h.macos_version else ""))
@@ -90,6 +98,11 @@ def cmd_host(args: argparse.Namespace) -> int:
                                 + (f" ({g.device_type})" if g.device_type else "") for g in h.gpus) or "[dim]none[/]")
     t.add_row("vulkan headers", h.vulkan_headers or "[dim]not found[/]")
     t.add_row("ffmpeg aac", {None: "[dim]no ffmpeg[/]", True: "yes", False: "[red]no AAC encoder[/]"}[h.ffmpeg_aac])
+    if measured:
+        from harness.bench.roofline import measure_rows
+
+        for what, value in measure_rows(measured):
+            t.add_row(what, value)
     _stdout_table(t)
     return 0
 

@@ -7,6 +7,7 @@ decode loop, batching, sampling and streaming; Python never loops per token.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -216,7 +217,8 @@ class Engine:
         cand = discovery.choose(ENGINE, spec.pin, _committed_fingerprint(), variant)
         module = discovery.import_core(cand)
         handshake(module, cand)
-        params["backend_dir"] = str(cand.location / "lib")
+        # HARNESS_BACKEND_LIB_DIR points ggml at another plugin dir (e.g. one CPU level only).
+        params["backend_dir"] = os.environ.get("HARNESS_BACKEND_LIB_DIR") or str(cand.location / "lib")
         try:
             core = module.Engine(str(path), params)
         except Exception as e:

@@ -626,16 +626,18 @@ bool Engine::admit_locked() {
 }
 
 void Engine::release(Slot & s, const std::string & reason) {
-    if (s.req) {
-        if (reason != "error") s.req->finish(reason);
-        n_completed_++;
-    }
+    // Free the slot before waking the caller, so a finished request never shows as active.
+    auto req = std::move(s.req);
     s.req.reset();
     s.decoding = false;
     s.last_used = ++tick_;
     if (!prefix_caching() || reason == "cancelled" || reason == "error") {
         llama_memory_seq_rm(llama_get_memory(ctx_), s.id, -1, -1);
         s.cache.clear();
+    }
+    if (req) {
+        n_completed_++;
+        if (reason != "error") req->finish(reason);
     }
 }
 

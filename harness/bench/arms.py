@@ -1,0 +1,434 @@
+"""Bench arms: what one side of an A/B benchmark is, and the worker process it runs in.
+
+An arm is described by an :class:`ArmSpec` (``kind`` + options) and created by
+the ``harness_bench_arm(kind, options)`` hook. Each arm lives in its own worker
+process (``multiprocessing`` "spawn" context, so no state leaks from the parent)
+that builds the plugin manager, asks the hook for the arm, and then answers
+commands over a pipe. Both arms therefore pay the same process start-up, the
+same allocator state and the same import cost, and a crash in one arm cannot
+take the runner down.
+
+The object a plugin returns must provide the :class:`Arm` methods. The runner
+adds one key to the options it passes to the hook: ``"_role"`` (``"A"`` or
+``"B"``). Keys starting with ``_`` are runner context; arms ignore the ones they
+do not use (the ``fake`` arm uses it to give the two sides distinct noise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Protocol, runtime_checkable
+
+from harness.errors import BenchError
+
+#: The keys every ``measure()`` result must carry, all positive numbers.
+REQUIRED_METRICS: tuple[str, ...] = ("ttft_s", "decode_tps", "aggregate_tps")
+
+#: Seconds a worker gets to build its arm (real arms load a model).
+START_TIMEOUT_S = 600.0
+#: Seconds a worker gets to close before it is terminated.
+CLOSE_TIMEOUT_S = 10.0
+
+
+@runtime_checkable
+class Arm(Protocol):
+    """What a ``harness_bench_arm`` implementation returns."""
+
+    def warmup(self) -> None:
+        """Load, touch the weights and run a throw-away request; not measured."""
+
+    def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
+        """Run ``concurrency`` requests of ``pn`` prompt and ``gn`` generated tokens.
+
+        Returns at least ``ttft_s`` (prefill time to first token, seconds),
+        ``decode_tps`` (per-sequence decode tokens/s) and ``aggregate_tps``
+        (generated tokens/s over all sequences); other numeric keys are kept.
+        """
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """Pins, manifests, versions and the model (``model.bytes``, ``model.n_params``)."""
+        ...
+
+    def close(self) -> None:
+        """Release the model and any child processes."""
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One side of a benchmark: which arm kind, a display name, and its options."""
+
+    kind: str
+    """Arm kind, resolved by the ``harness_bench_arm`` hook (``backend``, ``xllamacpp``, ``fake``)."""
+    name: str
+    """Label used in progress, tables and plots."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Kind-specific options (model path, variant, threads, ...)."""
+
+    @classmethod
+    def parse(cls, text: str, *, name: str | None = None) -> ArmSpec:
+        """Parse ``KIND[:key=value,...]``; values become int, float, bool or str."""
+        kind, _, rest = text.strip().partition(":")
+        if not kind:
+            msg = f"expected an arm as KIND[:key=value,...], found {text!r}; e.g. 'fake:slowdown=1.1'"
+            raise BenchError(msg)
+        options: dict[str, Any] = {}
+        for item in filter(None, (s.strip() for s in rest.split(","))):
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                msg = (f"expected key=value in arm options of {text!r}, found {item!r}; "
+                       "separate options with commas, e.g. 'fake:seed=1,slowdown=1.1'")
+                raise BenchError(msg)
+            options[key.strip()] = _coerce(value.strip())
+        return cls(kind=kind.strip(), name=name or text.strip(), options=options)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "options": dict(self.options)}
+
+
+def _coerce(value: str) -> Any:
+    low = value.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    for conv in (int, float):
+        with contextlib.suppress(ValueError):
+            return conv(value)
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """One raw measurement: one arm, one block, one concurrency level."""
+
+    arm: str
+    """``"A"`` (baseline) or ``"B"`` (candidate)."""
+    block: int
+    """ABBA block index, from 0."""
+    position: int
+    """Position of this arm inside its block (0 = first, 1 = second)."""
+    sequence: int
+    """Index of this arm's turn over the whole run (0 .. 2*blocks-1)."""
+    concurrency: int
+    pn: int
+    gn: int
+    ttft_s: float
+    decode_tps: float
+    aggregate_tps: float
+    peak_rss_bytes: int
+    """Peak resident set of the worker (and its waited-for children) so far."""
+    started_at: float
+    """Unix time the measurement started in the worker."""
+    finished_at: float
+    extra: dict[str, float] = field(default_factory=dict)
+    """Other numbers the arm reported."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Sample:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# ---------------------------------------------------------------------------
+# creating arms (runs in the worker, or in-process for tests)
+# ---------------------------------------------------------------------------
+
+
+def create_arm(spec: ArmSpec, role: str, extra_plugins: Sequence[str] = ()) -> Arm:
+    """Build the plugin manager and ask ``harness_bench_arm`` for ``spec``'s arm."""
+    import importlib
+
+    from harness.plugin import get_manager
+
+    pm = get_manager()
+    for module_name in extra_plugins:
+        module = importlib.import_module(module_name)
+        if not pm.is_registered(module):
+            pm.register(module)
+    pm.check_pending()
+    arm = pm.hook.harness_bench_arm(kind=spec.kind, options={**spec.options, "_role": role})
+    if arm is None:
+        msg = (f"no plugin provides bench arm kind {spec.kind!r} (arm {role}, {spec.name!r}); "
+               "expected one of the built-in kinds (backend, xllamacpp, fake) or a plugin's; "
+               "`harness plugins` lists which plugins implement harness_bench_arm")
+        raise BenchError(msg)
+    missing = [m for m in ("warmup", "measure", "describe", "close") if not callable(getattr(arm, m, None))]
+    if missing:
+        msg = (f"bench arm kind {spec.kind!r} returned {type(arm).__name__}, which lacks "
+               f"{', '.join(missing)}; an arm must implement warmup, measure, describe and close")
+        raise BenchError(msg)
+    return arm  # type: ignore[no-any-return]
+
+
+def peak_rss_bytes() -> int:
+    """Peak RSS of this process and its reaped children, at least the current RSS of the live ones."""
+    peak = 0
+    try:
+        import resource
+
+        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is KiB on Linux, bytes on macOS
+        peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                   resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) * scale
+    except ImportError:  # pragma: no cover - Windows
+        pass
+    try:
+        import psutil
+
+        me = psutil.Process()
+        live = me.memory_info().rss + sum(c.memory_info().rss for c in me.children(recursive=True))
+        peak = max(peak, int(live))
+    except Exception:  # pragma: no cover - a child can vanish while we look
+        pass
+    return int(peak)
+
+
+def _validate_metrics(spec: ArmSpec, role: str, metrics: Any) -> dict[str, float]:
+    if not isinstance(metrics, Mapping):
+        msg = (f"arm {role} ({spec.name!r}) measure() returned {type(metrics).__name__}; "
+               f"expected a dict with {', '.join(REQUIRED_METRICS)}")
+        raise BenchError(msg)
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        out[str(key)] = float(value)
+    bad = [k for k in REQUIRED_METRICS if not out.get(k, 0.0) > 0.0]
+    if bad:
+        msg = (f"arm {role} ({spec.name!r}) measure() returned {dict(metrics)!r}; expected positive "
+               f"numbers for {', '.join(REQUIRED_METRICS)} (missing or not positive: {', '.join(bad)})")
+        raise BenchError(msg)
+    return out
+
+
+def _measure(arm: Arm, spec: ArmSpec, role: str, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
+    started = time.time()
+    metrics = arm.measure(pn, gn, concurrency)
+    finished = time.time()
+    return {"metrics": _validate_metrics(spec, role, metrics), "started_at": started,
+            "finished_at": finished, "peak_rss_bytes": peak_rss_bytes()}
+
+
+# ---------------------------------------------------------------------------
+# handles the runner talks to
+# ---------------------------------------------------------------------------
+
+
+class ArmHandle(Protocol):
+    """What :mod:`harness.bench.abba` drives: a started arm, in a worker or in-process."""
+
+    spec: ArmSpec
+    role: str
+
+    def describe(self) -> dict[str, Any]: ...
+
+    def warmup(self) -> None: ...
+
+    def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class InProcessArm:
+    """An arm created in this process: for tests and debugging, not for real numbers."""
+
+    def __init__(self, spec: ArmSpec, role: str, extra_plugins: Sequence[str] = ()) -> None:
+        self.spec, self.role = spec, role
+        self._arm: Arm | None = create_arm(spec, role, extra_plugins)
+        self._describe = dict(self._arm.describe())
+
+    def describe(self) -> dict[str, Any]:
+        return self._describe
+
+    def warmup(self) -> None:
+        self._live().warmup()
+
+    def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
+        return _measure(self._live(), self.spec, self.role, pn, gn, concurrency)
+
+    def close(self) -> None:
+        if self._arm is not None:
+            arm, self._arm = self._arm, None
+            arm.close()
+
+    def _live(self) -> Arm:
+        if self._arm is None:
+            msg = f"arm {self.role} ({self.spec.name!r}) is closed; expected a live arm"
+            raise BenchError(msg)
+        return self._arm
+
+
+def _worker_main(conn: Connection, spec: ArmSpec, role: str, extra_plugins: tuple[str, ...]) -> None:
+    """Entry point of an arm's worker process: create the arm, then serve commands."""
+    arm: Arm | None = None
+    try:
+        try:
+            live = arm = create_arm(spec, role, extra_plugins)
+            conn.send(("ok", dict(live.describe())))
+        except BaseException as e:
+            conn.send(("error", type(e).__name__, str(e), traceback.format_exc(limit=-8)))
+            return
+        while True:
+            try:
+                cmd, kwargs = conn.recv()
+            except EOFError:  # the parent went away
+                return
+            try:
+                if cmd == "close":
+                    arm = None
+                    live.close()
+                    conn.send(("ok", None))
+                    return
+                if cmd == "warmup":
+                    live.warmup()
+                    conn.send(("ok", None))
+                elif cmd == "measure":
+                    conn.send(("ok", _measure(live, spec, role, **kwargs)))
+                else:
+                    conn.send(("error", "BenchError", f"unknown worker command {cmd!r}", ""))
+            except Exception as e:
+                conn.send(("error", type(e).__name__, str(e), traceback.format_exc(limit=-8)))
+    finally:
+        if arm is not None:
+            with contextlib.suppress(Exception):
+                arm.close()
+        conn.close()
+
+
+class ArmWorker:
+    """An arm in its own spawned worker process; use as a context manager or call :meth:`close`."""
+
+    def __init__(self, spec: ArmSpec, role: str, extra_plugins: Sequence[str] = ()) -> None:
+        self.spec, self.role = spec, role
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_worker_main, args=(child, spec, role, tuple(extra_plugins)),
+                                 name=f"harness-bench-{role}", daemon=True)
+        self._describe: dict[str, Any] | None = None
+        self._closed = False
+        try:
+            self._proc.start()
+        finally:
+            child.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def wait_ready(self, timeout: float | None = START_TIMEOUT_S) -> dict[str, Any]:
+        """Wait until the worker has built its arm; returns the arm's ``describe()``."""
+        if self._describe is None:
+            self._describe = dict(self._reply("start", timeout))
+        return self._describe
+
+    def describe(self) -> dict[str, Any]:
+        return self.wait_ready()
+
+    def warmup(self) -> None:
+        self._call("warmup", {})
+
+    def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
+        result = self._call("measure", {"pn": pn, "gn": gn, "concurrency": concurrency})
+        return dict(result)
+
+    def close(self) -> None:
+        """Ask the worker to close its arm; terminate it if it does not exit in time."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._proc.is_alive():
+                with contextlib.suppress(OSError, BenchError):
+                    self._conn.send(("close", {}))
+                    self._reply("close", CLOSE_TIMEOUT_S)
+            self._proc.join(CLOSE_TIMEOUT_S)
+            if self._proc.is_alive():
+                self._proc.terminate()
+                self._proc.join(CLOSE_TIMEOUT_S)
+            if self._proc.is_alive():  # pragma: no cover - a worker ignoring SIGTERM
+                self._proc.kill()
+                self._proc.join()
+        finally:
+            self._conn.close()
+            self._proc.close()
+
+    def __enter__(self) -> ArmWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, cmd: str, kwargs: dict[str, Any]) -> Any:
+        self.wait_ready()
+        if self._closed:
+            msg = f"arm {self.role} ({self.spec.name!r}) is closed; expected a live worker for {cmd}"
+            raise BenchError(msg)
+        try:
+            self._conn.send((cmd, kwargs))
+        except OSError as e:
+            msg = f"arm {self.role} ({self.spec.name!r}): worker pipe is broken ({e}); the worker died"
+            raise BenchError(msg) from e
+        return self._reply(cmd, None)
+
+    def _reply(self, cmd: str, timeout: float | None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._conn.poll(0.2):
+            if not self._proc.is_alive() and not self._conn.poll(0):
+                msg = (f"arm {self.role} ({self.spec.name!r}): worker exited with code "
+                       f"{self._proc.exitcode} during {cmd}; expected a reply. Run the arm in-process "
+                       "(tests) or check the engine's own logs for a crash")
+                raise BenchError(msg)
+            if deadline is not None and time.monotonic() > deadline:
+                msg = (f"arm {self.role} ({self.spec.name!r}): no reply to {cmd} within {timeout:.0f} s; "
+                       "the worker is stuck (model load or request hung)")
+                raise BenchError(msg)
+        try:
+            reply = self._conn.recv()
+        except EOFError as e:
+            msg = f"arm {self.role} ({self.spec.name!r}): worker closed its pipe during {cmd}"
+            if cmd == "start":
+                msg += ("; a spawned worker re-imports the parent's main module, so run the "
+                        "benchmark from an importable script guarded by `if __name__ == '__main__':` "
+                        "(not from stdin), or see the worker's traceback above")
+            raise BenchError(msg) from e
+        if reply[0] == "ok":
+            return reply[1]
+        _, etype, message, tb = reply
+        msg = f"arm {self.role} ({self.spec.name!r}) failed in {cmd}: {etype}: {message}"
+        if tb and etype != "BenchError":
+            msg += "\n--- worker traceback ---\n" + tb.rstrip()
+        raise BenchError(msg)
+
+
+@contextlib.contextmanager
+def started_arms(specs: Mapping[str, ArmSpec], *, isolate: bool = True,
+                 extra_plugins: Sequence[str] = ()) -> Iterator[dict[str, ArmHandle]]:
+    """Start one handle per role (workers start in parallel); close them all on exit."""
+    handles: dict[str, ArmHandle] = {}
+    try:
+        for role, spec in specs.items():
+            handles[role] = (ArmWorker(spec, role, extra_plugins) if isolate
+                             else InProcessArm(spec, role, extra_plugins))
+        for h in handles.values():
+            h.describe()  # waits for the worker's arm
+        yield handles
+    finally:
+        errors: list[BaseException] = []
+        for h in handles.values():
+            try:
+                h.close()
+            except Exception as e:  # close the others anyway
+                errors.append(e)
+        if errors and sys.exc_info()[0] is None:
+            raise errors[0]

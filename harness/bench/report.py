@@ -1,0 +1,370 @@
+"""Benchmark reports: ``reports/<timestamp>-<name>/`` with results.json, report.md and PNGs.
+
+``results.json`` keeps every raw sample, the host, both arms' ``describe()``
+(pins, manifests, versions) and the statistics, so a later ``compare`` can
+recompute everything from the samples. ``report.md`` leads with a table in the
+shape of the reference README's (configuration, prefill TTFT, warm throughput,
+ratio to baseline) plus the interval and the roofline percentages.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import paths
+from harness.bench.abba import BenchResult
+from harness.bench.roofline import roofline_pcts
+from harness.bench.stats import WIDE_PCT, Analysis, Interval, MetricStats, analyze, metric_key
+from harness.errors import BenchError
+
+SCHEMA = "harness.bench/1"
+RESULTS_JSON = "results.json"
+REPORT_MD = "report.md"
+SAMPLES_PNG = "samples.png"
+RATIOS_PNG = "ratios.png"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportFiles:
+    directory: Path
+    results: Path
+    markdown: Path
+    plots: tuple[Path, ...]
+    extra: tuple[Path, ...] = ()
+
+
+def default_reports_dir() -> Path:
+    return paths.project_root() / "reports"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "bench"
+
+
+def report_dir(out: Path, name: str, started_at: float) -> Path:
+    """A fresh ``<out>/<UTC timestamp>-<name>`` directory (suffixed when it exists)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started_at))
+    base = out / f"{stamp}-{_slug(name)}"
+    candidate, i = base, 1
+    while candidate.exists():
+        i += 1
+        candidate = base.with_name(f"{base.name}-{i}")
+    candidate.mkdir(parents=True)
+    return candidate
+
+
+def build_results(result: BenchResult, analysis: Analysis, *, host: Mapping[str, Any] | None = None,
+                  host_measure: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``results.json`` document."""
+    return {
+        "schema": SCHEMA,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        **result.as_dict(),
+        "host": dict(host or {}),
+        "host_measure": dict(host_measure) if host_measure else None,
+        "roofline": _rooflines(result, analysis, host_measure),
+        "analysis": analysis.as_dict(),
+        "findings": [asdict(f) for f in analysis.findings],
+    }
+
+
+def write_report(result: BenchResult, *, out: Path | None = None, analysis: Analysis | None = None,
+                 host: Mapping[str, Any] | None = None, host_measure: Mapping[str, Any] | None = None,
+                 plots: bool = True, hooks: bool = True) -> ReportFiles:
+    """Write ``<out>/<timestamp>-<name>/``; ``out`` defaults to ``reports/`` in the checkout.
+
+    :param hooks: also call ``harness_report_write`` so plugins add their formats.
+    """
+    analysis = analysis or analyze(result.samples, aa=result.aa)
+    directory = report_dir(out or default_reports_dir(), result.name, result.started_at)
+    doc = build_results(result, analysis, host=host, host_measure=host_measure)
+    results_path = directory / RESULTS_JSON
+    results_path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    pngs: list[Path] = []
+    if plots:
+        from harness.bench.plots import plot_ratios, plot_samples
+
+        names = {role: spec.name for role, spec in result.arms.items()}
+        pngs = [plot_samples(analysis, names, directory / SAMPLES_PNG),
+                plot_ratios(analysis, directory / RATIOS_PNG)]
+    md = directory / REPORT_MD
+    md.write_text(render_markdown(doc, analysis, plots=[p.name for p in pngs]))
+    extra: list[Path] = []
+    if hooks:
+        from harness.plugin import get_manager
+
+        for written in get_manager().hook.harness_report_write(results=doc, out_dir=directory):
+            extra.extend(written or [])
+    return ReportFiles(directory=directory, results=results_path, markdown=md, plots=tuple(pngs),
+                       extra=tuple(extra))
+
+
+# ---------------------------------------------------------------------------
+# markdown
+# ---------------------------------------------------------------------------
+
+
+def _rooflines(result: BenchResult, analysis: Analysis, measure: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not measure:
+        return {}
+    c1 = min(result.config.concurrency)
+    out: dict[str, Any] = {}
+    for role in result.arms:
+        dec = analysis.metrics.get(metric_key("decode_tps", c1))
+        ttft = analysis.metrics.get(metric_key("ttft_ms", c1))
+        if dec is None or ttft is None or role not in dec.arms or role not in ttft.arms:
+            continue
+        prefill_tps = result.config.pn * c1 / (ttft.arms[role].geomean.point / 1000.0)
+        out[role] = roofline_pcts(result.describe.get(role, {}), dict(measure),
+                                  decode_tps=dec.arms[role].geomean.point, prefill_tps=prefill_tps)
+    return out
+
+
+def _ci(iv: Interval) -> str:
+    if iv.lo is None or iv.hi is None:
+        return f"{iv.point:.3f} (no interval)"
+    return f"{iv.point:.3f} [{iv.lo:.3f}, {iv.hi:.3f}]"
+
+
+def _val(ms: MetricStats | None, role: str) -> str:
+    if ms is None or role not in ms.arms:
+        return "n/a"
+    arm = ms.arms[role]
+    digits = 1 if ms.unit == "ms" else 2
+    text = f"{arm.geomean.point:.{digits}f} {ms.unit}"
+    hw = arm.geomean.half_width_pct
+    return text + (f" ±{hw:.1f}%" if hw is not None else "")
+
+
+def _pct_of_roof(roof: Mapping[str, float], measure: Mapping[str, Any] | None) -> str:
+    parts = []
+    if "decode_pct" in roof and measure:
+        parts.append(f"decode {roof['decode_pct']:.1f}% of {measure['bandwidth_gbs']:.1f} GB/s")
+    if "prefill_pct" in roof and measure:
+        parts.append(f"prefill {roof['prefill_pct']:.1f}% of {measure['gemm_gflops']:.0f} GFLOP/s")
+    return "; ".join(parts) or "n/a"
+
+
+def _model_line(describe: Mapping[str, Any]) -> str:
+    model = describe.get("model") or {}
+    bits = [f"pin `{describe['pin']}`" if describe.get("pin") else "",
+            f"model `{model['name']}`" if model.get("name") else "",
+            f"{model['bytes'] / 1e6:.1f} MB" if model.get("bytes") else "",
+            f"{model['n_params'] / 1e6:.0f}M params" if model.get("n_params") else ""]
+    return ", ".join(b for b in bits if b)
+
+
+def render_markdown(doc: Mapping[str, Any], analysis: Analysis, *, plots: list[str] | None = None) -> str:
+    cfg, arms = doc["config"], doc["arms"]
+    measure = doc.get("host_measure")
+    roof = doc.get("roofline") or {}
+    c1 = min(cfg["concurrency"])
+    ttft = analysis.metrics.get(metric_key("ttft_ms", c1))
+    dec = analysis.metrics.get(metric_key("decode_tps", c1))
+    lines = [f"# Benchmark: {doc['name']}", ""]
+    for role, label in (("A", "baseline"), ("B", "candidate")):
+        a = arms[role]
+        peak = max((s["peak_rss_bytes"] for s in doc["samples"] if s["arm"] == role), default=0)
+        desc = _model_line(a.get("describe", {}))
+        lines.append(f"- **{role}** ({label}): `{a['name']}` — kind `{a['kind']}`"
+                     + (f", {desc}" if desc else "") + f", peak RSS {peak / 2**20:.0f} MiB")
+    host = doc.get("host") or {}
+    host_bits = [str(host.get("cpu_model", "")), f"{host['cores']} cores" if host.get("cores") else ""]
+    if measure:
+        host_bits.append(f"{measure['bandwidth_gbs']:.1f} GB/s, {measure['gemm_gflops']:.0f} GFLOP/s "
+                         f"(measured {measure.get('measured_at', '?')})")
+    order = " ".join(cfg["order"])
+    lines += [
+        f"- p{cfg['pn']} g{cfg['gn']}, {cfg['blocks']} ABBA blocks ({order}) after warm-up, "
+        f"concurrency {', '.join(map(str, cfg['concurrency']))}"
+        + ("; **A/A run** (the same arm against itself)" if doc.get("aa") else ""),
+        f"- {analysis.confidence:.0%} intervals: geometric mean of per-block B/A ratios, hull of a "
+        f"seeded bootstrap ({analysis.resamples} resamples) and Student-t",
+        "- host: " + (", ".join(b for b in host_bits if b) or "not recorded"),
+        "",
+        "| configuration | prefill TTFT | warm throughput | ratio to baseline (95% CI) | % of roofline |",
+        "|---|---|---|---|---|",
+    ]
+    for role in ("A", "B"):
+        name = f"{role}: {arms[role]['name']}" + (" (baseline)" if role == "A" else "")
+        thr = _val(dec, role)
+        ratio_cell = "—"
+        if role == "B" and dec is not None and dec.ratio is not None:
+            r = dec.ratio.ratio
+            thr += f", {100 * r.point:.1f}% of A"
+            ratio_cell = f"throughput {_ci(r)}"
+            if ttft is not None and ttft.ratio is not None:
+                ratio_cell += f"; TTFT {_ci(ttft.ratio.ratio)}"
+            ratio_cell += f"; {dec.ratio.verdict}"
+        lines.append(f"| {name} | {_val(ttft, role)} | {thr} | {ratio_cell} | "
+                     f"{_pct_of_roof(roof.get(role, {}), measure)} |")
+    lines += ["", "## Every metric", "",
+              "| metric | A | B | B/A (95% CI) | ± | verdict | method |", "|---|---|---|---|---|---|---|"]
+    for ms in analysis.metrics.values():
+        if ms.ratio is None:
+            continue
+        hw = ms.ratio.ratio.half_width_pct
+        lines.append(f"| {ms.label} @ c={ms.concurrency} | {_val(ms, 'A')} | {_val(ms, 'B')} | "
+                     f"{_ci(ms.ratio.ratio)} | {'n/a' if hw is None else f'{hw:.1f}%'} | "
+                     f"{ms.ratio.verdict} | {ms.ratio.method} |")
+    lines += ["", "## Findings", ""]
+    if analysis.aa:
+        lines.append("- A/A check: " + ("**passed**, every interval contains 1.0" if analysis.aa_ok
+                                        else "**FAILED**, an interval excludes 1.0"))
+    if not analysis.findings:
+        lines.append(f"- no outliers, no drift, every interval within ±{WIDE_PCT:.0f}%")
+    for f in analysis.findings:
+        where = f" `{f.metric}`" if f.metric else ""
+        lines.append(f"- **{f.level}**{where}: {f.message}")
+    lines += ["", f"## Per-block samples (c={c1})", "",
+              "| block | order | A TTFT ms | B TTFT ms | A tok/s | B tok/s | B/A tok/s |",
+              "|---|---|---|---|---|---|---|"]
+    if ttft is not None and dec is not None and dec.ratio is not None:
+        for i, block in enumerate(dec.ratio.blocks):
+            order = "AB" if block % 2 == 0 else "BA"
+            cells = [_block_val(ttft, "A", block), _block_val(ttft, "B", block),
+                     _block_val(dec, "A", block), _block_val(dec, "B", block)]
+            lines.append(f"| {block} | {order} | " + " | ".join(cells) + f" | {dec.ratio.ratios[i]:.3f} |")
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots]
+    lines += ["", "## Arms", ""]
+    for role in ("A", "B"):
+        lines += [f"<details><summary>{role}: {arms[role]['name']}</summary>", "", "```json",
+                  json.dumps({k: arms[role][k] for k in ("kind", "options", "describe")}, indent=2,
+                             default=str), "```", "", "</details>", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _block_val(ms: MetricStats, role: str, block: int) -> str:
+    arm = ms.arms.get(role)
+    if arm is None or block not in arm.blocks:
+        return "n/a"
+    v = arm.values[arm.blocks.index(block)]
+    mark = " ⚠" if block in arm.outliers else ""
+    return f"{v:.1f}{mark}" if ms.unit == "ms" else f"{v:.2f}{mark}"
+
+
+# ---------------------------------------------------------------------------
+# compare
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareRow:
+    metric: str
+    what: str
+    """``B/A`` (the ratio), ``A`` or ``B`` (an arm's absolute figure)."""
+    old: Interval
+    new: Interval
+    change_pct: float
+    """New vs old, percent, signed as measured (not by better/worse)."""
+    z: float | None
+    """Change in units of the combined noise of both runs; positive is better."""
+    verdict: str
+    """``regression``, ``improvement``, ``within noise`` or ``no interval``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    old: str
+    new: str
+    rows: tuple[CompareRow, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def regressions(self) -> list[CompareRow]:
+        """Regressions of the candidate: its ratio to the baseline, or its own figure."""
+        return [r for r in self.rows if r.verdict == "regression" and r.what in ("B/A", "B")]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "regressions": [asdict(r) for r in self.regressions]}
+
+
+def load_results(source: Path | str | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(source, Mapping):
+        return dict(source)
+    path = Path(source)
+    if path.is_dir():
+        path = path / RESULTS_JSON
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        msg = f"cannot read benchmark results {path}: {e}; expected a results.json written by `harness bench`"
+        raise BenchError(msg) from e
+    except ValueError as e:
+        msg = f"{path} is not JSON ({e}); expected a results.json written by `harness bench`"
+        raise BenchError(msg) from e
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        msg = f"{path}: expected schema {SCHEMA!r}, found {found!r}; was it written by `harness bench`?"
+        raise BenchError(msg)
+    return doc
+
+
+def _noise(iv: Interval, z_crit: float) -> float | None:
+    if iv.lo is None or iv.hi is None or iv.lo <= 0:
+        return None
+    return (math.log(iv.hi) - math.log(iv.lo)) / (2.0 * z_crit)
+
+
+def compare(old: Path | str | Mapping[str, Any], new: Path | str | Mapping[str, Any], *,
+            z_crit: float = 1.96, min_pct: float = 1.0) -> Comparison:
+    """Compare two runs metric by metric, recomputing both analyses from their raw samples.
+
+    A change counts when it exceeds ``z_crit`` times the combined noise of both runs
+    (each run's interval half-width on the log scale, as a standard error) and is at
+    least ``min_pct`` percent.
+    """
+    docs = [load_results(old), load_results(new)]
+    results = [BenchResult.from_dict(d) for d in docs]
+    analyses = [analyze(r.samples, aa=r.aa) for r in results]
+    notes: list[str] = []
+    for role in ("A", "B"):
+        pins = [d["arms"][role].get("describe", {}).get("pin") for d in docs]
+        if pins[0] != pins[1]:
+            notes.append(f"arm {role} changed pin: {pins[0]} -> {pins[1]}")
+    if docs[0].get("host", {}).get("cpu_model") != docs[1].get("host", {}).get("cpu_model"):
+        notes.append("the runs were on different CPUs: absolute figures are not comparable, ratios are")
+    rows: list[CompareRow] = []
+    for key, ms_old in analyses[0].metrics.items():
+        ms_new = analyses[1].metrics.get(key)
+        if ms_new is None:
+            continue
+        pairs: list[tuple[str, Interval, Interval]] = []
+        if ms_old.ratio is not None and ms_new.ratio is not None:
+            pairs.append(("B/A", ms_old.ratio.ratio, ms_new.ratio.ratio))
+        pairs += [(role, ms_old.arms[role].geomean, ms_new.arms[role].geomean)
+                  for role in ("A", "B") if role in ms_old.arms and role in ms_new.arms]
+        for what, o, n in pairs:
+            rows.append(_compare_row(key, what, o, n, ms_old.higher_is_better, z_crit, min_pct))
+    for row in rows:
+        if row.what == "A" and row.verdict in ("regression", "improvement"):
+            notes.append(f"baseline A moved on {row.metric} ({row.change_pct:+.1f}%): the host or "
+                         "the baseline changed; trust the B/A ratio over absolute figures")
+            break
+    return Comparison(old=str(docs[0].get("name")), new=str(docs[1].get("name")), rows=tuple(rows),
+                      notes=tuple(notes))
+
+
+def _compare_row(key: str, what: str, o: Interval, n: Interval, higher: bool, z_crit: float,
+                 min_pct: float) -> CompareRow:
+    change = 100.0 * (n.point / o.point - 1.0)
+    so, sn = _noise(o, z_crit), _noise(n, z_crit)
+    if so is None or sn is None:
+        return CompareRow(metric=key, what=what, old=o, new=n, change_pct=change, z=None,
+                          verdict="no interval")
+    diff = math.log(n.point) - math.log(o.point)
+    spread = math.hypot(so, sn)
+    z = (diff if higher else -diff) / spread if spread > 0 else math.copysign(math.inf, diff if higher else -diff)
+    verdict = "within noise"
+    if abs(change) >= min_pct and abs(z) > z_crit:
+        verdict = "improvement" if z > 0 else "regression"
+    return CompareRow(metric=key, what=what, old=o, new=n, change_pct=change,
+                      z=z if math.isfinite(z) else None, verdict=verdict)

@@ -1,0 +1,118 @@
+"""Bench statistics: intervals, outliers (modified z), drift, wide-interval warnings."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness.bench.abba import BenchConfig, run_abba
+from harness.bench.arms import ArmSpec, Sample
+from harness.bench.stats import (
+    analyze,
+    bootstrap_mean_ci,
+    geometric_mean,
+    modified_z,
+    outlier_indices,
+    ratio_interval,
+    t_mean_ci,
+)
+
+FAKE = ("harness_plugins.bench_fake",)
+
+
+def _samples(a: str, b: str, blocks: int = 4) -> list[Sample]:
+    r = run_abba(ArmSpec.parse(a), ArmSpec.parse(b), BenchConfig(blocks=blocks), isolate=False,
+                 extra_plugins=FAKE)
+    return list(r.samples)
+
+
+def test_geometric_mean_and_intervals() -> None:
+    assert geometric_mean([1.0, 4.0]) == pytest.approx(2.0)
+    logs = np.log([0.9, 1.1, 1.0, 1.05, 0.95])
+    assert bootstrap_mean_ci(logs, seed=3) == bootstrap_mean_ci(logs, seed=3)  # seeded
+    lo, hi = t_mean_ci(logs)
+    assert lo < float(logs.mean()) < hi
+    hull, boot, tint, method = ratio_interval([0.9, 1.1, 1.0, 1.05, 0.95])
+    assert None not in (hull.lo, hull.hi, boot.lo, boot.hi, tint.lo, tint.hi)
+    assert hull.lo == min(boot.lo, tint.lo) and hull.hi == max(boot.hi, tint.hi)  # type: ignore[type-var]
+    assert hull.point == pytest.approx(geometric_mean([0.9, 1.1, 1.0, 1.05, 0.95]))
+    assert method
+
+
+def test_four_same_sign_blocks_do_not_make_a_claim_by_themselves() -> None:
+    # a percentile bootstrap of 4 ratios all above 1 excludes 1.0; the t hull must not
+    ratios = [1.001, 1.03, 1.002, 1.035]
+    hull, boot, _, method = ratio_interval(ratios)
+    assert boot.lo is not None and boot.lo > 1.0
+    assert hull.contains(1.0) and method.startswith("student-t")
+
+
+def test_single_block_has_no_interval() -> None:
+    hull, *_ = ratio_interval([1.2])
+    assert hull.lo is None and hull.hi is None and not hull.contains(1.2)
+
+
+def test_modified_z_flags_a_three_times_slower_value() -> None:
+    values = [25.0, 25.2, 25.0 / 3, 24.9]
+    z = modified_z(values)
+    assert abs(z[2]) > 3.5 and max(abs(z[i]) for i in (0, 1, 3)) < 3.5
+    assert outlier_indices(values) == [2]
+    assert outlier_indices([25.0, 25.0, 25.0, 25.0]) == []
+    # MAD of 0 falls back to the mean absolute deviation instead of dividing by zero
+    assert np.isfinite(modified_z([1.0, 1.0, 1.0, 5.0])).all()
+    # a quiet host's 0.3% wobble is not an outlier, whatever its z
+    assert outlier_indices([25.0, 25.01, 25.0, 25.08]) == []
+
+
+def test_outlier_block_injected_three_times_slower_is_flagged() -> None:
+    an = analyze(_samples("fake", "fake:outlier_block=2,outlier_factor=3"))
+    for key in ("decode_tps@c1", "ttft_ms@c1", "aggregate_tps@c4"):
+        ms = an.metrics[key]
+        assert ms.arms["B"].outliers == (2,), key
+        assert ms.arms["A"].outliers == (), key
+        ratio = ms.ratio
+        assert ratio is not None and ratio.without_outliers is not None
+        assert ratio.without_outliers.contains(1.0)
+    messages = [f.message for f in an.findings if f.metric == "decode_tps@c1"]
+    assert any("arm B block 2" in m and "outlier" in m for m in messages)
+    assert any("too wide" in m for m in messages)
+
+
+def test_drift_of_the_host_is_flagged_and_cancels_in_the_ratio() -> None:
+    an = analyze(_samples("fake:drift=0.05", "fake:drift=0.05"))
+    ms = an.metrics["decode_tps@c1"]
+    assert set(ms.drift) == {"A", "B"}
+    assert all(d.flagged and d.change_pct < -10 for d in ms.drift.values())
+    assert ms.ratio is not None and ms.ratio.ratio.contains(1.0)
+    assert any("drift" in f.message and "both arms" in f.message for f in an.findings)
+
+
+def test_drift_of_one_arm_is_flagged_for_that_arm() -> None:
+    an = analyze(_samples("fake", "fake:drift=0.06"))
+    drift = an.metrics["decode_tps@c1"].drift
+    assert drift["B"].flagged and not drift["A"].flagged
+    assert any("one arm moves" in f.message for f in an.findings if f.metric == "decode_tps@c1")
+
+
+def test_steady_runs_have_no_drift_or_outlier_findings() -> None:
+    an = analyze(_samples("fake", "fake:slowdown=1.1"))
+    assert not any(d.flagged for ms in an.metrics.values() for d in ms.drift.values())
+    assert not any(ms.arms[r].outliers for ms in an.metrics.values() for r in ms.arms)
+
+
+def test_wide_interval_and_straddling_claim_are_warned() -> None:
+    an = analyze(_samples("fake:noise=0.08", "fake:noise=0.08,slowdown=1.03"))
+    msgs = [f.message for f in an.findings if f.metric == "decode_tps@c1"]
+    assert any("too wide to support a claim" in m and "--blocks" in m for m in msgs)
+    few = analyze(_samples("fake", "fake", blocks=2))
+    assert few.findings[0].metric == "" and "only 2 block(s)" in few.findings[0].message
+
+
+def test_analysis_serialises() -> None:
+    an = analyze(_samples("fake", "fake", blocks=3), aa=True)
+    d = an.as_dict()
+    assert d["aa"] is True and d["blocks"] == 3
+    assert math.isclose(d["metrics"]["decode_tps@c1"]["ratio"]["ratio"]["point"],
+                        an.metrics["decode_tps@c1"].ratio.ratio.point)  # type: ignore[union-attr]
