@@ -1,0 +1,214 @@
+"""The real bench arms: our backend on a built variant, and the ``xllamacpp`` peer wheel.
+
+Both take the same options (``model``, ``threads``, ``n_ctx``) and measure the same
+shapes: a pN-token prompt (token ids, so both arms see the same prompt), gN
+generated tokens with EOS ignored, and C concurrent requests. Prefix caching is
+off in both, so blocks never reuse each other's KV.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from harness import __version__, paths
+from harness.errors import BenchError
+
+#: The peer baseline, pinned (moved with `nox -s update_pins` like the engine pins).
+XLLAMACPP_VERSION = "2026.10.11549"
+
+
+def _opts(options: dict[str, Any]) -> dict[str, Any]:
+    clean = {k: v for k, v in options.items() if not k.startswith("_")}
+    if "model" not in clean:
+        msg = "bench arm needs model=PATH (e.g. --a backend:model=$HARNESS_MODEL)"
+        raise BenchError(msg)
+    clean["model"] = str(Path(str(clean["model"])).expanduser())
+    clean.setdefault("threads", 2)
+    clean.setdefault("n_ctx", 2048)
+    return clean
+
+
+def synthetic_prompt(pn: int, n_vocab: int, salt: int = 0) -> list[int]:
+    """pN token ids, the same for every arm on the same model; ``salt`` varies concurrent streams.
+
+    Ids skip the first few (usually control tokens) and stay inside the vocabulary.
+    """
+    lo, span = 4, max(1, min(n_vocab, 32000) - 4)
+    return [lo + (i * 7919 + salt * 104729 + 17) % span for i in range(pn)]
+
+
+def n_vocab_of(path: str) -> int:
+    import gguf
+
+    field = gguf.GGUFReader(path).get_field("tokenizer.ggml.tokens")
+    if field is None:
+        raise BenchError(f"{path} has no tokenizer.ggml.tokens")
+    return len(field.data)
+
+
+def _model_facts(path: str) -> dict[str, Any]:
+    size = Path(path).stat().st_size
+    n_params = None
+    try:
+        import gguf
+        import numpy as np
+
+        reader = gguf.GGUFReader(path)
+        n_params = int(sum(int(np.prod(t.shape)) for t in reader.tensors))
+    except Exception:
+        pass
+    return {"name": Path(path).name, "path": path, "bytes": size, "n_params": n_params}
+
+
+class BackendArm:
+    """Our engine (harness.runtime) on one installed variant."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        from harness.runtime import Engine
+
+        self.opts = _opts(options)
+        self.variant = self.opts.get("variant")
+        self.engine = Engine.load(self.opts["model"], variant=self.variant, n_ctx=int(self.opts["n_ctx"]),
+                                  threads=int(self.opts["threads"]), max_num_seqs=int(self.opts.get("max_num_seqs", 4)),
+                                  prefix_caching=False)
+        self.n_vocab = n_vocab_of(self.opts["model"])
+
+    def warmup(self) -> None:
+        self.engine.complete(synthetic_prompt(64, self.n_vocab), temperature=0.0, max_tokens=8, ignore_eos=True)
+
+    def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
+        prompts = [synthetic_prompt(pn, self.n_vocab, salt=i) for i in range(concurrency)]
+        results: list[Any] = [None] * concurrency
+        t0 = time.perf_counter()
+
+        def run(i: int) -> None:
+            results[i] = self.engine.complete(prompts[i], temperature=0.0, max_tokens=gn, ignore_eos=True)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        if any(r is None for r in results):
+            raise BenchError("a request of the backend arm did not finish")
+        ttft = max(r.ttft_s for r in results)
+        decode = sum(r.decode_tokens_per_s for r in results) / concurrency
+        total = sum(r.n_generated for r in results)
+        return {"ttft_s": ttft, "decode_tps": decode, "aggregate_tps": total / wall,
+                "prefill_tps": pn * concurrency / ttft if ttft else 0.0}
+
+    def describe(self) -> dict[str, Any]:
+        info = self.engine.info()
+        return {"kind": "backend", "engine": "llamacpp", "pin": info["pin"], "variant": info["variant"],
+                "cpu_variant": info["cpu_variant"], "abi_fingerprint": info["abi_fingerprint"],
+                "versions": {"harness": __version__}, "options": self.opts,
+                "model": _model_facts(self.opts["model"])}
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+# ---------------------------------------------------------------------------
+# the xllamacpp peer, installed into a venv the harness manages
+# ---------------------------------------------------------------------------
+
+
+def peer_venv(version: str = XLLAMACPP_VERSION) -> Path:
+    """``<cache>/peers/xllamacpp-<version>``: created once; the harness env never gets xllamacpp."""
+    from filelock import FileLock
+
+    root = paths.cache_root() / "peers" / f"xllamacpp-{version}"
+    stamp = root / ".harness-peer.json"
+    with FileLock(str(paths.locks_dir() / f"peer-xllamacpp-{version}.lock")):
+        if stamp.is_file():
+            return root
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True, capture_output=True)
+        py = root / "bin" / "python"
+        r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                            f"xllamacpp=={version}"], capture_output=True, text=True, check=False)
+        if r.returncode:
+            from harness.errors import SubprocessError
+
+            raise SubprocessError([str(py), "-m", "pip", "install", f"xllamacpp=={version}"], r.returncode,
+                                  r.stdout + r.stderr, hint="the peer baseline could not be installed")
+        stamp.write_text(json.dumps({"version": version, "created_at": time.time()}))
+    return root
+
+
+def _site_packages(venv: Path) -> Path:
+    found = sorted(venv.glob("lib/python3*/site-packages"))
+    if not found:
+        raise BenchError(f"{venv} has no site-packages")
+    return found[0]
+
+
+class XllamacppArm:
+    """Xinference's llama.cpp driver through its in-process server API."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.opts = _opts(options)
+        version = str(self.opts.get("version", XLLAMACPP_VERSION))
+        venv = peer_venv(version)
+        # This worker process serves only this arm: borrowing the peer venv's packages is safe here.
+        sys.path.insert(0, str(_site_packages(venv)))
+        import xllamacpp as xlc
+
+        self.xlc = xlc
+        self.version = version
+        p = xlc.CommonParams()
+        p.model.path = self.opts["model"]
+        p.n_ctx = int(self.opts["n_ctx"])
+        p.n_parallel = int(self.opts.get("max_num_seqs", 4))
+        p.cpuparams.n_threads = int(self.opts["threads"])
+        p.cpuparams_batch.n_threads = int(self.opts["threads"])
+        p.cache_prompt = False
+        self.server = xlc.Server(p)
+        self.n_vocab = n_vocab_of(self.opts["model"])
+
+    def _one(self, prompt: list[int], gn: int) -> dict[str, Any]:
+        out = self.server.handle_completions({"prompt": prompt, "max_tokens": gn, "temperature": 0,
+                                              "ignore_eos": True, "cache_prompt": False})
+        if "error" in out:
+            raise BenchError(f"xllamacpp: {out['error']}")
+        return dict(out["timings"])
+
+    def warmup(self) -> None:
+        self._one(synthetic_prompt(64, self.n_vocab), 8)
+
+    def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
+        prompts = [synthetic_prompt(pn, self.n_vocab, salt=i) for i in range(concurrency)]
+        results: list[dict[str, Any] | None] = [None] * concurrency
+        t0 = time.perf_counter()
+
+        def run(i: int) -> None:
+            results[i] = self._one(prompts[i], gn)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        done = [r for r in results if r is not None]
+        if len(done) != concurrency:
+            raise BenchError("a request of the xllamacpp arm did not finish")
+        ttft = max(r["prompt_ms"] for r in done) / 1000.0
+        decode = sum(r["predicted_per_second"] for r in done) / concurrency
+        total = sum(r["predicted_n"] for r in done)
+        return {"ttft_s": ttft, "decode_tps": decode, "aggregate_tps": total / wall,
+                "prefill_tps": pn * concurrency / ttft if ttft else 0.0}
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "xllamacpp", "engine": "xllamacpp", "pin": self.version,
+                "build_info": str(getattr(self.xlc, "BUILD_INFO", "")), "versions": {"harness": __version__},
+                "options": self.opts, "model": _model_facts(self.opts["model"])}
+
+    def close(self) -> None:
+        self.server = None

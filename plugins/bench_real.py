@@ -1,0 +1,20 @@
+"""Bench arms ``backend`` (our engine on a built variant) and ``xllamacpp`` (the peer baseline)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.plugin import hookimpl
+
+
+@hookimpl
+def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
+    if kind == "backend":
+        from harness.bench.real import BackendArm
+
+        return BackendArm(options)
+    if kind == "xllamacpp":
+        from harness.bench.real import XllamacppArm
+
+        return XllamacppArm(options)
+    return None
