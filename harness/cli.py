@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.commands.core",
     "harness.commands.build",
     "harness.commands.runtime",
+    "harness.commands.qualify",
     "harness.models.cli",
     "harness.abi.cli",
     "harness.config.cli",

@@ -9,6 +9,7 @@ off in both, so blocks never reuse each other's KV.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -156,8 +157,11 @@ class XllamacppArm:
         self.opts = _opts(options)
         version = str(self.opts.get("version", XLLAMACPP_VERSION))
         venv = peer_venv(version)
-        # This worker process serves only this arm: borrowing the peer venv's packages is safe here.
+        # This worker process serves only this arm: borrowing the peer venv's packages is safe here,
+        # and so is sending the peer's native log lines (its server logs every request) to a file.
         sys.path.insert(0, str(_site_packages(venv)))
+        log = open(venv / "peer.log", "ab")  # noqa: SIM115 - lives as long as this worker
+        os.dup2(log.fileno(), 2)
         import xllamacpp as xlc
 
         self.xlc = xlc

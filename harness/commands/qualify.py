@@ -1,0 +1,41 @@
+"""``harness qualify``: the main job."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.cli import add_json_flag, print_json
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("qualify", help="run the whole pipeline for the engine pin on this host and write a report",
+                       description="fetch, patch, ABI check, build every default buildable variant, build the "
+                       "backend, fetch the fixture models, run the e2e specs per variant, the cross-variant check "
+                       "and an ABBA benchmark of our cpu build against the xllamacpp peer; writes "
+                       "reports/<timestamp>-qualify-<engine>/qualify.{md,json}. Exit 1 when a stage failed.")
+    p.add_argument("engine", nargs="?", default="llamacpp")
+    p.add_argument("--blocks", type=int, default=4, help="ABBA blocks (default 4)")
+    p.add_argument("--pn", type=int, default=512, help="bench prompt tokens (default 512)")
+    p.add_argument("--gn", type=int, default=128, help="bench generated tokens (default 128)")
+    p.add_argument("--concurrency", default="1,4", help="bench concurrency levels (default 1,4)")
+    p.add_argument("--no-bench", action="store_true", help="skip the benchmark stage")
+    p.add_argument("--out", type=Path, help="reports directory (default: reports/ in the checkout)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_qualify)
+
+
+def cmd_qualify(args: argparse.Namespace) -> int:
+    from harness.qualify import qualify
+
+    conc = tuple(int(c) for c in args.concurrency.split(",") if c)
+    q, directory = qualify(args.engine, bench_blocks=args.blocks, bench_pn=args.pn, bench_gn=args.gn,
+                           bench_concurrency=conc, out=args.out, run_bench=not args.no_bench)
+    if args.json:
+        print_json({"passed": q.passed, "report": str(directory),
+                    "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds, "summary": s.summary}
+                               for s in q.stages]})
+    else:
+        print((directory / "qualify.md").read_text())
+        print(f"report: {directory}")
+    return 0 if q.passed else 1

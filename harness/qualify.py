@@ -1,0 +1,278 @@
+"""Qualification: the whole pipeline for one engine pin on this host, with one report.
+
+fetch -> patch (+check) -> ABI check -> build default variants -> backend -> models
+-> e2e specs per variant -> cross-variant check -> ABBA bench vs the peer -> report.
+
+Every stage is recorded (passed / failed / skipped, seconds, figures). A failed
+stage skips the stages that need it; the run fails if any stage failed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import paths, progress
+from harness.errors import HarnessError
+
+
+@dataclass
+class Stage:
+    name: str
+    status: str = "pending"
+    seconds: float = 0.0
+    summary: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Qualification:
+    engine: str
+    stages: list[Stage] = field(default_factory=list)
+    context: dict[str, Any] = field(default_factory=dict)
+
+    def run(self, name: str, fn: Callable[[], tuple[str, dict[str, Any]]], *, needs: tuple[str, ...] = ()) -> Stage:
+        st = Stage(name=name)
+        self.stages.append(st)
+        missing = [n for n in needs if self.status(n) != "passed"]
+        if missing:
+            st.status, st.summary = "skipped", f"needs {', '.join(missing)}"
+            progress.info(f"[yellow]skip[/] {name}: {st.summary}")
+            return st
+        progress.info(f"[bold]{name}[/] ...")
+        t0 = time.perf_counter()
+        try:
+            st.summary, st.data = fn()
+            st.status = "passed"
+        except SkippedStage as e:
+            st.status, st.summary = "skipped", str(e)
+        except HarnessError as e:
+            st.status, st.summary = "failed", f"{type(e).__name__}: {e}"
+        except Exception as e:  # a bug in a stage must not hide the others' results
+            st.status, st.summary = "failed", f"{type(e).__name__}: {e}"
+            st.data["traceback"] = traceback.format_exc(limit=-6)
+        st.seconds = round(time.perf_counter() - t0, 2)
+        colour = {"passed": "green", "failed": "red", "skipped": "yellow"}[st.status]
+        progress.info(f"  [{colour}]{st.status}[/] in {st.seconds:.1f} s: {st.summary.splitlines()[0] if st.summary else ''}")
+        return st
+
+    def status(self, name: str) -> str:
+        return next((s.status for s in self.stages if s.name == name), "missing")
+
+    @property
+    def passed(self) -> bool:
+        return all(s.status != "failed" for s in self.stages)
+
+
+class SkippedStage(Exception):
+    """A stage that cannot run here (no buildable row, no device): recorded as skipped."""
+
+
+def _junit_counts(xml_path: Path) -> dict[str, int]:
+    root = ET.parse(xml_path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for s in suites:
+        for k in counts:
+            counts[k] += int(s.get(k, 0))
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return counts
+
+
+def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: int = 512, bench_gn: int = 128,
+            bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None, run_bench: bool = True) -> tuple[Qualification, Path]:
+    from harness import host as hostmod
+    from harness import pipeline
+    from harness.abi.check import check_engine
+    from harness.build import build
+    from harness.engines import load_engine
+    from harness.matrix import buildability, load_matrix
+    from harness.plugin import get_manager
+
+    pm = get_manager()
+    engine = load_engine(engine_name)
+    q = Qualification(engine=engine.name)
+    host = hostmod.probe()
+    q.context.update({"engine": engine.name, "pin": engine.pin, "upstream": engine.upstream,
+                      "host": hostmod.as_dict(host), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    ctx: dict[str, Any] = {}
+
+    def s_fetch() -> tuple[str, dict[str, Any]]:
+        tree = pipeline.fetch(engine, pm)
+        return f"{engine.pin} at {tree.path}", {"path": str(tree.path), "sha256": tree.digest}
+
+    def s_patch() -> tuple[str, dict[str, Any]]:
+        outcomes = pipeline.check_patches(engine, pm)
+        bad = [o for o in outcomes if o.status != "applies"]
+        tree = pipeline.patched_tree(engine, pm)
+        ctx["tree"] = tree
+        rows = [{"patch": o.patch.name, "status": o.status, "detail": o.detail} for o in outcomes]
+        if bad:
+            raise HarnessError("; ".join(f"{o.patch.name}: {o.status}" for o in bad))
+        return f"{len(outcomes)} patch(es) applied (series {tree.series_hash[:12]})", {"patches": rows}
+
+    def s_abi() -> tuple[str, dict[str, Any]]:
+        r = check_engine(engine, ctx["tree"].path)
+        ctx["abi"] = r.fingerprint
+        return (f"matches the committed surface ({r.functions} functions, {r.structs} structs, "
+                f"{len(r.targets)} targets) in {r.seconds:.2f} s"), {"fingerprint": r.fingerprint, "seconds": r.seconds}
+
+    def s_build() -> tuple[str, dict[str, Any]]:
+        rows = [v for v in load_matrix() if v.default and (not engine.variants or v.name in engine.variants)]
+        built, skipped = [], []
+        for v in rows:
+            b = buildability(pm, v, host)
+            if not b.buildable:
+                skipped.append({"variant": v.name, "reason": "; ".join(b.reasons)})
+                continue
+            r = build(pm, engine, v, ctx["tree"], host, abi_fingerprint=ctx["abi"])
+            built.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
+                          "seconds": round(r.seconds, 1), "build_seconds": r.manifest.get("build_seconds")})
+        if not built:
+            raise HarnessError("no default variant is buildable here: " + "; ".join(s["reason"] for s in skipped))
+        ctx["variants"] = [b["variant"] for b in built]
+        return (", ".join(f"{b['variant']} ({'built' if b['built'] else 'cached'})" for b in built)
+                + (f"; not buildable here: {', '.join(s['variant'] for s in skipped)}" if skipped else "")), \
+            {"built": built, "skipped": skipped}
+
+    def s_backend() -> tuple[str, dict[str, Any]]:
+        from harness.backend import build_backend
+
+        rows = []
+        for v in ctx["variants"]:
+            art = paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{v}"
+            r = build_backend(engine, art)
+            rows.append({"variant": v, "wheel": str(r.wheel), "built": r.built, "seconds": round(r.seconds, 1)})
+        return ", ".join(f"{r['variant']}: {Path(r['wheel']).name}" for r in rows), {"backends": rows}
+
+    def s_models() -> tuple[str, dict[str, Any]]:
+        from harness.models.fixtures import env_vars, fetch_all
+
+        fetch_all(None)
+        env = env_vars()
+        ctx["model_env"] = env
+        return f"{len(env)} model variables", {"env": env}
+
+    def s_e2e() -> tuple[str, dict[str, Any]]:
+        per: dict[str, Any] = {}
+        failed = []
+        for v in ctx["variants"]:
+            with tempfile.TemporaryDirectory() as tmp:
+                xml = Path(tmp) / "junit.xml"
+                env = {**os.environ, **ctx["model_env"], "HARNESS_NO_PROGRESS": "1"}
+                art = paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{v}"
+                env["HARNESS_ARTIFACT"] = str(art)
+                r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                    str(paths.project_root() / "tests" / "e2e"), "--variant", v,
+                                    f"--junitxml={xml}"], capture_output=True, text=True, env=env,
+                                   cwd=paths.project_root(), check=False)
+                counts = _junit_counts(xml) if xml.is_file() else {"tests": 0}
+                counts["tail"] = r.stdout.strip().splitlines()[-1:] or []
+                per[v] = counts
+                if r.returncode not in (0, 5):
+                    failed.append(v)
+        if failed:
+            raise HarnessError("e2e failures on " + ", ".join(f"{v} ({per[v].get('failures', '?')} failed)" for v in failed))
+        return "; ".join(f"{v}: {c.get('passed')} passed, {c.get('skipped')} skipped" for v, c in per.items()), {"variants": per}
+
+    def s_cross() -> tuple[str, dict[str, Any]]:
+        from harness.runtime.crossvariant import cross_variant
+
+        r = cross_variant(Path(ctx["model_env"]["HARNESS_CHAT_MODEL"]))
+        if not r["passed"]:
+            bad = [x["label"] for x in r["runs"] if not x["ok"]]
+            raise HarnessError(f"garbage output (no '{r['expect']}') on: {', '.join(bad)}")
+        ran = [x for x in r["runs"] if not x["error"]]
+        div = [x["label"] for x in ran if x["diverges_at"] is not None]
+        return (f"{len(ran)} runs answered '{r['expect']}'" + (f"; token sequences diverge on {', '.join(div)}" if div
+                                                                 else "; identical token sequences")), r
+
+    def s_bench() -> tuple[str, dict[str, Any]]:
+        if not run_bench:
+            raise SkippedStage("disabled (--no-bench)")
+        from harness.bench.abba import BenchConfig, run_abba
+        from harness.bench.arms import ArmSpec
+        from harness.bench.report import write_report
+        from harness.bench.roofline import measure_host
+        from harness.bench.stats import analyze
+
+        model = ctx["model_env"]["HARNESS_MODEL"]
+        a = ArmSpec.parse(f"xllamacpp:model={model},threads=2")
+        b = ArmSpec.parse(f"backend:model={model},threads=2,variant=cpu")
+        cfg = BenchConfig(blocks=bench_blocks, pn=bench_pn, gn=bench_gn, concurrency=bench_concurrency)
+        result = run_abba(a, b, cfg, name=f"qualify-{engine.name}-{engine.pin}")
+        analysis = analyze(result.samples)
+        files = write_report(result, out=out, analysis=analysis, host=hostmod.as_dict(host),
+                             host_measure=measure_host())
+        ctx["bench_dir"] = files.directory
+        return f"report {files.directory}", {"report": str(files.directory),
+                                              "markdown": files.markdown.read_text()}
+
+    q.run("fetch", s_fetch)
+    q.run("patch", s_patch, needs=("fetch",))
+    q.run("abi-check", s_abi, needs=("patch",))
+    q.run("build", s_build, needs=("abi-check",))
+    q.run("backend", s_backend, needs=("build",))
+    q.run("models", s_models)
+    q.run("e2e", s_e2e, needs=("backend", "models"))
+    q.run("cross-variant", s_cross, needs=("backend", "models"))
+    q.run("bench", s_bench, needs=("backend", "models"))
+    return q, write_qualification(q, out)
+
+
+def write_qualification(q: Qualification, out: Path | None = None) -> Path:
+    out = out or paths.project_root() / "reports"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    d = out / f"{stamp}-qualify-{q.engine}"
+    d.mkdir(parents=True, exist_ok=True)
+    doc = {**q.context, "passed": q.passed, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds, "summary": s.summary, "data": s.data}
+                      for s in q.stages]}
+    (d / "qualify.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    (d / "qualify.md").write_text(render_markdown(doc))
+    return d
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    h = doc["host"]
+    lines = [
+        f"# Qualification: {doc['engine']} {doc['pin']} ({'PASSED' if doc['passed'] else 'FAILED'})",
+        "",
+        f"upstream build {doc['upstream'].get('build')} ({doc['upstream'].get('commit')}); "
+        f"host {h['os']} {h['arch']}, {h['cpu_model']} [{h['microarch']}], {h['cores']} cores, "
+        f"{h['memory_bytes'] / 2**30:.1f} GiB; started {doc['started_at']}",
+        "",
+        "| stage | status | seconds | summary |",
+        "|---|---|---:|---|",
+    ]
+    for s in doc["stages"]:
+        summary = (s["summary"].splitlines() or [""])[0].replace("|", "\\|")
+        lines.append(f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {summary} |")
+    for s in doc["stages"]:
+        if s["name"] == "e2e" and s["data"].get("variants"):
+            lines += ["", "## e2e specs per variant", "", "| variant | passed | failed | errors | skipped |", "|---|---:|---:|---:|---:|"]
+            for v, c in s["data"]["variants"].items():
+                lines.append(f"| {v} | {c.get('passed')} | {c.get('failures')} | {c.get('errors')} | {c.get('skipped')} |")
+        if s["name"] == "cross-variant" and s["data"].get("runs"):
+            lines += ["", f"## Cross-variant greedy check: {s['data']['prompt']!r}", "",
+                      "| run | CPU level | answer ok | diverges at token | note |", "|---|---|---|---:|---|"]
+            for r in s["data"]["runs"]:
+                div = "" if r["diverges_at"] is None else str(r["diverges_at"])
+                lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {'yes' if r['ok'] else 'NO'} | {div} | {r['error']} |")
+        if s["name"] == "bench" and s["data"].get("markdown"):
+            lines += ["", "## Benchmark: our cpu build (B) vs the xllamacpp peer (A)", "",
+                      f"Full report: `{s['data']['report']}`", ""]
+            body = s["data"]["markdown"].split("\n", 1)[1] if "\n" in s["data"]["markdown"] else s["data"]["markdown"]
+            lines += [ln.replace("](", f"]({Path(s['data']['report']).name}/") if ln.startswith("![") else ln
+                      for ln in body.splitlines()]
+    return "\n".join(lines) + "\n"
