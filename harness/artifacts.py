@@ -49,7 +49,7 @@ def usable_on(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]
     """Whether an artifact can run here (CUDA archs vs the GPUs' compute capability)."""
     from harness_plugins.variant_cuda import arch_satisfies
 
-    notes = []
+    notes: list[str] = []
     if manifest.get("host", {}).get("os") not in (None, host.os):
         return False, [f"built for {manifest['host']['os']}, host is {host.os}"]
     if manifest.get("backend") == "cuda":

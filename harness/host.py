@@ -71,7 +71,7 @@ def probe_tool(name: str) -> ToolInfo:
 
 def _imageio_ffmpeg() -> str | None:
     try:
-        import imageio_ffmpeg  # type: ignore[import-untyped]
+        import imageio_ffmpeg
 
         return str(imageio_ffmpeg.get_ffmpeg_exe())
     except Exception:

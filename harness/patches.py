@@ -94,7 +94,7 @@ def _failure_detail(output: str) -> str:
 
 
 def touched_files(patch: Path) -> list[str]:
-    files = []
+    files: list[str] = []
     for line in patch.read_text().splitlines():
         m = re.match(r"^diff --git a/(\S+) b/(\S+)$", line)
         if m:

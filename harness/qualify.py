@@ -176,8 +176,8 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
                                     str(paths.project_root() / "tests" / "e2e"), "--variant", v,
                                     f"--junitxml={xml}"], capture_output=True, text=True, env=env,
                                    cwd=paths.project_root(), check=False)
-                counts = _junit_counts(xml) if xml.is_file() else {"tests": 0}
-                counts["tail"] = r.stdout.strip().splitlines()[-1:] or []
+                counts: dict[str, Any] = dict(_junit_counts(xml)) if xml.is_file() else {"tests": 0}
+                counts["tail"] = r.stdout.strip().splitlines()[-1:]
                 per[v] = counts
                 if r.returncode not in (0, 5):
                     failed.append(v)

@@ -81,7 +81,7 @@ def cmd_engine_info(args: argparse.Namespace) -> int:
     for r in rows:
         status = "[green]selected[/]" if r["selected"] else ("accepted" if r["accepted"] else "[red]rejected[/]")
         t.add_row(str(r["variant"]), status, str(r["pin"]), str(r["abi_fingerprint"] or "")[:12],
-                  r["location"] if r["accepted"] else r["reason"])
+                  str(r["location"] if r["accepted"] else r["reason"]))
     _stdout_table(t)
     if not rows:
         print(f"no {engine.name} backend installed: harness build-backend {engine.name} --variant cpu")

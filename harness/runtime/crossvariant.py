@@ -82,8 +82,8 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels: bool = True) -> di
         for c in cands:
             jobs: list[tuple[str, Path | None, str | None]] = [(c.variant, None, None)]
             if levels and c.identity.get("backend") == "cpu":
-                for level in cpu_levels(c.location / "lib"):
-                    jobs.append((f"{c.variant}/{level}", forced_level_dir(c.location / "lib", level, Path(tmp)), level))
+                for name in cpu_levels(c.location / "lib"):
+                    jobs.append((f"{c.variant}/{name}", forced_level_dir(c.location / "lib", name, Path(tmp)), name))
             for label, lib_dir, level in jobs:
                 out = _run(model, c.variant, lib_dir, n_tokens)
                 if "error" in out:

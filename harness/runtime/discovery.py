@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import sys
@@ -58,7 +59,7 @@ def _from_entry_points() -> list[tuple[str, str, Path]]:
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         spec = importlib.util.find_spec(ep.value)
         if spec and spec.submodule_search_locations:
-            out.append((ep.name, ep.value, Path(list(spec.submodule_search_locations)[0])))
+            out.append((ep.name, ep.value, Path(next(iter(spec.submodule_search_locations)))))
         else:
             out.append((ep.name, ep.value, Path("<missing>")))
     return out

@@ -6,6 +6,7 @@ decode loop, batching, sampling and streaming; Python never loops per token.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -42,7 +43,7 @@ _ARGS: dict[str, str] = {
 
 def tri_state(value: Any) -> int:
     """unset -> 0 (engine default), true -> 1, explicit false -> 2 (force off)."""
-    if value is None or value == 0 and not isinstance(value, bool):
+    if value is None or (value == 0 and not isinstance(value, bool)):
         return 0
     if value is True or value == 1:
         return 1
@@ -108,10 +109,8 @@ class ChatResult:
             fn = dict(c.get("function", {}))
             args = fn.get("arguments")
             if isinstance(args, str):
-                try:
+                with contextlib.suppress(json.JSONDecodeError):
                     fn["arguments"] = json.loads(args)
-                except json.JSONDecodeError:
-                    pass
             calls.append({**c, "function": fn})
         return calls
 
@@ -170,10 +169,8 @@ class Stream:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
 
 def _completion(req: Any, started: float) -> Completion:
@@ -389,10 +386,10 @@ def handshake(module: Any, cand: discovery.Candidate) -> None:
     manifest_path = cand.location / "lib" / "manifest.json"
     lib_fp = json.loads(manifest_path.read_text()).get("abi_fingerprint") if manifest_path.is_file() else None
     problems = []
-    if module.ABI_FINGERPRINT != lib_fp:
+    if lib_fp != module.ABI_FINGERPRINT:
         problems.append(f"module built against ABI {str(module.ABI_FINGERPRINT)[:16]}, "
                         f"libraries in {cand.location / 'lib'} are {str(lib_fp)[:16]}")
-    if module.PIN != ident.get("pin"):
+    if ident.get("pin") != module.PIN:
         problems.append(f"module pin {module.PIN} != identity pin {ident.get('pin')}")
     lib_build = module.library_build_number()
     if int(module.BUILD_NUMBER) != int(lib_build):

@@ -79,9 +79,9 @@ def test_unknown_architecture(variant: str, tmp_path: Path) -> None:
 def test_not_a_model(variant: str, tmp_path: Path) -> None:
     require_variant(variant)
     (tmp_path / "weights.bin").write_bytes(b"x")
-    with pytest.raises(errors.ModelError, match="neither a .gguf"):
+    with pytest.raises(errors.ModelError, match=r"neither a \.gguf"):
         Engine.load(tmp_path / "weights.bin", variant=variant)
-    with pytest.raises(errors.ModelError, match="without config.json"):
+    with pytest.raises(errors.ModelError, match=r"without config\.json"):
         Engine.load(tmp_path, variant=variant)
 
 

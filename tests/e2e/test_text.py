@@ -134,7 +134,7 @@ def test_eight_concurrent_streams_finish(smol: Engine) -> None:
     def run(i: int) -> None:
         try:
             results[i] = "".join(smol.stream(f"Count from {i}:", temperature=0.0, max_tokens=24))
-        except BaseException as e:  # noqa: BLE001 - collected and re-raised below
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
