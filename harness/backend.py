@@ -115,7 +115,7 @@ def installed_identity(package: str) -> dict[str, Any] | None:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    ident = Path(list(spec.submodule_search_locations)[0]) / IDENTITY
+    ident = Path(next(iter(spec.submodule_search_locations))) / IDENTITY
     return dict(json.loads(ident.read_text())) if ident.is_file() else None
 
 
