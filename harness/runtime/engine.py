@@ -182,12 +182,10 @@ def _completion(req: Any, started: float) -> Completion:
 
 
 def _drain(req: Any) -> None:
-    while True:
-        ev = req.next()
-        if ev is None or ev[0] == "done":
-            return
-        if ev[0] == "error":
-            raise _CORE_ERRORS.get(ev[2], errors.EngineError)(ev[1])
+    """Wait for a non-streaming request in C++ (GIL released): Python never loops per token."""
+    kind, text, etype = req.wait()
+    if kind == "error":
+        raise _CORE_ERRORS.get(etype, errors.EngineError)(text)
 
 
 @dataclass
@@ -226,7 +224,7 @@ class Engine:
     def complete(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
                  **overrides: Any) -> Completion:
         """Generate a completion (blocking; the GIL is released while waiting)."""
-        req = self._submit(prompt, Sampling.make(sampling, **overrides))
+        req = self._submit(prompt, Sampling.make(sampling, **overrides), stream=False)
         started = time.perf_counter()
         _drain(req)
         return _completion(req, started)
@@ -236,11 +234,11 @@ class Engine:
         """Iterate text deltas; closing the iterator cancels generation within one token."""
         return Stream(self._submit(prompt, Sampling.make(sampling, **overrides)), time.perf_counter())
 
-    def _submit(self, prompt: str | Sequence[int], sampling: Sampling) -> Any:
+    def _submit(self, prompt: str | Sequence[int], sampling: Sampling, *, stream: bool = True) -> Any:
         self._check_open()
         p: Any = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
         try:
-            return self.core.submit(p, sampling.to_core())
+            return self.core.submit(p, sampling.to_core(), stream)
         except Exception as e:
             raise _translate(e) from e
 
@@ -249,7 +247,7 @@ class Engine:
              tool_choice: str | dict[str, Any] = "auto", sampling: Sampling | dict[str, Any] | None = None,
              response_format: dict[str, Any] | None = None, **overrides: Any) -> ChatResult:
         """One chat turn with the model's own template; tool calls come back parsed."""
-        req = self._submit_chat(messages, tools, tool_choice, sampling, response_format, overrides)
+        req = self._submit_chat(messages, tools, tool_choice, sampling, response_format, overrides, stream=False)
         started = time.perf_counter()
         _drain(req)
         return ChatResult(message=json.loads(self.core.parse_chat(req)), completion=_completion(req, started))
@@ -263,7 +261,8 @@ class Engine:
 
     def _submit_chat(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
                      tool_choice: str | dict[str, Any], sampling: Sampling | dict[str, Any] | None,
-                     response_format: dict[str, Any] | None, overrides: dict[str, Any]) -> Any:
+                     response_format: dict[str, Any] | None, overrides: dict[str, Any], *,
+                     stream: bool = True) -> Any:
         self._check_open()
         s = Sampling.make(sampling, **overrides)
         choice = _tool_choice(tool_choice)
@@ -272,7 +271,7 @@ class Engine:
         schema = _response_schema(response_format)
         try:
             return self.core.submit_chat(json.dumps(list(messages)), json.dumps(list(tools)) if tools else "",
-                                         choice, json.dumps(schema) if schema else "", s.to_core())
+                                         choice, json.dumps(schema) if schema else "", s.to_core(), stream)
         except Exception as e:
             raise _translate(e) from e
 

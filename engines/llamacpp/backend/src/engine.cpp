@@ -208,6 +208,16 @@ void Request::fail(const std::string & type, const std::string & message) {
     cv_.notify_all();
 }
 
+Event Request::wait() {
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait(lk, [&] { return finished_; });
+    // The end event is the last one queued: return it, dropping any deltas before it.
+    Event e = events_.empty() ? Event{Event::Done, finish_reason_, ""} : events_.back();
+    events_.clear();
+    consumed_end_ = true;
+    return e;
+}
+
 std::optional<Event> Request::next() {
     std::unique_lock<std::mutex> lk(mu_);
     if (consumed_end_) return std::nullopt;
@@ -367,12 +377,12 @@ std::string Engine::detokenize(const std::vector<llama_token> & tokens, bool spe
 // submit
 // ---------------------------------------------------------------------------
 
-std::shared_ptr<Request> Engine::submit_text(const std::string & prompt, const SamplingParams & sp) {
-    return submit(tokenize(prompt, true, true), sp);
+std::shared_ptr<Request> Engine::submit_text(const std::string & prompt, const SamplingParams & sp, bool streaming) {
+    return submit(tokenize(prompt, true, true), sp, nullptr, streaming);
 }
 
 std::shared_ptr<Request> Engine::submit(std::vector<llama_token> prompt, const SamplingParams & sp,
-                                        std::shared_ptr<ChatSetup> chat) {
+                                        std::shared_ptr<ChatSetup> chat, bool streaming) {
     if (embedding_only_) throw std::invalid_argument("model architecture '" + arch_ + "' is an embedding model: use embed()");
     sp.validate();
     if (prompt.empty()) throw std::invalid_argument("prompt is empty");
@@ -388,6 +398,7 @@ std::shared_ptr<Request> Engine::submit(std::vector<llama_token> prompt, const S
     req->prompt = std::move(prompt);
     req->sampling = sp;
     req->chat = std::move(chat);
+    req->streaming = streaming;
 
     common_params_sampling cps;
     cps.seed = sp.seed;
@@ -463,7 +474,7 @@ std::shared_ptr<Request> Engine::submit(std::vector<llama_token> prompt, const S
 
 std::shared_ptr<Request> Engine::submit_chat(const std::string & messages_json, const std::string & tools_json,
                                              const std::string & tool_choice, const std::string & json_schema,
-                                             SamplingParams sp) {
+                                             SamplingParams sp, bool streaming) {
     if (!templates_) throw std::invalid_argument("model has no usable chat template (tokenizer.chat_template)");
     common_chat_templates_inputs in;
     try {
@@ -523,7 +534,7 @@ std::shared_ptr<Request> Engine::submit_chat(const std::string & messages_json, 
     if (!json_schema.empty() && setup->params.grammar.empty() && !setup->generic_tools) sp.json_schema = json_schema;
     // The template already holds BOS when it wants one.
     auto tokens = tokenize(setup->params.prompt, false, true);
-    return submit(std::move(tokens), sp, setup);
+    return submit(std::move(tokens), sp, setup, streaming);
 }
 
 std::string Engine::parse_chat(const Request & req) const {
@@ -666,8 +677,8 @@ void Engine::emit(Slot & s, bool final) {
     if (end > from) {
         std::string delta = r.generated.substr(from, end - from);
         r.sent = end;
-        r.final_text += delta;
-        r.push({Event::Delta, std::move(delta), ""});
+        r.append_text(delta);
+        if (r.streaming) r.push({Event::Delta, std::move(delta), ""});
     }
     if (hit) release(s, "stop");
 }

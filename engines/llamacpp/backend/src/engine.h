@@ -84,6 +84,7 @@ class Request {
 public:
     // caller side
     std::optional<Event> next();             // blocks; nullopt after Done/Error was consumed
+    Event wait();                            // blocks until the end; for non-streaming requests
     void cancel() { cancelled.store(true); }
     bool done() const;
     std::string finish_reason() const;
@@ -94,11 +95,16 @@ public:
     void push(Event e);
     void finish(const std::string & reason);
     void fail(const std::string & type, const std::string & message);
+    void append_text(const std::string & delta) {
+        std::lock_guard<std::mutex> lk(mu_);
+        final_text += delta;
+    }
 
     std::vector<llama_token> prompt;
     SamplingParams sampling;
     std::shared_ptr<ChatSetup> chat;
     std::atomic<bool> cancelled{false};
+    bool streaming = true;                   // false: no per-delta events, the caller waits for the end
     std::unique_ptr<common_sampler, common_sampler_deleter> sampler;
     Timings t;
     std::string generated;                   // full text generated so far (before stop trimming)
@@ -133,13 +139,13 @@ public:
     std::string detokenize(const std::vector<llama_token> & tokens, bool special) const;
 
     std::shared_ptr<Request> submit(std::vector<llama_token> prompt, const SamplingParams & sp,
-                                    std::shared_ptr<ChatSetup> chat = nullptr);
-    std::shared_ptr<Request> submit_text(const std::string & prompt, const SamplingParams & sp);
+                                    std::shared_ptr<ChatSetup> chat = nullptr, bool streaming = true);
+    std::shared_ptr<Request> submit_text(const std::string & prompt, const SamplingParams & sp, bool streaming = true);
 
     // Chat: render the model's template (with tools / schema), submit, parse at the end.
     std::shared_ptr<Request> submit_chat(const std::string & messages_json, const std::string & tools_json,
                                          const std::string & tool_choice, const std::string & json_schema,
-                                         SamplingParams sp);
+                                         SamplingParams sp, bool streaming = true);
     std::string parse_chat(const Request & req) const;  // OpenAI-style message JSON
 
     std::vector<std::vector<float>> embed(const std::vector<std::string> & texts, bool normalize);

@@ -128,6 +128,15 @@ PYBIND11_MODULE(_core, m) {
             const char * kind = e->kind == Event::Delta ? "delta" : e->kind == Event::Done ? "done" : "error";
             return py::make_tuple(kind, py::bytes(e->text).attr("decode")("utf-8", "replace"), e->error_type);
         }, "Block (GIL released) for the next event: ('delta'|'done'|'error', text, error_type), or None after the end.")
+        .def("wait", [](Request & r) {
+            Event e;
+            {
+                py::gil_scoped_release nogil;
+                e = r.wait();
+            }
+            const char * kind = e.kind == Event::Done ? "done" : "error";
+            return py::make_tuple(kind, py::bytes(e.text).attr("decode")("utf-8", "replace"), e.error_type);
+        }, "Block (GIL released) until the request ends: ('done'|'error', text, error_type).")
         .def("cancel", &Request::cancel)
         .def_property_readonly("done", &Request::done)
         .def_property_readonly("finish_reason", &Request::finish_reason)
@@ -146,24 +155,25 @@ PYBIND11_MODULE(_core, m) {
         .def("detokenize", [](const Engine & e, const std::vector<llama_token> & t, bool special) {
             return py::bytes(e.detokenize(t, special)).attr("decode")("utf-8", "replace");
         }, py::arg("tokens"), py::arg("special") = false)
-        .def("submit", [](Engine & e, const py::object & prompt, const py::dict & sampling) {
+        .def("submit", [](Engine & e, const py::object & prompt, const py::dict & sampling, bool stream) {
             SamplingParams sp = sampling_params(sampling);
             if (py::isinstance<py::str>(prompt)) {
                 auto text = prompt.cast<std::string>();
                 py::gil_scoped_release nogil;
-                return e.submit_text(text, sp);
+                return e.submit_text(text, sp, stream);
             }
             auto toks = prompt.cast<std::vector<llama_token>>();
             py::gil_scoped_release nogil;
-            return e.submit(std::move(toks), sp);
-        }, py::arg("prompt"), py::arg("sampling") = py::dict())
+            return e.submit(std::move(toks), sp, nullptr, stream);
+        }, py::arg("prompt"), py::arg("sampling") = py::dict(), py::arg("stream") = true)
         .def("submit_chat", [](Engine & e, const std::string & messages, const std::string & tools,
-                               const std::string & tool_choice, const std::string & schema, const py::dict & sampling) {
+                               const std::string & tool_choice, const std::string & schema, const py::dict & sampling,
+                               bool stream) {
             SamplingParams sp = sampling_params(sampling);
             py::gil_scoped_release nogil;
-            return e.submit_chat(messages, tools, tool_choice, schema, sp);
+            return e.submit_chat(messages, tools, tool_choice, schema, sp, stream);
         }, py::arg("messages_json"), py::arg("tools_json") = "", py::arg("tool_choice") = "auto",
-           py::arg("json_schema") = "", py::arg("sampling") = py::dict())
+           py::arg("json_schema") = "", py::arg("sampling") = py::dict(), py::arg("stream") = true)
         .def("parse_chat", [](const Engine & e, const Request & r) { return e.parse_chat(r); })
         .def("embed", [](Engine & e, const std::vector<std::string> & texts, bool normalize) {
             std::vector<std::vector<float>> out;
