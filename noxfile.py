@@ -81,7 +81,7 @@ def build(session: nox.Session, variant: str) -> None:
 @nox.session(python=PYTHON, default=False)
 def qualify(session: nox.Session) -> None:
     """The main job: fetch, patch, ABI check, build, e2e, bench, report for the default pin."""
-    _install(session)
+    _install(session, "test,convert")
     session.run("harness", "qualify", "llamacpp", *session.posargs, env={"HARNESS_NO_PROGRESS": "1"})
 
 
