@@ -67,6 +67,32 @@ def _model_facts(path: str) -> dict[str, Any]:
     return {"name": Path(path).name, "path": path, "bytes": size, "n_params": n_params}
 
 
+def run_concurrently(fn: Any, prompts: list[list[int]], arm: str) -> tuple[list[Any], float]:
+    """Run one request per prompt, all at once (one thread each); return results and wall time."""
+    results: list[Any] = [None] * len(prompts)
+
+    def run(i: int) -> None:
+        results[i] = fn(prompts[i])
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if any(r is None for r in results):
+        raise BenchError(f"a request of the {arm} arm did not finish")
+    return results, wall
+
+
+def _metrics(pn: int, wall: float, runs: list[tuple[float, float, int]]) -> dict[str, Any]:
+    """(ttft_s, decode tok/s, generated) per request -> the bench metrics."""
+    ttft = max(r[0] for r in runs)
+    return {"ttft_s": ttft, "decode_tps": sum(r[1] for r in runs) / len(runs),
+            "aggregate_tps": sum(r[2] for r in runs) / wall, "prefill_tps": pn * len(runs) / ttft if ttft else 0.0}
+
+
 class BackendArm:
     """Our engine (harness.runtime) on one installed variant."""
 
@@ -85,25 +111,9 @@ class BackendArm:
 
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         prompts = [synthetic_prompt(pn, self.n_vocab, salt=i) for i in range(concurrency)]
-        results: list[Any] = [None] * concurrency
-        t0 = time.perf_counter()
-
-        def run(i: int) -> None:
-            results[i] = self.engine.complete(prompts[i], temperature=0.0, max_tokens=gn, ignore_eos=True)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-        if any(r is None for r in results):
-            raise BenchError("a request of the backend arm did not finish")
-        ttft = max(r.ttft_s for r in results)
-        decode = sum(r.decode_tokens_per_s for r in results) / concurrency
-        total = sum(r.n_generated for r in results)
-        return {"ttft_s": ttft, "decode_tps": decode, "aggregate_tps": total / wall,
-                "prefill_tps": pn * concurrency / ttft if ttft else 0.0}
+        done, wall = run_concurrently(
+            lambda p: self.engine.complete(p, temperature=0.0, max_tokens=gn, ignore_eos=True), prompts, "backend")
+        return _metrics(pn, wall, [(r.ttft_s, r.decode_tokens_per_s, r.n_generated) for r in done])
 
     def describe(self) -> dict[str, Any]:
         info = self.engine.info()
@@ -188,26 +198,9 @@ class XllamacppArm:
 
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         prompts = [synthetic_prompt(pn, self.n_vocab, salt=i) for i in range(concurrency)]
-        results: list[dict[str, Any] | None] = [None] * concurrency
-        t0 = time.perf_counter()
-
-        def run(i: int) -> None:
-            results[i] = self._one(prompts[i], gn)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-        done = [r for r in results if r is not None]
-        if len(done) != concurrency:
-            raise BenchError("a request of the xllamacpp arm did not finish")
-        ttft = max(r["prompt_ms"] for r in done) / 1000.0
-        decode = sum(r["predicted_per_second"] for r in done) / concurrency
-        total = sum(r["predicted_n"] for r in done)
-        return {"ttft_s": ttft, "decode_tps": decode, "aggregate_tps": total / wall,
-                "prefill_tps": pn * concurrency / ttft if ttft else 0.0}
+        done, wall = run_concurrently(lambda p: self._one(p, gn), prompts, "xllamacpp")
+        return _metrics(pn, wall, [(r["prompt_ms"] / 1000.0, r["predicted_per_second"], r["predicted_n"])
+                                   for r in done])
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "xllamacpp", "engine": "xllamacpp", "pin": self.version,
