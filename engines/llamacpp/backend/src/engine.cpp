@@ -411,6 +411,16 @@ std::shared_ptr<Request> Engine::submit(std::vector<llama_token> prompt, const S
     cps.penalty_present = sp.presence_penalty;
     cps.penalty_last_n = sp.penalty_last_n;
     cps.ignore_eos = sp.ignore_eos;
+    if (sp.temperature <= 0.0f) {
+        // Greedy: the argmax is the whole answer, so skip the truncation samplers that
+        // would each walk the vocabulary (penalties still shape the logits first).
+        cps.samplers.clear();
+        if (sp.repetition_penalty != 1.0f || sp.frequency_penalty != 0.0f || sp.presence_penalty != 0.0f) {
+            cps.samplers.push_back(COMMON_SAMPLER_TYPE_PENALTIES);
+        }
+        cps.samplers.push_back(COMMON_SAMPLER_TYPE_TOP_K);
+        cps.top_k = 1;
+    }
     if (sp.ignore_eos) {
         for (llama_token t = 0; t < llama_vocab_n_tokens(vocab_); ++t) {
             if (llama_vocab_is_eog(vocab_, t)) cps.logit_bias.push_back({t, -INFINITY});
