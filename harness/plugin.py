@@ -23,6 +23,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("variant-metal", "harness_plugins.variant_metal"),
     ("variant-mlx", "harness_plugins.variant_mlx"),
     ("engine-llamacpp", "harness_plugins.engine_llamacpp"),
+    ("engine-sdcpp", "harness_plugins.engine_sdcpp"),
     ("bench-fake", "harness_plugins.bench_fake"),
     ("bench-real", "harness_plugins.bench_real"),
 )

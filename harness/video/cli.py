@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -92,7 +93,10 @@ def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
 
 def _load_pipeline(config: Path) -> VideoPipeline:
     engine, options, data = load_config(config)
-    return VideoPipeline(engine, options, model=data)
+    # Checkpoint paths resolve like the config layer's: HARNESS_MODELS_DIR, else beside the config.
+    env = os.environ.get("HARNESS_MODELS_DIR")
+    models_dir = Path(env) if env else config.resolve().parent
+    return VideoPipeline(engine, options, model=data, models_dir=models_dir)
 
 
 def _print_warnings(warnings: tuple[str, ...] | list[str]) -> None:

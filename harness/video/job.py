@@ -77,6 +77,8 @@ class VideoJob:
     """The resolved ffmpeg, for engines that assemble a mux argv."""
     model: Any = None
     """The model config (checkpoint set) as the config layer loaded it; opaque here."""
+    models_dir: Path | None = None
+    """Where the config's relative checkpoint paths resolve (None: the engine's default)."""
 
 
 @dataclass(frozen=True, kw_only=True)

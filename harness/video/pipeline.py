@@ -84,16 +84,19 @@ class VideoPipeline:
     :param engine: the engine name plugins answer for (the model's ``backend``).
     :param options: the model's video options.
     :param model: the loaded model config, passed through to the engine untouched.
+    :param models_dir: where the config's relative checkpoint paths resolve.
     :param pm: the plugin manager (default: the process-wide one).
     :param ffmpeg: an already-resolved ffmpeg (default: resolve from options/env/PATH/wheel).
     :raises HostError: no usable ffmpeg: at load time, never after a render.
     """
 
     def __init__(self, engine: str, options: VideoOptions, *, model: Any = None,
+                 models_dir: Path | None = None,
                  pm: pluggy.PluginManager | None = None, ffmpeg: Ffmpeg | None = None) -> None:
         self.engine = engine
         self.options = options
         self.model = model
+        self.models_dir = models_dir
         self._pm = pm
         self.ffmpeg = ffmpeg or get_ffmpeg(options.ffmpeg)
 
@@ -207,7 +210,7 @@ class VideoPipeline:
                 start_image=keyframes.get("start_image"), end_image=keyframes.get("end_image"),
                 ref_image=plan.inputs.get("ref_image"), ref_video=plan.inputs.get("ref_video"),
                 audio=plan.inputs.get("audio"), device=self.options.device,
-                ffmpeg=self.ffmpeg.path, model=self.model)
+                ffmpeg=self.ffmpeg.path, model=self.model, models_dir=self.models_dir)
             check_cancel("before rendering")
             say(f"rendering {plan.num_frames} frames at {plan.canvas}, {plan.steps} steps")
             output = self._render(hook, job, workdir, on_step, cancel)

@@ -1,0 +1,176 @@
+"""Engine plugin ``stable-diffusion.cpp``: Wan video checkpoints rendered by the pybind11 backend.
+
+The checkpoint set comes from the model config: ``parameters.model`` is the DiT,
+``video_vae`` the video VAE, ``video_encoder`` the umt5 text encoder (optional:
+without one the engine renders unconditioned, which the tiny CI set relies on).
+The backend wheel (``harness build-backend stable-diffusion.cpp --variant cpu``)
+writes binary PPM frames; the harness muxes them. Wan renders no audio, so the
+MP4 is video-only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from harness.backend import package_name
+from harness.errors import BackendError, VideoError
+from harness.plugin import hookimpl
+from harness.types import HostInfo, MatchResult
+from harness.video.job import EngineOutput, VideoJob
+
+NAME = "stable-diffusion.cpp"
+FORMATS = ("ggufv2", "safetensors")
+#: Backend variants in the order they are tried; the descriptor lists what is built.
+VARIANT_ORDER = ("cuda", "vulkan", "metal", "cpu")
+#: Partitions this engine renders: text-only and first/last-frame (keyframes through the VAE).
+PARTITIONS = ("t2va", "fl2va")
+FRAMES_DIR = "frames"
+
+_lock = threading.Lock()
+_contexts: dict[tuple[Any, ...], Any] = {}
+_loaded_backends: set[str] = set()
+
+
+@hookimpl
+def harness_engine_names() -> list[str]:
+    return [NAME]
+
+
+@hookimpl
+def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult | None:
+    if engine != NAME:
+        return None
+    fmt = model.get("format")
+    abilities = model.get("abilities") or []
+    if "video" not in abilities:
+        return MatchResult(engine=NAME, ok=False,
+                           reason="stable-diffusion.cpp engine serves video models only "
+                                  f"(known_usecases has no 'video'; found {list(abilities)})")
+    if fmt not in FORMATS:
+        return MatchResult(engine=NAME, ok=False,
+                           reason=f"stable-diffusion.cpp engine loads GGUF or safetensors checkpoints; model is {fmt}")
+    return MatchResult(engine=NAME, ok=True, variant="cpu")
+
+
+def _options(model: Mapping[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in model.get("options") or []:
+        key, sep, value = str(item).partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _resolve(ref: str, models_dir: Path | None, what: str) -> str:
+    path = Path(ref).expanduser()
+    if not path.is_absolute():
+        path = (models_dir or Path.cwd()) / path
+    if not path.is_file():
+        msg = (f"{what} {ref!r} not found at {path}; relative paths resolve against HARNESS_MODELS_DIR "
+               "or the model config's directory")
+        raise VideoError(msg)
+    return str(path)
+
+
+def checkpoint_set(model: Any, models_dir: Path | None) -> dict[str, Any]:
+    """The backend's context parameters from a raw model config."""
+    if not isinstance(model, Mapping):
+        msg = "the stable-diffusion.cpp video engine needs the model config (got none)"
+        raise VideoError(msg)
+    params = model.get("parameters") or {}
+    dit = params.get("model") if isinstance(params, Mapping) else None
+    if not dit:
+        msg = "the model config names no DiT: set parameters.model"
+        raise VideoError(msg)
+    opts = _options(model)
+    out: dict[str, Any] = {"diffusion_model": _resolve(str(dit), models_dir, "parameters.model")}
+    if "video_vae" not in opts:
+        msg = "stable-diffusion.cpp needs the video VAE: set video_vae in options"
+        raise VideoError(msg)
+    out["vae"] = _resolve(opts["video_vae"], models_dir, "video_vae")
+    if opts.get("video_encoder"):
+        out["text_encoder"] = _resolve(opts["video_encoder"], models_dir, "video_encoder")
+    threads = os.environ.get("HARNESS_VIDEO_THREADS")
+    if threads and threads.isdigit():
+        out["n_threads"] = int(threads)
+    return out
+
+
+def load_backend() -> ModuleType:
+    """The installed backend module (``harness_stable_diffusion_cpp_<variant>._core``)."""
+    from harness.engines import load_engine
+
+    spec = load_engine(NAME)
+    allowed = spec.variants or VARIANT_ORDER
+    tried = []
+    for variant in (v for v in VARIANT_ORDER if v in allowed):
+        package = package_name(NAME, variant)
+        tried.append(package)
+        try:
+            pkg = importlib.import_module(package)
+            core = importlib.import_module(f"{package}._core")
+        except ImportError:
+            continue
+        lib_dir = str(getattr(pkg, "LIB_DIR", ""))
+        with _lock:
+            if lib_dir and lib_dir not in _loaded_backends:
+                core.load_backends(lib_dir)
+                _loaded_backends.add(lib_dir)
+        return core
+    msg = (f"no stable-diffusion.cpp backend module is installed (tried {', '.join(tried)}); "
+           "run `harness build stable-diffusion.cpp --variant cpu` then "
+           "`harness build-backend stable-diffusion.cpp --variant cpu`")
+    raise BackendError(msg)
+
+
+def _context(core: ModuleType, params: dict[str, Any]) -> Any:
+    # Loading a real checkpoint set takes minutes: keep it for the next request.
+    key = tuple(sorted(params.items()))
+    with _lock:
+        ctx = _contexts.get(key)
+        if ctx is None or not ctx.usable:
+            ctx = core.VideoContext(params)
+            _contexts[key] = ctx
+        return ctx
+
+
+@hookimpl
+def harness_video_generate(engine: str, request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
+                           cancel: threading.Event) -> EngineOutput | None:
+    if engine != NAME:
+        return None
+    if request.partition not in PARTITIONS:
+        msg = (f"stable-diffusion.cpp renders {' and '.join(PARTITIONS)} (text-only, first/last frame), "
+               f"not {request.partition}; declare video_partition:fl2va")
+        raise VideoError(msg)
+    if request.device in ("cuda", "gpu"):
+        msg = (f"video_device:{request.device} asked for, but stable-diffusion.cpp is built for cpu only here; "
+               "set video_device:cpu (a GPU variant needs a cuda/vulkan row in engines/stable-diffusion.cpp)")
+        raise VideoError(msg)
+    params = checkpoint_set(request.model, request.models_dir)
+    core = load_backend()
+    ctx = _context(core, params)
+    frames = workdir / FRAMES_DIR
+    frames.mkdir(parents=True, exist_ok=True)
+
+    def on_step(step: int, total: int) -> None:
+        if cancel.is_set():
+            from harness.video.mux import VideoCancelledError
+
+            msg = f"cancelled at step {step}/{total}"
+            raise VideoCancelledError(msg)
+        progress(step, total)
+
+    ctx.generate_video(
+        out_dir=str(frames), prompt=request.prompt, width=request.width, height=request.height,
+        frames=request.num_frames, steps=request.steps, seed=request.seed,
+        init_image=str(request.start_image) if request.start_image else None,
+        end_image=str(request.end_image) if request.end_image else None,
+        progress=on_step)
+    return EngineOutput(frames=frames)

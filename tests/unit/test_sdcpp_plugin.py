@@ -1,0 +1,107 @@
+"""The stable-diffusion.cpp engine plugin and descriptor: pure Python, no build."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness_plugins import engine_sdcpp as plugin
+
+from harness.abi.used import used_from
+from harness.engines import load_engine
+from harness.errors import VideoError
+from harness.plugin import make_manager
+from harness.types import HostInfo
+from harness.video.job import VideoJob
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def host() -> HostInfo:
+    from harness.host import probe
+
+    return probe()
+
+
+def job(**kw: Any) -> VideoJob:
+    base: dict[str, Any] = {"prompt": "p", "partition": "t2va", "width": 64, "height": 64,
+                            "num_frames": 5, "fps": 16.0, "steps": 2, "seed": 1, "crf": 18}
+    base.update(kw)
+    return VideoJob(**base)
+
+
+def test_registered_and_named() -> None:
+    pm = make_manager(autoload=False)
+    assert "engine-sdcpp" in [name for name, _ in pm.list_name_plugin()]
+    names = [n for ns in pm.hook.harness_engine_names() for n in ns]
+    assert plugin.NAME in names
+    assert (ROOT / "engines" / plugin.NAME / "engine.yaml").is_file()
+
+
+def test_match() -> None:
+    h = host()
+    assert plugin.harness_engine_match(engine="llamacpp", model={}, host=h) is None
+    ok = plugin.harness_engine_match(engine=plugin.NAME, model={"format": "ggufv2", "abilities": ["video"]}, host=h)
+    assert ok is not None and ok.ok and ok.variant == "cpu"
+    chat = plugin.harness_engine_match(engine=plugin.NAME, model={"format": "ggufv2", "abilities": ["chat"]}, host=h)
+    assert chat is not None and not chat.ok and "video models only" in chat.reason
+    gptq = plugin.harness_engine_match(engine=plugin.NAME, model={"format": "gptq", "abilities": ["video"]}, host=h)
+    assert gptq is not None and not gptq.ok and "gptq" in gptq.reason
+
+
+def test_descriptor() -> None:
+    spec = load_engine(plugin.NAME)
+    assert spec.variants == ("cpu",)
+    assert spec.source.subdir == "vendor/stable-diffusion.cpp"
+    assert spec.upstream["commit"] == "90e87bc8" and spec.upstream["ggml"] == "0.9.8"
+    base = spec.cmake["base"]
+    assert base["SD_BUILD_SHARED_LIBS"] == "ON" and base["BUILD_SHARED_LIBS"] == "ON"
+    assert base["SD_BUILD_EXAMPLES"] == "OFF" and base["SD_WEBP"] == "OFF"
+
+
+def test_patch_series_headers() -> None:
+    patches = sorted((ROOT / "patches" / plugin.NAME).glob("*.patch"))
+    assert [p.name[:4] for p in patches] == ["0001", "0002"]
+    for patch in patches:
+        head = patch.read_text().split("\n---\n", 1)[0]
+        for field in ("Subject:", "Why:", "Upstream:", "Retire-when:"):
+            assert field in head, (patch.name, field)
+
+
+def test_used_set_from_backend_sources() -> None:
+    spec = load_engine(plugin.NAME)
+    used = used_from(ROOT / str(spec.abi["used_from"]), spec.abi.get("used_pattern"))
+    assert {"generate_video", "new_sd_ctx", "sd_vid_gen_params_t", "sd_set_progress_callback"} <= used
+
+
+def test_checkpoint_set_resolves_against_models_dir(tmp_path: Path) -> None:
+    (tmp_path / "w").mkdir()
+    for name in ("dit.gguf", "vae.gguf", "umt5.gguf"):
+        (tmp_path / "w" / name).write_bytes(b"x")
+    model = {"parameters": {"model": "w/dit.gguf"},
+             "options": ["video_vae:w/vae.gguf", "video_encoder:w/umt5.gguf", "video_width:64"]}
+    got = plugin.checkpoint_set(model, tmp_path)
+    assert got == {"diffusion_model": str(tmp_path / "w/dit.gguf"), "vae": str(tmp_path / "w/vae.gguf"),
+                   "text_encoder": str(tmp_path / "w/umt5.gguf")}
+    no_encoder = plugin.checkpoint_set({**model, "options": ["video_vae:w/vae.gguf"]}, tmp_path)
+    assert "text_encoder" not in no_encoder
+    with pytest.raises(VideoError, match="video_vae"):
+        plugin.checkpoint_set({"parameters": {"model": "w/dit.gguf"}}, tmp_path)
+    with pytest.raises(VideoError, match="not found"):
+        plugin.checkpoint_set({**model, "parameters": {"model": "w/missing.gguf"}}, tmp_path)
+    with pytest.raises(VideoError, match=r"parameters\.model"):
+        plugin.checkpoint_set({"options": []}, tmp_path)
+
+
+def test_refusals_before_loading(tmp_path: Path) -> None:
+    cancel = threading.Event()
+    assert plugin.harness_video_generate(engine="other", request=job(), workdir=tmp_path,
+                                         progress=lambda s, t: None, cancel=cancel) is None
+    with pytest.raises(VideoError, match="ref2va"):
+        plugin.harness_video_generate(engine=plugin.NAME, request=job(partition="ref2va"), workdir=tmp_path,
+                                      progress=lambda s, t: None, cancel=cancel)
+    with pytest.raises(VideoError, match="cpu only"):
+        plugin.harness_video_generate(engine=plugin.NAME, request=job(device="cuda"), workdir=tmp_path,
+                                      progress=lambda s, t: None, cancel=cancel)
