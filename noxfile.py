@@ -36,20 +36,31 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "harness")
 
 
+ENGINES = ("llamacpp", "stable-diffusion.cpp")
+
+
 def _prepare_cpu(session: nox.Session, env: dict[str, str]) -> dict[str, str]:
-    """fetch -> patch -> ABI check -> build cpu -> backend -> models; returns the e2e environment."""
-    session.run("harness", "fetch", "llamacpp", env=env)
-    session.run("harness", "patch", "llamacpp", env=env)
-    session.run("harness", "patch", "--check", "llamacpp", env=env)
-    session.run("harness", "abi", "check", "llamacpp", env=env)
-    session.run("harness", "build", "llamacpp", "--variant", "cpu", env=env)
+    """Per engine: fetch -> patch -> ABI check -> build cpu -> backend; then the models.
+
+    Returns the e2e environment. Every stage is stamped: cached runs take seconds.
+    """
+    for engine in ENGINES:
+        session.run("harness", "fetch", engine, env=env)
+        session.run("harness", "patch", engine, env=env)
+        session.run("harness", "patch", "--check", engine, env=env)
+        session.run("harness", "abi", "check", engine, env=env)
+        session.run("harness", "build", engine, "--variant", "cpu", env=env)
+        session.run("harness", "build-backend", engine, "--variant", "cpu", env=env)
     session.run("harness", "artifacts", env=env)
-    session.run("harness", "build-backend", "llamacpp", "--variant", "cpu", env=env)
     session.run("harness", "engine", "info", env=env)
     session.run("harness", "models", "fetch", env=env)
     out = session.run("harness", "models", "env", "--json", silent=True, env=env)
     e2e = dict(env)
     e2e.update(json.loads(str(out)))
+    wan = session.run("python", "-c", "from harness import paths; print(paths.models_dir() / 'tiny-wan')",
+                      silent=True, env=env)
+    e2e["HARNESS_VIDEO_TINY"] = str(wan).strip()
+    session.run("python", "-m", "harness.models.tiny_wan", e2e["HARNESS_VIDEO_TINY"], env=env)
     art = session.run("harness", "artifacts", "--json", silent=True, env=env)
     for a in json.loads(str(art)):
         if a["engine"] == "llamacpp" and a["variant"] == "cpu":

@@ -157,13 +157,20 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
 
     def s_models() -> tuple[str, dict[str, Any]]:
         from harness.models.fixtures import env_vars, fetch_all
+        from harness.models.tiny_wan import write_tiny_wan
 
         fetch_all(None)
         env = env_vars()
+        wan = paths.models_dir() / "tiny-wan"
+        write_tiny_wan(wan)
+        env["HARNESS_VIDEO_TINY"] = str(wan)
         ctx["model_env"] = env
         return f"{len(env)} model variables", {"env": env}
 
     def s_e2e() -> tuple[str, dict[str, Any]]:
+        specs = [str(p) for ps in pm.hook.harness_e2e_specs(engine=engine.name) for p in ps or []]
+        if not specs:
+            raise SkippedStage(f"no plugin lists e2e specs for {engine.name}")
         per: dict[str, Any] = {}
         failed = []
         for v in ctx["variants"]:
@@ -173,7 +180,7 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
                 art = paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{v}"
                 env["HARNESS_ARTIFACT"] = str(art)
                 r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                    str(paths.project_root() / "tests" / "e2e"), "--variant", v,
+                                    *specs, "--variant", v,
                                     f"--junitxml={xml}"], capture_output=True, text=True, env=env,
                                    cwd=paths.project_root(), check=False)
                 counts: dict[str, Any] = dict(_junit_counts(xml)) if xml.is_file() else {"tests": 0}
@@ -186,6 +193,8 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
         return "; ".join(f"{v}: {c.get('passed')} passed, {c.get('skipped')} skipped" for v, c in per.items()), {"variants": per}
 
     def s_cross() -> tuple[str, dict[str, Any]]:
+        if not engine.raw.get("qualify", {}).get("cross_variant"):
+            raise SkippedStage(f"not configured for {engine.name} (qualify.cross_variant in its engine.yaml)")
         from harness.runtime.crossvariant import cross_variant
 
         r = cross_variant(Path(ctx["model_env"]["HARNESS_CHAT_MODEL"]))
@@ -200,6 +209,9 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
     def s_bench() -> tuple[str, dict[str, Any]]:
         if not run_bench:
             raise SkippedStage("disabled (--no-bench)")
+        peer = engine.raw.get("qualify", {}).get("bench_peer")
+        if not peer:
+            raise SkippedStage(f"no peer baseline for {engine.name} (qualify.bench_peer in its engine.yaml)")
         from harness.bench.abba import BenchConfig, run_abba
         from harness.bench.arms import ArmSpec
         from harness.bench.report import write_report
@@ -207,7 +219,7 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
         from harness.bench.stats import analyze
 
         model = ctx["model_env"]["HARNESS_MODEL"]
-        a = ArmSpec.parse(f"xllamacpp:model={model},threads=2")
+        a = ArmSpec.parse(f"{peer}:model={model},threads=2")
         b = ArmSpec.parse(f"backend:model={model},threads=2,variant=cpu")
         cfg = BenchConfig(blocks=bench_blocks, pn=bench_pn, gn=bench_gn, concurrency=bench_concurrency)
         result = run_abba(a, b, cfg, name=f"qualify-{engine.name}-{engine.pin}")
@@ -270,7 +282,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 div = "" if r["diverges_at"] is None else str(r["diverges_at"])
                 lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {'yes' if r['ok'] else 'NO'} | {div} | {r['error']} |")
         if s["name"] == "bench" and s["data"].get("markdown"):
-            lines += ["", "## Benchmark: our cpu build (B) vs the xllamacpp peer (A)", "",
+            lines += ["", "## Benchmark: our cpu build (B) vs the peer baseline (A)", "",
                       f"Full report: `{s['data']['report']}`", ""]
             body = s["data"]["markdown"].split("\n", 1)[1] if "\n" in s["data"]["markdown"] else s["data"]["markdown"]
             lines += [ln.replace("](", f"]({Path(s['data']['report']).name}/") if ln.startswith("![") else ln

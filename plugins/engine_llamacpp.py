@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from harness.plugin import hookimpl
@@ -36,3 +37,13 @@ def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> 
     else:
         variant = "cpu"
     return MatchResult(engine=NAME, ok=True, variant=variant)
+
+
+@hookimpl
+def harness_e2e_specs(engine: str) -> list[Path] | None:
+    if engine != NAME:
+        return None
+    from harness.paths import project_root
+
+    e2e = project_root() / "tests" / "e2e"
+    return sorted(p for p in e2e.glob("test_*.py") if p.name != "test_video_render.py")

@@ -174,3 +174,12 @@ def harness_video_generate(engine: str, request: VideoJob, workdir: Path, progre
         end_image=str(request.end_image) if request.end_image else None,
         progress=on_step)
     return EngineOutput(frames=frames)
+
+
+@hookimpl
+def harness_e2e_specs(engine: str) -> list[Path] | None:
+    if engine != NAME:
+        return None
+    from harness.paths import project_root
+
+    return [project_root() / "tests" / "e2e" / "test_video_render.py"]
