@@ -185,11 +185,13 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
                                    cwd=paths.project_root(), check=False)
                 counts: dict[str, Any] = dict(_junit_counts(xml)) if xml.is_file() else {"tests": 0}
                 counts["tail"] = r.stdout.strip().splitlines()[-1:]
+                counts["failed_tests"] = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
                 per[v] = counts
                 if r.returncode not in (0, 5):
                     failed.append(v)
         if failed:
-            raise HarnessError("e2e failures on " + ", ".join(f"{v} ({per[v].get('failures', '?')} failed)" for v in failed))
+            raise HarnessError("e2e failures on " + ", ".join(
+                f"{v} ({per[v].get('failures', '?')} failed: {'; '.join(per[v].get('failed_tests', []))})" for v in failed))
         return "; ".join(f"{v}: {c.get('passed')} passed, {c.get('skipped')} skipped" for v, c in per.items()), {"variants": per}
 
     def s_cross() -> tuple[str, dict[str, Any]]:
@@ -219,8 +221,11 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
         from harness.bench.stats import analyze
 
         model = ctx["model_env"]["HARNESS_MODEL"]
-        a = ArmSpec.parse(f"{peer}:model={model},threads=2")
-        b = ArmSpec.parse(f"backend:model={model},threads=2,variant=cpu")
+        # Both arms get a context that holds every concurrent request whole.
+        n_ctx = max(bench_concurrency) * (bench_pn + bench_gn) + 64
+        common = f"model={model},threads=2,n_ctx={n_ctx},max_num_seqs={max(bench_concurrency)}"
+        a = ArmSpec.parse(f"{peer}:{common}")
+        b = ArmSpec.parse(f"backend:{common},variant=cpu")
         cfg = BenchConfig(blocks=bench_blocks, pn=bench_pn, gn=bench_gn, concurrency=bench_concurrency)
         result = run_abba(a, b, cfg, name=f"qualify-{engine.name}-{engine.pin}")
         analysis = analyze(result.samples)

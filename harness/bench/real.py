@@ -70,9 +70,13 @@ def _model_facts(path: str) -> dict[str, Any]:
 def run_concurrently(fn: Any, prompts: list[list[int]], arm: str) -> tuple[list[Any], float]:
     """Run one request per prompt, all at once (one thread each); return results and wall time."""
     results: list[Any] = [None] * len(prompts)
+    failures: list[BaseException] = []
 
     def run(i: int) -> None:
-        results[i] = fn(prompts[i])
+        try:
+            results[i] = fn(prompts[i])
+        except BaseException as e:  # re-raised in the caller's thread below
+            failures.append(e)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
@@ -81,6 +85,8 @@ def run_concurrently(fn: Any, prompts: list[list[int]], arm: str) -> tuple[list[
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    if failures:
+        raise BenchError(f"a request of the {arm} arm failed: {type(failures[0]).__name__}: {failures[0]}")
     if any(r is None for r in results):
         raise BenchError(f"a request of the {arm} arm did not finish")
     return results, wall
