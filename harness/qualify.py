@@ -102,6 +102,9 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
     pm = get_manager()
     engine = load_engine(engine_name)
     q = Qualification(engine=engine.name)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    report = (out or paths.project_root() / "reports") / f"{stamp}-qualify-{engine.name}"
+    report.mkdir(parents=True, exist_ok=True)
     host = hostmod.probe()
     q.context.update({"engine": engine.name, "pin": engine.pin, "upstream": engine.upstream,
                       "host": hostmod.as_dict(host), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
@@ -229,10 +232,10 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
         cfg = BenchConfig(blocks=bench_blocks, pn=bench_pn, gn=bench_gn, concurrency=bench_concurrency)
         result = run_abba(a, b, cfg, name=f"qualify-{engine.name}-{engine.pin}")
         analysis = analyze(result.samples)
-        files = write_report(result, out=out, analysis=analysis, host=hostmod.as_dict(host),
+        files = write_report(result, out=report / "bench", analysis=analysis, host=hostmod.as_dict(host),
                              host_measure=measure_host())
         ctx["bench_dir"] = files.directory
-        return f"report {files.directory}", {"report": str(files.directory),
+        return f"report {files.directory.relative_to(report)}", {"report": str(files.directory.relative_to(report)),
                                               "markdown": files.markdown.read_text()}
 
     q.run("fetch", s_fetch)
@@ -244,13 +247,11 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
     q.run("e2e", s_e2e, needs=("backend", "models"))
     q.run("cross-variant", s_cross, needs=("backend", "models"))
     q.run("bench", s_bench, needs=("backend", "models"))
-    return q, write_qualification(q, out)
+    return q, write_qualification(q, report)
 
 
-def write_qualification(q: Qualification, out: Path | None = None) -> Path:
-    out = out or paths.project_root() / "reports"
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    d = out / f"{stamp}-qualify-{q.engine}"
+def write_qualification(q: Qualification, d: Path) -> Path:
+    """qualify.json + qualify.md into ``d`` (the bench report, if any, is already in d/bench/)."""
     d.mkdir(parents=True, exist_ok=True)
     doc = {**q.context, "passed": q.passed, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds, "summary": s.summary, "data": s.data}
@@ -288,8 +289,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {'yes' if r['ok'] else 'NO'} | {div} | {r['error']} |")
         if s["name"] == "bench" and s["data"].get("markdown"):
             lines += ["", "## Benchmark: our cpu build (B) vs the peer baseline (A)", "",
-                      f"Full report: `{s['data']['report']}`", ""]
+                      f"Full report: [{s['data']['report']}/report.md]({s['data']['report']}/report.md)", ""]
             body = s["data"]["markdown"].split("\n", 1)[1] if "\n" in s["data"]["markdown"] else s["data"]["markdown"]
-            lines += [ln.replace("](", f"]({Path(s['data']['report']).name}/") if ln.startswith("![") else ln
+            lines += [ln.replace("](", f"]({s['data']['report']}/") if ln.startswith("![") else ln
                       for ln in body.splitlines()]
     return "\n".join(lines) + "\n"

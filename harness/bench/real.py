@@ -193,11 +193,21 @@ class XllamacppArm:
         self.n_vocab = n_vocab_of(self.opts["model"])
 
     def _one(self, prompt: list[int], gn: int) -> dict[str, Any]:
-        out = self.server.handle_completions({"prompt": prompt, "max_tokens": gn, "temperature": 0,
-                                              "ignore_eos": True, "cache_prompt": False})
-        if "error" in out:
-            raise BenchError(f"xllamacpp: {out['error']}")
-        return dict(out["timings"])
+        """One streamed request: TTFT on the client side (queueing included, as for our arm)."""
+        t0 = time.perf_counter()
+        first: list[float] = []
+        last: list[dict[str, Any]] = []
+
+        def on_chunk(chunk: dict[str, Any]) -> None:
+            if not first:
+                first.append(time.perf_counter() - t0)
+            last[:] = [chunk]
+
+        self.server.handle_completions({"prompt": prompt, "max_tokens": gn, "temperature": 0, "stream": True,
+                                        "ignore_eos": True, "cache_prompt": False}, on_chunk)
+        if not last or "error" in last[0] or "timings" not in last[0]:
+            raise BenchError(f"xllamacpp: {last[0] if last else 'no response'}")
+        return {**last[0]["timings"], "ttft_s": first[0]}
 
     def warmup(self) -> None:
         self._one(synthetic_prompt(64, self.n_vocab), 8)
@@ -205,8 +215,7 @@ class XllamacppArm:
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         prompts = [synthetic_prompt(pn, self.n_vocab, salt=i) for i in range(concurrency)]
         done, wall = run_concurrently(lambda p: self._one(p, gn), prompts, "xllamacpp")
-        return _metrics(pn, wall, [(r["prompt_ms"] / 1000.0, r["predicted_per_second"], r["predicted_n"])
-                                   for r in done])
+        return _metrics(pn, wall, [(r["ttft_s"], r["predicted_per_second"], r["predicted_n"]) for r in done])
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "xllamacpp", "engine": "xllamacpp", "pin": self.version,
