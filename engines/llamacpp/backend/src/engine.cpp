@@ -280,6 +280,11 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
         throw ModelLoadError("failed to load model " + model_path + (why.empty() ? "" : ": " + why));
     }
     vocab_ = llama_model_get_vocab(model_);
+    {
+        int32_t n_sup = 0;
+        const llama_token * sup = llama_vocab_get_suppress_tokens(vocab_, &n_sup);
+        if (sup) suppressed_.assign(sup, sup + n_sup);
+    }
     arch_ = meta(model_, "general.architecture");
     std::string pooling = meta(model_, (arch_ + ".pooling_type").c_str());
     embedding_only_ = params.embeddings || !pooling.empty() || !llama_model_has_decoder(model_) ||
@@ -464,6 +469,11 @@ std::shared_ptr<Request> Engine::submit(std::vector<llama_token> prompt, const S
         }
         for (const auto & s : cp.additional_stops) req->sampling.stop.push_back(s);
     }
+    // Greedy with nothing that reshapes the logits: take the argmax directly instead of
+    // building the sampler's candidate array over the whole vocabulary every token.
+    req->plain_greedy = sp.temperature <= 0.0f && cps.grammar.grammar.empty() && !req->chat &&
+                        sp.repetition_penalty == 1.0f && sp.frequency_penalty == 0.0f && sp.presence_penalty == 0.0f &&
+                        !sp.ignore_eos;
     req->sampler.reset(common_sampler_init(model_, cps));
     if (!req->sampler) throw std::invalid_argument("could not build the sampler (invalid grammar?): " + last_errors());
     req->t.n_prompt = (int32_t) req->prompt.size();
@@ -784,8 +794,13 @@ void Engine::loop() {
         }
         for (auto & s : slots_) {
             if (!s.req || s.i_batch < 0) continue;
-            llama_token tok = common_sampler_sample(s.req->sampler.get(), ctx_, s.i_batch);
-            common_sampler_accept(s.req->sampler.get(), tok, true);
+            llama_token tok;
+            if (s.req->plain_greedy) {
+                tok = argmax(s.i_batch);
+            } else {
+                tok = common_sampler_sample(s.req->sampler.get(), ctx_, s.i_batch);
+                common_sampler_accept(s.req->sampler.get(), tok, true);
+            }
             on_token(s, tok);
         }
     }
@@ -795,6 +810,30 @@ void Engine::loop() {
             s.req.reset();
         }
     }
+}
+
+llama_token Engine::argmax(int32_t i_batch) const {
+    const float * logits = llama_get_logits_ith(ctx_, i_batch);
+    const int32_t n = llama_vocab_n_tokens(vocab_);
+    llama_token best = 0;
+    float best_v = -INFINITY;
+    for (int32_t t = 0; t < n; ++t) {
+        if (logits[t] > best_v) {
+            best_v = logits[t];
+            best = t;
+        }
+    }
+    if (!suppressed_.empty() && std::find(suppressed_.begin(), suppressed_.end(), best) != suppressed_.end()) {
+        // rare: a suppressed token won; redo the scan without them
+        best_v = -INFINITY;
+        for (int32_t t = 0; t < n; ++t) {
+            if (logits[t] > best_v && std::find(suppressed_.begin(), suppressed_.end(), t) == suppressed_.end()) {
+                best_v = logits[t];
+                best = t;
+            }
+        }
+    }
+    return best;
 }
 
 // ---------------------------------------------------------------------------

@@ -105,6 +105,7 @@ public:
     std::shared_ptr<ChatSetup> chat;
     std::atomic<bool> cancelled{false};
     bool streaming = true;                   // false: no per-delta events, the caller waits for the end
+    bool plain_greedy = false;               // argmax of the logits is the whole sampling step
     std::unique_ptr<common_sampler, common_sampler_deleter> sampler;
     Timings t;
     std::string generated;                   // full text generated so far (before stop trimming)
@@ -176,6 +177,8 @@ private:
     void release(Slot & s, const std::string & reason);
     void on_token(Slot & s, llama_token tok);
     void emit(Slot & s, bool final);
+    llama_token argmax(int32_t i_batch) const;
+    std::vector<llama_token> suppressed_;
     size_t kv_used() const;
     bool prefix_caching() const { return params_.prefix_caching != 2; }
 
