@@ -1,4 +1,5 @@
-"""Bench arms ``backend`` (our engine on a built variant) and ``xllamacpp`` (the peer baseline)."""
+"""Bench arms ``backend`` (our engine on a built variant), ``xllamacpp`` (the peer baseline)
+and ``llama-bench`` (an artifact's own llama-bench: old pin vs new pin)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
         from harness.bench.real import BackendArm
 
         return BackendArm(options)
+    if kind == "llama-bench":
+        from harness.bench.real import LlamaBenchArm
+
+        return LlamaBenchArm(options)
     if kind == "xllamacpp":
         from harness.bench.real import XllamacppArm
 

@@ -224,3 +224,66 @@ class XllamacppArm:
 
     def close(self) -> None:
         self.server = None
+
+
+# ---------------------------------------------------------------------------
+# llama-bench on any built artifact: the arm for "old pin vs new pin"
+# ---------------------------------------------------------------------------
+
+
+class LlamaBenchArm:
+    """The artifact's own ``llama-bench`` (single stream): comparable across pins.
+
+    Options: ``artifact=DIR`` or ``pin=VERSION`` (+ ``variant``, default cpu), ``model``,
+    ``threads``. An old pin's artifact comes from building that pin's checkout
+    (``git worktree add ../old <ref> && cd ../old && harness build llamacpp``): artifacts of
+    different pins live side by side in the shared cache.
+    """
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.opts = _opts(options)
+        if "artifact" in self.opts:
+            self.artifact = Path(str(self.opts["artifact"])).expanduser()
+        elif "pin" in self.opts:
+            engine = str(self.opts.get("engine", "llamacpp"))
+            self.artifact = paths.artifacts_dir() / f"{engine}-{self.opts['pin']}-{self.opts.get('variant', 'cpu')}"
+        else:
+            raise BenchError("llama-bench arm needs artifact=DIR or pin=VERSION")
+        self.exe = self.artifact / "bin" / "llama-bench"
+        if not self.exe.is_file():
+            msg = (f"no llama-bench in {self.artifact}: build that pin first "
+                   "(harness build llamacpp --variant cpu, from a checkout of that pin)")
+            raise BenchError(msg)
+        self.manifest = json.loads((self.artifact / "manifest.json").read_text())
+
+    def _run(self, pn: int, gn: int) -> dict[int, float]:
+        argv = [str(self.exe), "-m", self.opts["model"], "-t", str(self.opts["threads"]), "-p", str(pn),
+                "-n", str(gn), "-r", "1", "-o", "json"]
+        r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
+        if r.returncode:
+            from harness.errors import SubprocessError
+
+            raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
+        rows = json.loads(r.stdout)
+        return {0 if row["n_gen"] else 1: float(row["avg_ts"]) for row in rows}
+
+    def warmup(self) -> None:
+        self._run(32, 8)
+
+    def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
+        if concurrency != 1:
+            msg = "llama-bench measures a single stream: run this arm with --concurrency 1"
+            raise BenchError(msg)
+        ts = self._run(pn, gn)
+        pp, tg = ts[1], ts[0]
+        ttft = pn / pp
+        return {"ttft_s": ttft, "decode_tps": tg, "aggregate_tps": gn / (ttft + gn / tg), "prefill_tps": pp}
+
+    def describe(self) -> dict[str, Any]:
+        m = self.manifest
+        return {"kind": "llama-bench", "engine": m.get("engine"), "pin": m.get("pin"), "variant": m.get("variant"),
+                "upstream": m.get("upstream"), "abi_fingerprint": m.get("abi_fingerprint"),
+                "versions": {"harness": __version__}, "options": self.opts, "model": _model_facts(self.opts["model"])}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.bench.real import LlamaBenchArm
+from harness.errors import BenchError
+
+FAKE = """#!/usr/bin/env python3
+import json, sys
+a = sys.argv
+pn, gn = int(a[a.index("-p") + 1]), int(a[a.index("-n") + 1])
+print(json.dumps([{"n_prompt": pn, "n_gen": 0, "avg_ts": 400.0}, {"n_prompt": 0, "n_gen": gn, "avg_ts": 100.0}]))
+"""
+
+
+@pytest.fixture
+def artifact(cache: Path, tmp_path: Path) -> Path:
+    d = cache / "dist" / "llamacpp-9.9.9-cpu"
+    (d / "bin").mkdir(parents=True)
+    exe = d / "bin" / "llama-bench"
+    exe.write_text(FAKE)
+    exe.chmod(0o755)
+    (d / "manifest.json").write_text(json.dumps({"engine": "llamacpp", "pin": "9.9.9", "variant": "cpu"}))
+    return d
+
+
+def test_pin_resolves_to_the_artifact_and_metrics_follow_llama_bench(artifact: Path, tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    arm = LlamaBenchArm({"pin": "9.9.9", "model": str(model), "_role": "A"})
+    m = arm.measure(512, 128, 1)
+    assert m["ttft_s"] == pytest.approx(512 / 400.0)
+    assert m["decode_tps"] == 100.0
+    assert m["aggregate_tps"] == pytest.approx(128 / (512 / 400.0 + 1.28))
+    assert arm.describe()["pin"] == "9.9.9"
+    with pytest.raises(BenchError, match="single stream"):
+        arm.measure(512, 128, 4)
+
+
+def test_missing_pin_says_how_to_build_it(cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(BenchError, match="build that pin first"):
+        LlamaBenchArm({"pin": "0.0.1", "model": str(tmp_path / "m.gguf")})
