@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from harness.matrix import generic_reasons, version_at_least
 from harness.plugin import hookimpl
-from harness.types import Buildability, EngineSpec, HostInfo, Variant
+from harness.types import Buildability, HostInfo, Variant
 
 
 @hookimpl
@@ -26,7 +26,3 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
     return Buildability(variant=variant.name, buildable=not reasons, runnable=bool(devices) and not reasons,
                         reasons=tuple(reasons), notes=tuple(notes))
 
-
-@hookimpl
-def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostInfo) -> dict[str, str] | None:
-    return None

@@ -13,7 +13,6 @@ from harness import host as hostmod
 from harness import pipeline
 from harness.cli import add_json_flag, print_json
 from harness.engines import engine_names, load_engine
-from harness.errors import PatchError
 from harness.matrix import buildability, load_matrix, select
 from harness.plugin import describe, get_manager
 
@@ -168,10 +167,7 @@ def cmd_patch(args: argparse.Namespace) -> int:
                 print(f"{o.patch.name}: {o.status}" + (f"\n  {o.detail}" if o.detail else ""))
             print(f"{len(outcomes)} patches checked ({dt:.2f} s)")
         return 1 if any(o.status == "conflicts" for o in outcomes) else 0
-    try:
-        tree = pipeline.patched_tree(args.engine)
-    except PatchError:
-        raise
+    tree = pipeline.patched_tree(args.engine)
     dt = time.perf_counter() - t0
     if args.json:
         print_json({"engine": tree.engine, "pin": tree.pin, "path": str(tree.path), "series_hash": tree.series_hash,
