@@ -133,7 +133,7 @@ def build_backend(engine: EngineSpec, artifact: Path, *, install: bool = True, f
         msg = f"engine {engine.name} has no backend module source at {source_dir}"
         raise BackendError(msg)
     package = package_name(engine.name, variant)
-    key = hashlib.sha256(json.dumps({"src": _tree_hash(source_dir), "artifact": manifest["build_key"],
+    key = hashlib.sha256(json.dumps({"src": _tree_hash(source_dir), "shared": _tree_hash(engine.root.parent / "_shared"), "artifact": manifest["build_key"],
                                      "py": sys.version_info[:2], "abi": manifest.get("abi_fingerprint")},
                                     sort_keys=True).encode()).hexdigest()
     root = paths.cache_root() / "backend" / f"{engine.name}-{engine.pin}-{variant}"

@@ -4,6 +4,8 @@
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include "harness_pydict.h"
 #include <pybind11/stl.h>
 
 namespace py = pybind11;
@@ -24,21 +26,8 @@ using namespace harness;
 
 namespace {
 
-template <typename T>
-T get(const py::dict & d, const char * key, T def) {
-    return d.contains(key) && !d[key].is_none() ? d[key].cast<T>() : def;
-}
-
-void check_keys(const py::dict & d, const std::vector<std::string> & known, const char * what) {
-    for (auto item : d) {
-        auto k = item.first.cast<std::string>();
-        if (std::find(known.begin(), known.end(), k) == known.end()) {
-            std::string all;
-            for (auto & x : known) all += (all.empty() ? "" : ", ") + x;
-            throw std::invalid_argument(std::string("unknown ") + what + " '" + k + "' (known: " + all + ")");
-        }
-    }
-}
+using harness_py::check_keys;
+using harness_py::get;
 
 EngineParams engine_params(const py::dict & d) {
     check_keys(d, {"backend_dir", "n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "max_num_seqs",
