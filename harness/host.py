@@ -30,7 +30,7 @@ TOOLS: dict[str, tuple[list[str], str]] = {
     "git": (["git", "--version"], r"(\d+\.\d+(?:\.\d+)?)"),
     "nvcc": (["nvcc", "--version"], r"release (\d+\.\d+)"),
     "nvidia-smi": (["nvidia-smi", "--version"], r"DRIVER version\s*:\s*([\d.]+)"),
-    "glslc": (["glslc", "--version"], r"shaderc v(\d+\.\d+)"),
+    "glslc": (["glslc", "--version"], r"shaderc v?(\d+\.\d+)"),
     "vulkaninfo": (["vulkaninfo", "--summary"], r"Vulkan Instance Version: (\d+\.\d+\.\d+)"),
     "xcrun": (["xcrun", "--version"], r"version (\d+(?:\.\d+)*)"),
     "ffmpeg": (["ffmpeg", "-hide_banner", "-version"], r"ffmpeg version n?(\d+\.\d+(?:\.\d+)?)"),

@@ -6,7 +6,7 @@ set -euo pipefail
 
 pkgs=(git ccache ffmpeg binutils g++ patchelf)
 if [[ "${1:-}" == "--vulkan" ]]; then
-  pkgs+=(glslc libvulkan-dev mesa-vulkan-drivers vulkan-tools)
+  pkgs+=(glslc libvulkan-dev spirv-headers mesa-vulkan-drivers vulkan-tools)
 fi
 
 missing=()

@@ -91,12 +91,6 @@ def test_arch_satisfies(archs: list[str], cc: str, ok: bool) -> None:
     assert arch_satisfies(archs, cc) is ok
 
 
-def test_vulkan_needs_new_headers(rows) -> None:  # type: ignore[no-untyped-def]
-    host = fake_host(vulkan_headers="1.3.239", tools={"glslc": ToolInfo(name="glslc", path="/g", version="2023.8")})
-    b = _b(rows, "vulkan", host)
-    assert any("1.3.239" in r and ">= 1.3.275" in r for r in b.reasons)
-
-
 def test_unknown_variant_did_you_mean(rows) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UnknownNameError, match="did you mean 'vulkan'"):
         select(rows, "vulcan")

@@ -1,0 +1,197 @@
+"""The vulkan row: pinned headers package (fetch, extract, verify), requirements, manifest facts."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness_plugins import variant_vulkan as vk
+
+from harness.errors import ChecksumError, SourceError, UnsafeArchiveError
+from harness.matrix import load_matrix, select
+from harness.types import EngineSpec, HostInfo, ToolInfo, Variant
+
+from .test_matrix import fake_host
+
+CORE_H = """// vulkan_core.h (test copy)
+#define VK_HEADER_VERSION 309
+#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION(0, 1, 4, VK_HEADER_VERSION)
+"""
+
+
+def _ar(members: list[tuple[str, bytes]]) -> bytes:
+    """A minimal ar archive (the container format of a .deb)."""
+    out = io.BytesIO()
+    out.write(b"!<arch>\n")
+    for name, data in members:
+        out.write(f"{name:<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(data):<10}`\n".encode())
+        out.write(data + (b"\n" if len(data) % 2 else b""))
+    return out.getvalue()
+
+
+def make_deb(path: Path, files: dict[str, bytes]) -> str:
+    """Write a .deb whose data.tar.xz holds ``files``; return its sha256."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:xz") as tf:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tf.addfile(info, io.BytesIO(content))
+    control = io.BytesIO()
+    with tarfile.open(fileobj=control, mode="w:xz") as tf:
+        body = b"Package: libvulkan-dev\nVersion: 1.4.309.0-1\nArchitecture: amd64\n"
+        info = tarfile.TarInfo("./control")
+        info.size = len(body)
+        tf.addfile(info, io.BytesIO(body))
+    path.write_bytes(_ar([("debian-binary", b"2.0\n"), ("control.tar.xz", control.getvalue()),
+                          ("data.tar.xz", data.getvalue())]))
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def vulkan_row(**extra: Any) -> Variant:
+    row = select(load_matrix(), "vulkan")[0]
+    return dataclasses.replace(row, extra={**row.extra, **extra})
+
+
+def _pkg(deb: Path, sha: str, version: str = "1.4.309") -> dict[str, Any]:
+    return {"version": version, "url": deb.as_uri(), "sha256": sha, "members": ["usr/include/vulkan"]}
+
+
+GOOD = {"./usr/include/vulkan/vulkan_core.h": CORE_H.encode(), "./usr/include/vulkan/vulkan.hpp": b"// hpp\n",
+        "./usr/lib/x86_64-linux-gnu/pkgconfig/vulkan.pc": b"prefix=/usr\n"}
+
+
+def test_headers_package_extracted_once_and_only_headers(cache: Path, tmp_path: Path) -> None:
+    deb = tmp_path / "libvulkan-dev.deb"
+    pkg = _pkg(deb, make_deb(deb, GOOD))
+    include = vk.ensure_headers(pkg)
+    assert sorted(p.relative_to(include).as_posix() for p in include.rglob("*") if p.is_file()) == [
+        "vulkan/vulkan.hpp", "vulkan/vulkan_core.h"]
+    stamp = json.loads((include.parent / vk.STAMP).read_text())
+    assert stamp["sha256"] == pkg["sha256"] and stamp["files"] == 2
+    # Second call: nothing fetched (the source file may even be gone).
+    deb.unlink()
+    assert vk.ensure_headers(pkg) == include
+
+
+def test_headers_package_wrong_hash_refused(cache: Path, tmp_path: Path) -> None:
+    deb = tmp_path / "libvulkan-dev.deb"
+    make_deb(deb, GOOD)
+    with pytest.raises(ChecksumError):
+        vk.ensure_headers(_pkg(deb, "0" * 64))
+    assert not vk.headers_root(_pkg(deb, "0" * 64)).exists()
+
+
+def test_headers_package_version_must_match_the_pin(cache: Path, tmp_path: Path) -> None:
+    deb = tmp_path / "libvulkan-dev.deb"
+    pkg = _pkg(deb, make_deb(deb, GOOD), version="1.4.400")
+    with pytest.raises(SourceError, match=r"holds Vulkan headers 1\.4\.309, the matrix row pins 1\.4\.400"):
+        vk.ensure_headers(pkg)
+    assert not vk.headers_root(pkg).exists()
+
+
+def test_headers_package_escaping_member_refused(cache: Path, tmp_path: Path) -> None:
+    deb = tmp_path / "evil.deb"
+    sha = make_deb(deb, {"./usr/include/vulkan/../../../../escape.h": b"x"})
+    with pytest.raises(UnsafeArchiveError, match="safety filter"):
+        vk.ensure_headers(_pkg(deb, sha))
+    assert not list(tmp_path.rglob("escape.h"))
+
+
+def test_headers_package_without_the_members(cache: Path, tmp_path: Path) -> None:
+    deb = tmp_path / "other.deb"
+    sha = make_deb(deb, {"./usr/share/doc/x": b"x"})
+    with pytest.raises(SourceError, match="holds nothing under usr/include/vulkan"):
+        vk.ensure_headers(_pkg(deb, sha))
+
+
+def test_not_a_deb(cache: Path, tmp_path: Path) -> None:
+    deb = tmp_path / "junk.deb"
+    deb.write_bytes(b"not an ar archive")
+    with pytest.raises(SourceError, match="as a Debian package"):
+        vk.ensure_headers(_pkg(deb, hashlib.sha256(deb.read_bytes()).hexdigest()))
+
+
+def test_incomplete_package_spec_is_an_error() -> None:
+    with pytest.raises(SourceError, match="lacks sha256, members"):
+        vk.headers_package(vulkan_row(vulkan_headers_package={"version": "1", "url": "u"}))
+
+
+def _host(headers: str | None) -> HostInfo:
+    return fake_host(vulkan_headers=headers, tools={"glslc": ToolInfo(name="glslc", path="/g", version="2023.2")})
+
+
+@pytest.fixture
+def spirv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(vk, "spirv_headers_config", lambda: tmp_path)
+
+
+def test_old_system_headers_use_the_pinned_package(spirv: None) -> None:
+    b = vk.harness_variant_requirements(variant=vulkan_row(), host=_host("1.3.239"))
+    assert b is not None and b.buildable, b.reasons
+    assert any("1.3.239 < 1.3.275" in n and "pinned headers package 1.4.309" in n for n in b.notes)
+    assert vk.needs_package(vulkan_row(), _host("1.3.239"))
+    assert not vk.needs_package(vulkan_row(), _host("1.4.309"))
+
+
+def test_old_headers_without_a_package_cannot_build(spirv: None) -> None:
+    row = vulkan_row()
+    row = dataclasses.replace(row, extra={"vulkan_headers_min": "1.3.275"})
+    b = vk.harness_variant_requirements(variant=row, host=_host("1.3.239"))
+    assert b is not None and not b.buildable
+    assert any("1.3.239 found, the pinned ggml-vulkan needs >= 1.3.275" in r for r in b.reasons)
+
+
+def test_missing_loader_and_spirv_headers_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vk, "spirv_headers_config", lambda: None)
+    b = vk.harness_variant_requirements(variant=vulkan_row(), host=_host(None))
+    assert b is not None and not b.buildable
+    assert any("libvulkan-dev" in r for r in b.reasons)
+    assert any("spirv-headers" in r and "install-system-deps.sh --vulkan" in r for r in b.reasons)
+
+
+def test_configure_points_cmake_at_the_package(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deb = tmp_path / "libvulkan-dev.deb"
+    row = vulkan_row(vulkan_headers_package=_pkg(deb, make_deb(deb, GOOD)))
+    engine = EngineSpec(name="llamacpp", root=tmp_path, source=None, upstream={}, cmake={}, targets=(),  # type: ignore[arg-type]
+                        artifacts={}, abi={})
+    defines = vk.harness_variant_configure(engine=engine, variant=row, host=_host("1.3.239"))
+    assert defines is not None
+    assert (Path(defines["Vulkan_INCLUDE_DIR"]) / "vulkan" / "vulkan_core.h").is_file()
+    assert vk.harness_variant_configure(engine=engine, variant=row, host=_host("1.4.309")) is None
+
+
+LOG = """
+$ cmake -S /old
+-- GL_KHR_cooperative_matrix supported by glslc
+$ cmake -S /src -B /b -G Ninja
+-- Found Vulkan: /usr/lib/x86_64-linux-gnu/libvulkan.so (found version "1.4.309")
+-- GL_KHR_cooperative_matrix not supported by glslc
+-- GL_EXT_integer_dot_product supported by glslc
+-- GL_EXT_bfloat16 not supported by glslc
+"""
+
+
+def test_glslc_features_from_the_last_configure() -> None:
+    assert vk.glslc_features(LOG) == {"GL_KHR_cooperative_matrix": False, "GL_EXT_integer_dot_product": True,
+                                      "GL_EXT_bfloat16": False}
+
+
+def test_manifest_records_headers_and_glslc_features(cache: Path, tmp_path: Path) -> None:
+    deb = tmp_path / "libvulkan-dev.deb"
+    include = vk.ensure_headers(_pkg(deb, make_deb(deb, GOOD)))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "build.log").write_text(LOG)
+    extra = vk.harness_artifact_manifest(engine=None, variant=vulkan_row(),  # type: ignore[arg-type]
+                                         manifest={"defines": {"Vulkan_INCLUDE_DIR": str(include)},
+                                                   "build_dir": str(tmp_path / "b")})
+    assert extra == {"vulkan": {"headers": "1.4.309", "headers_source": "pinned package",
+                                "glslc_features": vk.glslc_features(LOG)}}
+    assert vk.harness_artifact_manifest(engine=None, variant=select(load_matrix(), "cpu")[0],  # type: ignore[arg-type]
+                                        manifest={}) is None
