@@ -80,7 +80,9 @@ def stamp_key(key: str, engine: EngineSpec, abi_fingerprint: str | None) -> str:
 
 
 def artifact_dir(engine: EngineSpec, variant: Variant) -> Path:
-    return paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{variant.name}"
+    """``<dist>/<engine>-<pin>-<variant>``; a recipe from history adds ``@<commit12>``."""
+    suffix = f"@{engine.recipe_commit[:12]}" if engine.recipe_commit else ""
+    return paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{variant.name}{suffix}"
 
 
 def init_cache_text(defines: dict[str, str]) -> str:
@@ -228,6 +230,7 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             "source_sha256": engine.source.sha256 or engine.source.commit,
             "patch_series_hash": tree.series_hash,
             "patches": [o.patch.name for o in tree.patches],
+            "recipe_commit": engine.recipe_commit or None,
             "variant": variant.name,
             "backend": variant.backend,
             "defines": defines,

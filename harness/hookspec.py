@@ -164,6 +164,12 @@ def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
     """Create a benchmark arm of ``kind``. Stops at first non-None result."""
 
 
+@hookspec(firstresult=True)
+def harness_bench_arm_prepare(kind: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    """Prepare an arm in the parent process before its worker starts (e.g. build the artifact it
+    runs, with progress shown); return the options the worker gets. Stops at first non-None result."""
+
+
 @hookspec
 def harness_report_write(
     results: dict[str, Any], out_dir: Path

@@ -1,6 +1,8 @@
-"""The stages wired together: fetch -> patch (-> ABI check -> build, in later modules)."""
+"""The stages wired together: fetch -> patch -> ABI check -> build."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -10,6 +12,9 @@ from harness.errors import SourceError
 from harness.patches import apply_series, check_series, load_series
 from harness.plugin import get_manager
 from harness.types import EngineSpec, PatchedTree, PatchOutcome, SourceTree
+
+if TYPE_CHECKING:
+    from harness.build import BuildResult
 
 
 def _pm(pm: pluggy.PluginManager | None) -> pluggy.PluginManager:
@@ -41,3 +46,18 @@ def patched_tree(engine: EngineSpec | str, pm: pluggy.PluginManager | None = Non
 def check_patches(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None) -> list[PatchOutcome]:
     spec = load_engine(engine) if isinstance(engine, str) else engine
     return check_series(fetch(spec, pm), load_series(spec.patches_dir))
+
+
+def build_variant(engine: EngineSpec, variant: str, pm: pluggy.PluginManager | None = None,
+                  *, force: bool = False) -> BuildResult:
+    """fetch -> patch -> ABI check -> build of one matrix row (each stage a no-op when stamped)."""
+    from harness import host as hostmod
+    from harness.abi.check import check_engine
+    from harness.build import build
+    from harness.matrix import get_variant
+
+    pm = _pm(pm)
+    row = get_variant(variant)
+    tree = patched_tree(engine, pm)
+    abi = check_engine(engine, tree.path)
+    return build(pm, engine, row, tree, hostmod.probe(), abi_fingerprint=abi.fingerprint, force=force)

@@ -89,6 +89,8 @@ class EngineSpec:
     pinned_on: str = ""
     variants: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Set when the recipe comes from a commit of the history (harness.recipes), not the working tree.
+    recipe_commit: str = ""
 
     @property
     def pin(self) -> str:
@@ -97,6 +99,11 @@ class EngineSpec:
     @property
     def patches_dir(self) -> Path:
         return self.root.parent.parent / "patches" / self.name
+
+    @property
+    def surface_path(self) -> Path:
+        """The committed ABI surface beside this recipe (``abi/<engine>/surface.json``)."""
+        return self.root.parent.parent / "abi" / self.name / "surface.json"
 
 
 @dataclass(frozen=True, kw_only=True)

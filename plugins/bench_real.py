@@ -23,3 +23,12 @@ def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
 
         return XllamacppArm(options)
     return None
+
+
+@hookimpl
+def harness_bench_arm_prepare(kind: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    if kind == "llama-bench":
+        from harness.bench.real import prepare_llama_bench
+
+        return prepare_llama_bench(options)
+    return None

@@ -125,4 +125,4 @@ def check_engine(spec: EngineSpec, tree: Path | None = None) -> CheckResult:
         from harness.pipeline import patched_tree  # the fetch/patch stages load plugins
 
         tree = patched_tree(spec).path
-    return check_tree(spec.name, tree, spec.abi, pin=spec.pin)
+    return check_tree(spec.name, tree, spec.abi, pin=spec.pin, committed_path=spec.surface_path)

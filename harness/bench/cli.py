@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ arms are KIND[:key=value,...]; A is the baseline, B the candidate:
   harness bench --a fake --b fake:slowdown=1.1        a synthetic 10% regression
   harness bench --aa --a fake                         an arm against itself (interval must contain 1.0)
   harness bench --a xllamacpp:model=M.gguf --b backend:variant=cpu,model=M.gguf
+  harness bench --concurrency 1 --a llama-bench:pin=0.3.35,model=M.gguf --b llama-bench:pin=0.3.36,model=M.gguf
+      old pin vs new pin: each pin's recipe (descriptor, patches, ABI surface) comes from the newest
+      commit of any branch or tag that pinned it (or rev=GITREV); missing artifacts are built first
 """
 
 
@@ -79,8 +83,16 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
     return levels
 
 
+def prepare_arm(spec: ArmSpec) -> ArmSpec:
+    """Let the arm's plugin prepare it here, in the parent (builds show progress), before workers start."""
+    from harness.plugin import get_manager
+
+    options = get_manager().hook.harness_bench_arm_prepare(kind=spec.kind, options=dict(spec.options))
+    return spec if options is None else dataclasses.replace(spec, options=options)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    a = ArmSpec.parse(args.a)
+    a = prepare_arm(ArmSpec.parse(args.a))
     if args.aa:
         if args.b:
             msg = "--aa measures --a against itself; expected no --b, found --b " + args.b
@@ -90,7 +102,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         msg = "expected --b KIND[:k=v,...] (the candidate), or --aa to run --a against itself"
         raise UsageError(msg)
     else:
-        b = ArmSpec.parse(args.b)
+        b = prepare_arm(ArmSpec.parse(args.b))
     config = BenchConfig(blocks=args.blocks, pn=args.pn, gn=args.gn,
                          concurrency=parse_concurrency(args.concurrency))
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import __version__, paths
+from harness import __version__, paths, progress
 from harness.errors import BenchError
 
 #: The peer baseline, pinned (moved with `nox -s update_pins` like the engine pins).
@@ -231,28 +231,58 @@ class XllamacppArm:
 # ---------------------------------------------------------------------------
 
 
+def prepare_llama_bench(options: dict[str, Any]) -> dict[str, Any]:
+    """Resolve ``pin=``/``rev=`` to an artifact, building that pin's recipe when needed.
+
+    The recipe of a pin other than the working tree's comes from git history
+    (:mod:`harness.recipes`); each stage is a no-op when already stamped, so a second run
+    costs seconds. ``artifact=DIR`` is used as given.
+    """
+    if "artifact" in options:
+        return dict(options)
+    if "pin" not in options and "rev" not in options:
+        raise BenchError("llama-bench arm needs artifact=DIR, pin=VERSION or rev=GITREV")
+    from harness import pipeline, recipes
+
+    engine = str(options.get("engine", "llamacpp"))
+    variant = str(options.get("variant", "cpu"))
+    try:
+        spec = recipes.resolve(engine, pin=str(options["pin"]) if "pin" in options else None,
+                               rev=str(options["rev"]) if "rev" in options else None)
+    except recipes.RecipeError:
+        # No recipe on record, but that pin may have been built from another checkout.
+        built = paths.artifacts_dir() / f"{engine}-{options.get('pin')}-{variant}"
+        if "rev" not in options and (built / "manifest.json").is_file():
+            progress.info(f"llama-bench arm: no recipe for {engine} {options['pin']} here; using {built}")
+            return {**options, "artifact": str(built)}
+        raise
+    origin = f"commit {spec.recipe_commit[:12]}" if spec.recipe_commit else "the working tree"
+    progress.info(f"llama-bench arm: {engine} {spec.pin} {variant}, recipe from {origin}")
+    result = pipeline.build_variant(spec, variant)
+    if result.built:
+        progress.info(f"built {result.artifact} in {result.seconds:.0f} s")
+    return {**options, "artifact": str(result.artifact)}
+
+
 class LlamaBenchArm:
     """The artifact's own ``llama-bench`` (single stream): comparable across pins.
 
-    Options: ``artifact=DIR`` or ``pin=VERSION`` (+ ``variant``, default cpu), ``model``,
-    ``threads``. An old pin's artifact comes from building that pin's checkout
-    (``git worktree add ../old <ref> && cd ../old && harness build llamacpp``): artifacts of
-    different pins live side by side in the shared cache.
+    Options: ``artifact=DIR``, or ``pin=VERSION`` / ``rev=GITREV`` (+ ``variant``, default cpu;
+    ``engine``, default llamacpp), ``model``, ``threads``. ``harness bench`` resolves a pin or
+    rev to its artifact before the worker starts, building that pin's recipe (descriptor,
+    patches and ABI surface from the newest commit that pinned it) when it is not built yet.
     """
 
     def __init__(self, options: dict[str, Any]) -> None:
         self.opts = _opts(options)
-        if "artifact" in self.opts:
-            self.artifact = Path(str(self.opts["artifact"])).expanduser()
-        elif "pin" in self.opts:
-            engine = str(self.opts.get("engine", "llamacpp"))
-            self.artifact = paths.artifacts_dir() / f"{engine}-{self.opts['pin']}-{self.opts.get('variant', 'cpu')}"
-        else:
-            raise BenchError("llama-bench arm needs artifact=DIR or pin=VERSION")
+        if "artifact" not in self.opts:
+            # Outside `harness bench` (which prepares arms), build here.
+            self.opts = _opts(prepare_llama_bench(self.opts))
+        self.artifact = Path(str(self.opts["artifact"])).expanduser()
         self.exe = self.artifact / "bin" / "llama-bench"
         if not self.exe.is_file():
-            msg = (f"no llama-bench in {self.artifact}: build that pin first "
-                   "(harness build llamacpp --variant cpu, from a checkout of that pin)")
+            msg = (f"no llama-bench in {self.artifact}: not an artifact dir "
+                   "(harness artifacts lists them; or pass pin=VERSION to build one)")
             raise BenchError(msg)
         self.manifest = json.loads((self.artifact / "manifest.json").read_text())
 
@@ -282,7 +312,7 @@ class LlamaBenchArm:
     def describe(self) -> dict[str, Any]:
         m = self.manifest
         return {"kind": "llama-bench", "engine": m.get("engine"), "pin": m.get("pin"), "variant": m.get("variant"),
-                "upstream": m.get("upstream"), "abi_fingerprint": m.get("abi_fingerprint"),
+                "recipe_commit": m.get("recipe_commit"), "upstream": m.get("upstream"), "abi_fingerprint": m.get("abi_fingerprint"),
                 "versions": {"harness": __version__}, "options": self.opts, "model": _model_facts(self.opts["model"])}
 
     def close(self) -> None:

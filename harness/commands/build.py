@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.table import Table
 
 from harness import host as hostmod
-from harness import paths, pipeline
+from harness import paths, pipeline, recipes
 from harness.abi.check import check_engine
 from harness.artifacts import find_artifacts, package, status
 from harness.build import build
@@ -30,6 +30,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--variant", default="cpu", help="matrix row(s), fnmatch, comma-separated (default: cpu)")
     p.add_argument("--define", action="append", default=[], metavar="K=V", help="extra CMake cache entry (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when the stamp matches")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--pin", metavar="VERSION",
+                   help="build another pin: its recipe (descriptor, patches, ABI surface) comes from the newest "
+                   "commit of any branch or tag that pinned it; the artifact lands in <dist>/ENGINE-PIN-VARIANT@COMMIT")
+    g.add_argument("--rev", metavar="GITREV", help="build the recipe of this commit/branch/tag (e.g. main)")
     add_json_flag(p)
     p.set_defaults(func=cmd_build)
 
@@ -68,7 +73,9 @@ def selected_cpu_variant(artifact: Path) -> str | None:
 
 def cmd_build(args: argparse.Namespace) -> int:
     pm = get_manager()
-    engine = load_engine(args.engine)
+    engine = recipes.resolve(args.engine, pin=args.pin, rev=args.rev)
+    if engine.recipe_commit and not args.json:
+        print(f"recipe: {engine.name} {engine.pin} from commit {engine.recipe_commit[:12]}")
     host = hostmod.probe()
     variants = select(load_matrix(), args.variant)
     tree = pipeline.patched_tree(engine, pm)

@@ -7,6 +7,7 @@ import pytest
 
 from harness.bench.real import LlamaBenchArm
 from harness.errors import BenchError
+from harness.recipes import RecipeError
 
 FAKE = """#!/usr/bin/env python3
 import json, sys
@@ -41,5 +42,10 @@ def test_pin_resolves_to_the_artifact_and_metrics_follow_llama_bench(artifact: P
 
 
 def test_missing_pin_says_how_to_build_it(cache: Path, tmp_path: Path) -> None:
-    with pytest.raises(BenchError, match="build that pin first"):
+    with pytest.raises(RecipeError, match=r"no recipe pins llamacpp 0\.0\.1 .*update_pins"):
         LlamaBenchArm({"pin": "0.0.1", "model": str(tmp_path / "m.gguf")})
+
+
+def test_not_an_artifact_dir(cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(BenchError, match="not an artifact dir"):
+        LlamaBenchArm({"artifact": str(tmp_path), "model": str(tmp_path / "m.gguf")})

@@ -1,0 +1,154 @@
+"""An engine's build recipe at another pin, from this repository's git history.
+
+A pin is never just a version: its recipe is the descriptor (``engines/<e>/engine.yaml``:
+sdist hash, upstream build number, CMake options, targets), the patch series written for it
+(``patches/<e>/``) and the ABI surface the backend was checked against (``abi/<e>/``), all
+committed together when the pin moved. The release engineer's "old pin" is therefore the
+recipe at an older commit (usually main), and the harness builds it from there instead of
+guessing options, patches and build numbers for a version nobody reviewed.
+
+``recipe_at(engine, rev)`` materializes ``engines/<e>``, ``patches/<e>`` and ``abi/<e>`` of
+``rev`` into ``<cache>/recipes/<e>-<commit12>/`` (once, stamped) and loads the descriptor
+from there; :attr:`EngineSpec.patches_dir` and the ABI check follow that root.
+``recipe_for_pin(engine, pin)`` picks the working tree's recipe when it pins ``pin``, else
+the newest commit (of any branch or tag) whose descriptor pins it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from filelock import FileLock
+
+from harness import paths
+from harness.engines import DESCRIPTOR, load_engine, parse_engine
+from harness.errors import ConfigError
+from harness.types import EngineSpec
+
+STAMP = ".harness-recipe.json"
+RECIPE_DIRS = ("engines", "patches", "abi")
+
+
+class RecipeError(ConfigError):
+    """No recipe for a requested pin or revision."""
+
+
+def _git(*args: str, check: bool = True) -> str:
+    root = paths.project_root()
+    try:
+        r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False, timeout=60)
+    except FileNotFoundError as e:
+        msg = "git is not installed: building another pin's recipe needs the checkout's history"
+        raise RecipeError(msg) from e
+    if check and r.returncode:
+        msg = f"git {' '.join(args)} failed in {root}: {r.stderr.strip() or r.stdout.strip()}"
+        raise RecipeError(msg)
+    return r.stdout
+
+
+def _git_bytes(*args: str) -> bytes:
+    r = subprocess.run(["git", "-C", str(paths.project_root()), *args], capture_output=True, check=False,
+                       timeout=120)
+    if r.returncode:
+        msg = f"git {' '.join(args)} failed: {r.stderr.decode(errors='replace').strip()}"
+        raise RecipeError(msg)
+    return r.stdout
+
+
+def resolve_rev(rev: str) -> str:
+    """A revision (branch, tag, ``HEAD~3``, sha) -> full commit id, with a clear error."""
+    r = subprocess.run(["git", "-C", str(paths.project_root()), "rev-parse", "--verify", "--quiet",
+                        f"{rev}^{{commit}}"], capture_output=True, text=True, check=False, timeout=60)
+    if r.returncode or not r.stdout.strip():
+        msg = (f"{rev!r} is not a commit of the checkout at {paths.project_root()} "
+               "(expected a branch, tag or commit; `git log --oneline` lists them)")
+        raise RecipeError(msg)
+    return r.stdout.strip()
+
+
+def pins_on_record(engine: str) -> list[tuple[str, str]]:
+    """``(commit, pin)`` for every commit (branches, remote-tracking branches, tags; newest first) that
+    changed the descriptor."""
+    rel = f"engines/{engine}/{DESCRIPTOR}"
+    out = []
+    for commit in _git("log", "--branches", "--remotes", "--tags", "--date-order", "--format=%H", "--", rel).split():
+        try:
+            data = yaml.safe_load(_git("show", f"{commit}:{rel}"))
+            out.append((commit, str(data["source"]["version"])))
+        except (RecipeError, yaml.YAMLError, KeyError, TypeError):
+            continue  # a commit where the file was deleted or broken: not a recipe
+    return out
+
+
+def recipe_root(engine: str, commit: str) -> Path:
+    return paths.cache_root() / "recipes" / f"{engine}-{commit[:12]}"
+
+
+def recipe_at(engine: str, rev: str) -> EngineSpec:
+    """The engine's recipe at ``rev``, materialized once into the cache."""
+    commit = resolve_rev(rev)
+    root = recipe_root(engine, commit)
+    stamp = root / STAMP
+    with FileLock(str(paths.locks_dir() / f"recipe-{root.name}.lock")):
+        if not stamp.is_file():
+            present = [f"{d}/{engine}" for d in RECIPE_DIRS
+                       if _git("ls-tree", "-d", "--name-only", commit, f"{d}/{engine}").strip()]
+            if f"engines/{engine}" not in present:
+                msg = f"commit {commit[:12]} ({rev}) has no engines/{engine}/: no recipe for {engine} there"
+                raise RecipeError(msg)
+            blob = _git_bytes("archive", "--format=tar", commit, *present)
+            shutil.rmtree(root, ignore_errors=True)
+            root.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".recipe-", dir=root.parent))
+            try:
+                with tarfile.open(fileobj=io.BytesIO(blob)) as tf:
+                    tf.extractall(tmp, filter="data")
+                tmp.rename(root)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            stamp.write_text(json.dumps({"engine": engine, "rev": rev, "commit": commit, "dirs": present,
+                                         "materialized_at": time.time()}, indent=2))
+    spec = parse_engine(root / "engines" / engine / DESCRIPTOR)
+    return dataclasses.replace(spec, recipe_commit=commit)
+
+
+def recipe_for_pin(engine: str, pin: str) -> EngineSpec:
+    """The working tree's recipe when it pins ``pin``; else the newest commit that pinned it."""
+    current = load_engine(engine)
+    if current.pin == pin:
+        return current
+    record = pins_on_record(engine)
+    for commit, version in record:
+        if version == pin:
+            return recipe_at(engine, commit)
+    known = sorted({v for _, v in record} | {current.pin})
+    msg = (f"no recipe pins {engine} {pin} in this checkout's history (pins on record: {', '.join(known)}). "
+           f"A pin needs its reviewed recipe: on a branch, `nox -s update_pins -- {engine} {pin}`, "
+           f"`harness patch --check {engine}`, `harness abi check {engine}` (snapshot and review if needed), "
+           "commit; then pass pin=" + pin + " again, or rev=BRANCH")
+    raise RecipeError(msg)
+
+
+def resolve(engine: str, *, pin: str | None = None, rev: str | None = None) -> EngineSpec:
+    """The recipe a command asked for: ``rev`` wins, then ``pin``, else the working tree's."""
+    if rev and pin:
+        spec = recipe_at(engine, rev)
+        if spec.pin != pin:
+            msg = f"{rev} pins {engine} {spec.pin}, not {pin}: pass one of pin= or rev="
+            raise RecipeError(msg)
+        return spec
+    if rev:
+        return recipe_at(engine, rev)
+    if pin:
+        return recipe_for_pin(engine, pin)
+    return load_engine(engine)
