@@ -24,6 +24,7 @@ from typing import Any
 
 from harness import paths, progress
 from harness.errors import HarnessError
+from harness.types import EngineSpec
 
 
 @dataclass
@@ -90,7 +91,10 @@ def _junit_counts(xml_path: Path) -> dict[str, int]:
 
 
 def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: int = 512, bench_gn: int = 128,
-            bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None, run_bench: bool = True) -> tuple[Qualification, Path]:
+            bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None, run_bench: bool = True,
+            old_pin: str | None = None, old_rev: str | None = None) -> tuple[Qualification, Path]:
+    """Every stage for the engine's pin; with ``old_pin``/``old_rev`` also the pin move's PR material:
+    the ABI/API diff from the old pin and an old-vs-new llama-bench ABBA run on the cpu variant."""
     from harness import host as hostmod
     from harness import pipeline
     from harness.abi.check import check_engine
@@ -238,6 +242,27 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
         return f"report {files.directory.relative_to(report)}", {"report": str(files.directory.relative_to(report)),
                                               "markdown": files.markdown.read_text()}
 
+    def s_old_abi() -> tuple[str, dict[str, Any]]:
+        if not (old_pin or old_rev):
+            raise SkippedStage("no old pin given (--old-pin VERSION or --old-rev GITREV)")
+        from harness import recipes
+
+        old = recipes.resolve(engine.name, pin=old_pin, rev=old_rev)
+        ctx["old"] = old
+        return old_pin_abi_diff(engine, old, ctx["tree"].path)
+
+    def s_old_bench() -> tuple[str, dict[str, Any]]:
+        if not (old_pin or old_rev):
+            raise SkippedStage("no old pin given (--old-pin VERSION or --old-rev GITREV)")
+        if not run_bench:
+            raise SkippedStage("disabled (--no-bench)")
+        if "cpu" not in ctx["variants"]:
+            raise SkippedStage("the cpu variant was not built")
+        opts: dict[str, str] = {"pin": old_pin} if old_pin else {"rev": str(old_rev)}
+        return old_pin_bench(engine, opts, paths.artifacts_dir() / f"{engine.name}-{engine.pin}-cpu",
+                             ctx["model_env"]["HARNESS_MODEL"], report / "bench-old-pin", host=hostmod.as_dict(host),
+                             blocks=bench_blocks, pn=bench_pn, gn=bench_gn)
+
     q.run("fetch", s_fetch)
     q.run("patch", s_patch, needs=("fetch",))
     q.run("abi-check", s_abi, needs=("patch",))
@@ -247,7 +272,56 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
     q.run("e2e", s_e2e, needs=("backend", "models"))
     q.run("cross-variant", s_cross, needs=("backend", "models"))
     q.run("bench", s_bench, needs=("backend", "models"))
+    q.run("old-pin-abi", s_old_abi, needs=("patch",))
+    q.run("old-pin-bench", s_old_bench, needs=("build", "models"))
     return q, write_qualification(q, report)
+
+
+def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> tuple[str, dict[str, Any]]:
+    """The full API/ABI diff old pin -> this pin, and how much of it the backend's used set sees."""
+    from harness import pipeline
+    from harness.abi import surface as surf
+    from harness.abi.check import load_committed
+    from harness.abi.cli import snapshot_pin
+    from harness.abi.diff import diff, render_markdown
+
+    t0 = time.perf_counter()
+    a = snapshot_pin(str(pipeline.fetch(old).path), engine, None)
+    b = snapshot_pin(str(new_tree), engine, None)
+    changes = diff(a, b)
+    used = set(load_committed(engine.name).get("used") or [])
+    used_changes = diff(surf.filter_surface(a, used), surf.filter_surface(b, used)) if used else []
+    seconds = time.perf_counter() - t0
+    footer = (f"_{len(changes)} differences ({len(used_changes)} in what the backend uses) on "
+              f"{', '.join(b['targets'])}; `harness abi diff {old.pin} {engine.pin}`, {seconds:.1f} s._")
+    md = render_markdown(changes, old=f"{engine.name} {old.pin}", new=f"{engine.name} {engine.pin}", footer=footer)
+    return (f"{old.pin} -> {engine.pin}: {len(changes)} differences, {len(used_changes)} in the backend's used set"), {
+        "old_pin": old.pin, "old_recipe_commit": old.recipe_commit or None, "differences": len(changes),
+        "used_differences": len(used_changes), "markdown": md, "seconds": round(seconds, 2)}
+
+
+def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Path, model: str, out: Path, *,
+                  host: dict[str, Any], blocks: int, pn: int, gn: int) -> tuple[str, dict[str, Any]]:
+    """Old pin (A) vs this pin (B), each through its own cpu artifact's llama-bench, in ABBA blocks."""
+    from harness.bench.abba import BenchConfig, run_abba
+    from harness.bench.arms import ArmSpec
+    from harness.bench.real import prepare_llama_bench
+    from harness.bench.report import write_report
+    from harness.bench.roofline import measure_host
+    from harness.bench.stats import analyze
+
+    common = {"model": model, "threads": 2, "variant": "cpu", "engine": engine.name}
+    a_opts = prepare_llama_bench({**old_opts, **common})  # builds the old pin's recipe when needed
+    label = old_opts.get("pin") or old_opts.get("rev")
+    a = ArmSpec(kind="llama-bench", name=f"llama-bench {label}", options=a_opts)
+    b = ArmSpec(kind="llama-bench", name=f"llama-bench {engine.pin}",
+                options={**common, "artifact": str(new_artifact)})
+    cfg = BenchConfig(blocks=blocks, pn=pn, gn=gn, concurrency=(1,))
+    result = run_abba(a, b, cfg, name=f"old-pin-{label}-vs-{engine.pin}")
+    analysis = analyze(result.samples)
+    files = write_report(result, out=out, analysis=analysis, host=host, host_measure=measure_host())
+    rel = f"{out.name}/{files.directory.name}"
+    return f"report {rel}", {"report": rel, "markdown": files.markdown.read_text()}
 
 
 def write_qualification(q: Qualification, d: Path) -> Path:
@@ -259,6 +333,10 @@ def write_qualification(q: Qualification, d: Path) -> Path:
     (d / "qualify.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     (d / "qualify.md").write_text(render_markdown(doc))
     return d
+
+
+BENCH_TITLES = {"bench": "Benchmark: our cpu build (B) vs the peer baseline (A)",
+                "old-pin-bench": "Benchmark: this pin (B) vs the old pin (A), each artifact's own llama-bench"}
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -287,10 +365,12 @@ def render_markdown(doc: dict[str, Any]) -> str:
             for r in s["data"]["runs"]:
                 div = "" if r["diverges_at"] is None else str(r["diverges_at"])
                 lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {'yes' if r['ok'] else 'NO'} | {div} | {r['error']} |")
-        if s["name"] == "bench" and s["data"].get("markdown"):
-            lines += ["", "## Benchmark: our cpu build (B) vs the peer baseline (A)", "",
+        if s["name"] in BENCH_TITLES and s["data"].get("markdown"):
+            lines += ["", f"## {BENCH_TITLES[s['name']]}", "",
                       f"Full report: [{s['data']['report']}/report.md]({s['data']['report']}/report.md)", ""]
             body = s["data"]["markdown"].split("\n", 1)[1] if "\n" in s["data"]["markdown"] else s["data"]["markdown"]
             lines += [ln.replace("](", f"]({s['data']['report']}/") if ln.startswith("![") else ln
                       for ln in body.splitlines()]
+        if s["name"] == "old-pin-abi" and s["data"].get("markdown"):
+            lines += ["", *s["data"]["markdown"].splitlines()]
     return "\n".join(lines) + "\n"

@@ -13,13 +13,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="fetch, patch, ABI check, build every default buildable variant, build the "
                        "backend, fetch the fixture models, run the e2e specs per variant, the cross-variant check "
                        "and an ABBA benchmark of our cpu build against the xllamacpp peer; writes "
-                       "reports/<timestamp>-qualify-<engine>/qualify.{md,json}. Exit 1 when a stage failed.")
+                       "reports/<timestamp>-qualify-<engine>/qualify.{md,json}. Exit 1 when a stage failed. "
+                       "Moving a pin? Add --old-pin OLD (or --old-rev main) for the pull request's material: the "
+                       "API/ABI diff and old-vs-new llama-bench figures in the same report.")
     p.add_argument("engine", nargs="?", default="llamacpp")
     p.add_argument("--blocks", type=int, default=4, help="ABBA blocks (default 4)")
     p.add_argument("--pn", type=int, default=512, help="bench prompt tokens (default 512)")
     p.add_argument("--gn", type=int, default=128, help="bench generated tokens (default 128)")
     p.add_argument("--concurrency", default="1,4", help="bench concurrency levels (default 1,4)")
     p.add_argument("--no-bench", action="store_true", help="skip the benchmark stage")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--old-pin", metavar="VERSION",
+                   help="also compare with the pin this one replaces: the API/ABI diff and an ABBA run of both "
+                   "cpu artifacts' llama-bench (the old recipe comes from git history and is built when needed)")
+    g.add_argument("--old-rev", metavar="GITREV", help="like --old-pin, naming the commit/branch (e.g. main)")
     p.add_argument("--out", type=Path, help="reports directory (default: reports/ in the checkout)")
     add_json_flag(p)
     p.set_defaults(func=cmd_qualify)
@@ -30,7 +37,8 @@ def cmd_qualify(args: argparse.Namespace) -> int:
 
     conc = tuple(int(c) for c in args.concurrency.split(",") if c)
     q, directory = qualify(args.engine, bench_blocks=args.blocks, bench_pn=args.pn, bench_gn=args.gn,
-                           bench_concurrency=conc, out=args.out, run_bench=not args.no_bench)
+                           bench_concurrency=conc, out=args.out, run_bench=not args.no_bench,
+                           old_pin=args.old_pin, old_rev=args.old_rev)
     if args.json:
         print_json({"passed": q.passed, "report": str(directory),
                     "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds, "summary": s.summary}
