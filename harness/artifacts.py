@@ -59,6 +59,15 @@ def usable_on(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]
         for g in gpus:
             if g.compute_capability and not arch_satisfies(manifest.get("cuda_archs", []), g.compute_capability):
                 return False, [f"{g.name} is sm_{g.compute_capability}; artifact has {','.join(manifest['cuda_archs'])}"]
+    if manifest.get("backend") == "vulkan":
+        devices = [g for g in host.gpus if g.api == "vulkan"]
+        if not devices:
+            return False, ["no Vulkan device on this host (mesa-vulkan-drivers provides lavapipe, a CPU one)"]
+        if all("CPU" in g.device_type.upper() for g in devices):
+            notes.append("only a CPU Vulkan device (lavapipe): run with GGML_VK_VISIBLE_DEVICES=0")
+        missing = sorted(k for k, ok in manifest.get("vulkan", {}).get("glslc_features", {}).items() if not ok)
+        if missing:
+            notes.append(f"built without {', '.join(missing)} shaders (glslc lacked them)")
     return True, notes
 
 

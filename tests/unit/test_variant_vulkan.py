@@ -195,3 +195,20 @@ def test_manifest_records_headers_and_glslc_features(cache: Path, tmp_path: Path
                                 "glslc_features": vk.glslc_features(LOG)}}
     assert vk.harness_artifact_manifest(engine=None, variant=select(load_matrix(), "cpu")[0],  # type: ignore[arg-type]
                                         manifest={}) is None
+
+
+def test_vulkan_artifact_usability() -> None:
+    from harness.artifacts import usable_on
+    from harness.types import GpuInfo
+
+    manifest = {"backend": "vulkan", "host": {"os": "linux"},
+                "vulkan": {"glslc_features": {"GL_EXT_bfloat16": False, "GL_KHR_cooperative_matrix": False,
+                                              "GL_EXT_integer_dot_product": True}}}
+    assert usable_on(manifest, _host("1.3.239")) == (
+        False, ["no Vulkan device on this host (mesa-vulkan-drivers provides lavapipe, a CPU one)"])
+    lavapipe = dataclasses.replace(_host("1.3.239"), gpus=(GpuInfo(api="vulkan", name="llvmpipe", device_type="PHYSICAL_DEVICE_TYPE_CPU"),))
+    ok, notes = usable_on(manifest, lavapipe)
+    assert ok and notes == ["only a CPU Vulkan device (lavapipe): run with GGML_VK_VISIBLE_DEVICES=0",
+                            "built without GL_EXT_bfloat16, GL_KHR_cooperative_matrix shaders (glslc lacked them)"]
+    gpu = dataclasses.replace(lavapipe, gpus=(GpuInfo(api="vulkan", name="RTX", device_type="PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"),))
+    assert usable_on({**manifest, "vulkan": {}}, gpu) == (True, [])
