@@ -369,7 +369,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
             lines += ["", f"## {BENCH_TITLES[s['name']]}", "",
                       f"Full report: [{s['data']['report']}/report.md]({s['data']['report']}/report.md)", ""]
             body = s["data"]["markdown"].split("\n", 1)[1] if "\n" in s["data"]["markdown"] else s["data"]["markdown"]
-            lines += [ln.replace("](", f"]({s['data']['report']}/") if ln.startswith("![") else ln
+            # The bench report's sections become subsections of this one.
+            lines += [ln.replace("](", f"]({s['data']['report']}/") if ln.startswith("![")
+                      else "#" + ln if ln.startswith("## ") else ln
                       for ln in body.splitlines()]
         if s["name"] == "old-pin-abi" and s["data"].get("markdown"):
             lines += ["", *s["data"]["markdown"].splitlines()]

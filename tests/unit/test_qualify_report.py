@@ -9,7 +9,7 @@ from harness.qualify import Qualification, SkippedStage, render_markdown, write_
 
 HOST = {"os": "linux", "arch": "x86_64", "cpu_model": "EPYC", "microarch": "zen4", "cores": 2,
         "memory_bytes": 24 << 30}
-BENCH_MD = "# old-pin-0.3.35-vs-0.3.36\n\n| metric | A | B |\n|---|---|---|\n| decode @ c=1 | 1 | 2 |\n![ratios](ratios.png)\n"
+BENCH_MD = "# old-pin-0.3.35-vs-0.3.36\n\n## Every metric\n\n| metric | A | B |\n|---|---|---|\n| decode @ c=1 | 1 | 2 |\n![ratios](ratios.png)\n"
 ABI_MD = "## ABI/API changes: llamacpp 0.3.35 -> llamacpp 0.3.36\n\n3 differences: 3 structs.\n\n### Structs\n"
 
 
@@ -31,6 +31,7 @@ def test_pin_move_sections() -> None:
     assert "[bench-old-pin/x/report.md](bench-old-pin/x/report.md)" in md
     # Plot links are rewritten relative to the qualification dir; the bench report's title is dropped.
     assert "![ratios](bench-old-pin/x/ratios.png)" in md and "# old-pin-0.3.35-vs-0.3.36" not in md
+    assert "\n### Every metric\n" in md and "\n## Every metric" not in md
 
 
 def test_without_an_old_pin_the_stages_are_skipped_not_failed(tmp_path: Path) -> None:
