@@ -86,6 +86,9 @@ def build(session: nox.Session, variant: str) -> None:
     _install(session, "test")
     if variant == "cuda":
         session.install("nvidia-cublas>=13,<14")
+    if variant == "vulkan":
+        # glslc, libvulkan-dev, spirv-headers, lavapipe (Debian); newer headers come from the matrix row.
+        session.run("bash", "scripts/install-system-deps.sh", "--vulkan", external=True)
     session.run("harness", "build", "llamacpp", "--variant", variant, *session.posargs)
 
 
