@@ -79,6 +79,16 @@ def stamp_key(key: str, engine: EngineSpec, abi_fingerprint: str | None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def build_dir_for(tree: PatchedTree, variant: Variant, key: str) -> Path:
+    """``work/<patched tree>/build/<variant>-<key12>``: beside the tree it compiles.
+
+    Every build dir then reaches its sources as ``../../tree/...``, so with ``CCACHE_BASEDIR``
+    the compiler command lines do not depend on which patched tree (patch series) they build:
+    after a patch change, only the files the patch touches miss ccache.
+    """
+    return tree.path.parent / "build" / f"{variant.name}-{key[:12]}"
+
+
 def artifact_dir(engine: EngineSpec, variant: Variant) -> Path:
     """``<dist>/<engine>-<pin>-<variant>``; a recipe from history adds ``@<commit12>``."""
     suffix = f"@{engine.recipe_commit[:12]}" if engine.recipe_commit else ""
@@ -197,7 +207,7 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             if manifest.get("build_key") == stamp:
                 return BuildResult(artifact=dest, build_dir=Path(manifest.get("build_dir", "")), built=False,
                                    seconds=time.perf_counter() - t0, manifest=manifest)
-        build_dir = paths.builds_dir() / f"{engine.name}-{engine.pin}-{variant.name}-{key[:12]}"
+        build_dir = build_dir_for(tree, variant, key)
         _clear_stale(build_dir, tree.path, toolchain_id(host))
         build_dir.mkdir(parents=True, exist_ok=True)
         log = build_dir / "build.log"

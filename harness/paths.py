@@ -37,10 +37,6 @@ def work_dir() -> Path:
     return _sub("work")
 
 
-def builds_dir() -> Path:
-    return _sub("build")
-
-
 def artifacts_dir() -> Path:
     """Installed artifacts: ``$HARNESS_DIST`` or ``<cache>/dist``."""
     env = os.environ.get("HARNESS_DIST")
