@@ -116,15 +116,23 @@ def _vulkan_devices(vi: ToolInfo) -> list[GpuInfo]:
     return devs
 
 
-def _vulkan_headers() -> str | None:
+def vulkan_header_version(include: Path) -> str | None:
+    """``1.4.309`` from ``<include>/vulkan/vulkan_core.h``, or None when there is none."""
+    core = include / "vulkan" / "vulkan_core.h"
+    if not core.is_file():
+        return None
+    text = core.read_text(errors="replace")
+    m = re.search(r"#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION\(0, (\d+), (\d+), VK_HEADER_VERSION\)", text)
+    v = re.search(r"#define VK_HEADER_VERSION (\d+)", text)
+    return f"{m.group(1)}.{m.group(2)}.{v.group(1)}" if m and v else None
+
+
+def system_vulkan_headers() -> str | None:
+    """The version of the first Vulkan headers found in the usual places ($VULKAN_SDK too)."""
     for inc in ("/usr/include", "/usr/local/include", os.environ.get("VULKAN_SDK", "") + "/include"):
-        h = Path(inc, "vulkan", "vulkan_core.h")
-        if h.is_file():
-            m = re.search(r"#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION\(0, (\d+), (\d+), VK_HEADER_VERSION\)",
-                          h.read_text(errors="replace"))
-            v = re.search(r"#define VK_HEADER_VERSION (\d+)", h.read_text(errors="replace"))
-            if m and v:
-                return f"{m.group(1)}.{m.group(2)}.{v.group(1)}"
+        found = vulkan_header_version(Path(inc))
+        if found:
+            return found
     return None
 
 
@@ -159,7 +167,7 @@ def probe() -> HostInfo:
         tools=tools,
         gpus=tuple(_cuda_gpus(tools["nvidia-smi"]) + _vulkan_devices(tools["vulkaninfo"])),
         cuda_version=cuda,
-        vulkan_headers=_vulkan_headers(),
+        vulkan_headers=system_vulkan_headers(),
         macos_version=mac,
         ffmpeg_aac=_ffmpeg_has_aac(tools["ffmpeg"]),
     )

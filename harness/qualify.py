@@ -247,9 +247,7 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
             raise SkippedStage("no old pin given (--old-pin VERSION or --old-rev GITREV)")
         from harness import recipes
 
-        old = recipes.resolve(engine.name, pin=old_pin, rev=old_rev)
-        ctx["old"] = old
-        return old_pin_abi_diff(engine, old, ctx["tree"].path)
+        return old_pin_abi_diff(engine, recipes.resolve(engine.name, pin=old_pin, rev=old_rev), ctx["tree"].path)
 
     def s_old_bench() -> tuple[str, dict[str, Any]]:
         if not (old_pin or old_rev):
@@ -289,7 +287,7 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> tup
     a = snapshot_pin(str(pipeline.fetch(old).path), engine, None)
     b = snapshot_pin(str(new_tree), engine, None)
     changes = diff(a, b)
-    used = set(load_committed(engine.name).get("used") or [])
+    used = set(load_committed(engine.name, engine.surface_path).get("used") or [])
     used_changes = diff(surf.filter_surface(a, used), surf.filter_surface(b, used)) if used else []
     seconds = time.perf_counter() - t0
     footer = (f"_{len(changes)} differences ({len(used_changes)} in what the backend uses) on "

@@ -42,37 +42,35 @@ class RecipeError(ConfigError):
     """No recipe for a requested pin or revision."""
 
 
-def _git(*args: str, check: bool = True) -> str:
+def _git_bytes(*args: str) -> bytes:
+    """Run git in the checkout; a failure (or no git) is a :class:`RecipeError` with git's words."""
     root = paths.project_root()
     try:
-        r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False, timeout=60)
+        r = subprocess.run(["git", "-C", str(root), *args], capture_output=True, check=False, timeout=120)
     except FileNotFoundError as e:
         msg = "git is not installed: building another pin's recipe needs the checkout's history"
         raise RecipeError(msg) from e
-    if check and r.returncode:
-        msg = f"git {' '.join(args)} failed in {root}: {r.stderr.strip() or r.stdout.strip()}"
-        raise RecipeError(msg)
-    return r.stdout
-
-
-def _git_bytes(*args: str) -> bytes:
-    r = subprocess.run(["git", "-C", str(paths.project_root()), *args], capture_output=True, check=False,
-                       timeout=120)
     if r.returncode:
-        msg = f"git {' '.join(args)} failed: {r.stderr.decode(errors='replace').strip()}"
+        msg = f"git {' '.join(args)} failed in {root}: {r.stderr.decode(errors='replace').strip()}"
         raise RecipeError(msg)
     return r.stdout
+
+
+def _git(*args: str) -> str:
+    return _git_bytes(*args).decode(errors="replace")
 
 
 def resolve_rev(rev: str) -> str:
     """A revision (branch, tag, ``HEAD~3``, sha) -> full commit id, with a clear error."""
-    r = subprocess.run(["git", "-C", str(paths.project_root()), "rev-parse", "--verify", "--quiet",
-                        f"{rev}^{{commit}}"], capture_output=True, text=True, check=False, timeout=60)
-    if r.returncode or not r.stdout.strip():
+    try:
+        commit = _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+    except RecipeError:
+        commit = ""
+    if not commit:
         msg = (f"{rev!r} is not a commit of the checkout at {paths.project_root()} "
                "(expected a branch, tag or commit; `git log --oneline` lists them)")
         raise RecipeError(msg)
-    return r.stdout.strip()
+    return commit
 
 
 def pins_on_record(engine: str) -> list[tuple[str, str]]:

@@ -24,6 +24,7 @@ from filelock import FileLock
 
 from harness import paths, progress
 from harness.errors import SourceError, UnsafeArchiveError
+from harness.host import system_vulkan_headers, vulkan_header_version
 from harness.matrix import generic_reasons, version_at_least
 from harness.plugin import hookimpl
 from harness.source import download
@@ -115,7 +116,7 @@ def ensure_headers(pkg: dict[str, Any]) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=".headers-", dir=root.parent))
         try:
             names = extract_deb_members(deb, tmp / "include", list(pkg["members"]))
-            found = _header_version(tmp / "include")
+            found = vulkan_header_version(tmp / "include")
             if found != pkg["version"]:
                 msg = (f"{deb.name} holds Vulkan headers {found}, the matrix row pins {pkg['version']}: "
                        "fix vulkan_headers_package in matrix/variants.yaml")
@@ -127,16 +128,6 @@ def ensure_headers(pkg: dict[str, Any]) -> Path:
         stamp.write_text(json.dumps({"version": pkg["version"], "sha256": pkg["sha256"], "url": pkg["url"],
                                      "files": len(names)}, indent=2))
     return include
-
-
-def _header_version(include: Path) -> str | None:
-    core = include / "vulkan" / "vulkan_core.h"
-    if not core.is_file():
-        return None
-    text = core.read_text(errors="replace")
-    m = re.search(r"#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION\(0, (\d+), (\d+), VK_HEADER_VERSION\)", text)
-    v = re.search(r"#define VK_HEADER_VERSION (\d+)", text)
-    return f"{m.group(1)}.{m.group(2)}.{v.group(1)}" if m and v else None
 
 
 def spirv_headers_config() -> Path | None:
@@ -208,12 +199,9 @@ def harness_artifact_manifest(engine: EngineSpec, variant: Variant, manifest: di
     defines = manifest.get("defines", {})
     include = defines.get("Vulkan_INCLUDE_DIR")
     info: dict[str, Any] = {
-        "headers": _header_version(Path(include)) if include else None,
+        "headers": vulkan_header_version(Path(include)) if include else system_vulkan_headers(),
         "headers_source": "pinned package" if include else "system",
     }
-    if include is None:
-        info["headers"] = next((_header_version(Path(p, "include")) for p in ("/usr", "/usr/local")
-                                if _header_version(Path(p, "include"))), None)
     log = Path(manifest.get("build_dir", "")) / "build.log"
     # What the build could compile in: a missing glslc feature means no such shaders in this artifact.
     info["glslc_features"] = glslc_features(log.read_text(errors="replace")) if log.is_file() else {}
