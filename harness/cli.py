@@ -23,8 +23,10 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.commands.build",
     "harness.commands.runtime",
     "harness.commands.qualify",
+    "harness.commands.e2e",
     "harness.models.cli",
     "harness.abi.cli",
+    "harness.audit.cli",
     "harness.config.cli",
     "harness.video.cli",
     "harness.bench.cli",
@@ -67,6 +69,7 @@ def print_json(data: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -161,3 +161,19 @@ class BackendError(HarnessError):
     """A backend module is missing, mismatched (pin/ABI handshake) or failed to build."""
 
     exit_code = 15
+
+
+class EngineCrashError(HarnessError):
+    """A process running engine code died by a signal (SIGILL, SIGSEGV, ...).
+
+    The message names the signal, the CPU level that process had loaded and what it was
+    running; ``harness engine info`` shows which levels passed the smoke probe here.
+    """
+
+    exit_code = 16
+
+
+class AuditError(HarnessError):
+    """A static audit found something outside its contract (an instruction a CPU level may not use)."""
+
+    exit_code = 17

@@ -16,6 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     from harness.types import (
         Buildability,
+        CpuLevel,
         EngineSpec,
         HostInfo,
         MatchResult,
@@ -140,6 +141,20 @@ def harness_artifact_manifest(
     engine: EngineSpec, variant: Variant, manifest: dict[str, Any]
 ) -> dict[str, Any] | None:
     """Extra fields for an artifact's ``manifest.json``."""
+
+
+@hookspec(firstresult=True)
+def harness_artifact_cpu_levels(tree: Path, arch: str) -> list[CpuLevel] | None:
+    """The CPU levels a portable build of ``tree`` produces for ``arch``, as its source defines them.
+
+    Each level names its library and the ISA features the loader checks before it picks
+    that level (read from the pinned source, never from a hand-copied table). The static
+    ISA audit compares them with what each library's instructions need. Stops at first
+    non-None result.
+
+    :param tree: the patched source tree of the pin.
+    :param arch: ``x86_64`` or ``aarch64``.
+    """
 
 
 @hookspec(firstresult=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import os
 import platform
 import re
@@ -148,6 +149,17 @@ def normalize_arch(machine: str) -> str:
 
 
 @functools.cache
+def cpu_fingerprint() -> str:
+    """What CPU-dependent verdicts are keyed by: machine, CPU model and its feature flags.
+
+    Two hosts with the same fingerprint run the same instructions; a host that gains a
+    feature (a microcode or kernel change exposing AMX, say) gets a new fingerprint.
+    """
+    cpu = archspec.cpu.host()
+    text = "|".join([platform.machine(), _cpu_model(), cpu.name, *sorted(cpu.features)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def probe() -> HostInfo:
     """Probe the host once per process (tools are queried in parallel)."""
     with ThreadPoolExecutor(max_workers=8) as ex:

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 import traceback
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import paths, progress
-from harness.errors import HarnessError
+from harness.build import artifact_dir
+from harness.errors import AuditError, EngineCrashError, HarnessError
+from harness.matrix import get_variant
 from harness.types import EngineSpec
 
 
@@ -77,17 +75,6 @@ class Qualification:
 
 class SkippedStage(Exception):
     """A stage that cannot run here (no buildable row, no device): recorded as skipped."""
-
-
-def _junit_counts(xml_path: Path) -> dict[str, int]:
-    root = ET.parse(xml_path).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root)
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for s in suites:
-        for k in counts:
-            counts[k] += int(s.get(k, 0))
-    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    return counts
 
 
 def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: int = 512, bench_gn: int = 128,
@@ -162,6 +149,23 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
             rows.append({"variant": v, "wheel": str(r.wheel), "built": r.built, "seconds": round(r.seconds, 1)})
         return ", ".join(f"{r['variant']}: {Path(r['wheel']).name}" for r in rows), {"backends": rows}
 
+    def s_levels() -> tuple[str, dict[str, Any]]:
+        if not engine.raw.get("qualify", {}).get("cross_variant"):
+            raise SkippedStage(f"not configured for {engine.name} (qualify.cross_variant in its engine.yaml)")
+        if "cpu" not in ctx["variants"]:
+            raise SkippedStage("the cpu variant (the one with CPU levels) was not built")
+        from harness.runtime import discovery, levels
+        from harness.runtime.engine import _committed_fingerprint
+
+        lib = discovery.choose(engine.name, engine.pin, _committed_fingerprint(), "cpu").location / "lib"
+        v = levels.verdict(lib, refresh=True)  # a qualification always probes afresh
+        if v.error:
+            raise HarnessError(f"the CPU-level smoke probe could not run: {v.error}")
+        if v.excluded:
+            raise EngineCrashError("; ".join(f"cpu level {lvl}: {why}" for lvl, why in v.excluded.items())
+                                   + f"; users fall back to {v.chosen}")
+        return f"{v.chosen} (ggml's choice here) passed the smoke probe in {v.seconds:.1f} s", v.as_dict()
+
     def s_models() -> tuple[str, dict[str, Any]]:
         from harness.models.fixtures import env_vars, fetch_all
         from harness.models.tiny_wan import write_tiny_wan
@@ -178,28 +182,37 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
         specs = [str(p) for ps in pm.hook.harness_e2e_specs(engine=engine.name) for p in ps or []]
         if not specs:
             raise SkippedStage(f"no plugin lists e2e specs for {engine.name}")
+        from harness.e2e import run_specs
+
         per: dict[str, Any] = {}
         failed = []
         for v in ctx["variants"]:
-            with tempfile.TemporaryDirectory() as tmp:
-                xml = Path(tmp) / "junit.xml"
-                env = {**os.environ, **ctx["model_env"], "HARNESS_NO_PROGRESS": "1"}
-                art = paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{v}"
-                env["HARNESS_ARTIFACT"] = str(art)
-                r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                    *specs, "--variant", v,
-                                    f"--junitxml={xml}"], capture_output=True, text=True, env=env,
-                                   cwd=paths.project_root(), check=False)
-                counts: dict[str, Any] = dict(_junit_counts(xml)) if xml.is_file() else {"tests": 0}
-                counts["tail"] = r.stdout.strip().splitlines()[-1:]
-                counts["failed_tests"] = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
-                per[v] = counts
-                if r.returncode not in (0, 5):
-                    failed.append(v)
+            env = {**os.environ, **ctx["model_env"], "HARNESS_NO_PROGRESS": "1",
+                   "HARNESS_ARTIFACT": str(artifact_dir(engine, get_variant(v)))}
+            # One process per spec file: a crash names its signal, spec and CPU level, and
+            # the other files' results are kept.
+            res = run_specs([Path(p) for p in specs], pytest_args=["-q", "--variant", v], env=env,
+                            cwd=paths.project_root())
+            per[v] = {"passed": res.passed, "failures": len(res.failed), "errors": 0, "skipped": res.skipped,
+                      "failed_tests": res.failed, "crashes": res.crashes, "files": res.as_dict()["files"]}
+            if not res.ok:
+                failed.append(v)
         if failed:
             raise HarnessError("e2e failures on " + ", ".join(
-                f"{v} ({per[v].get('failures', '?')} failed: {'; '.join(per[v].get('failed_tests', []))})" for v in failed))
+                f"{v} ({per[v]['failures']} failed: {'; '.join(per[v]['failed_tests'])}"
+                + (f"; crashed: {'; '.join(per[v]['crashes'])}" if per[v]["crashes"] else "") + ")" for v in failed))
         return "; ".join(f"{v}: {c.get('passed')} passed, {c.get('skipped')} skipped" for v, c in per.items()), {"variants": per}
+
+    def s_audit() -> tuple[str, dict[str, Any]]:
+        if "cpu" not in ctx["variants"]:
+            raise SkippedStage("the cpu variant (the one with CPU levels) was not built")
+        from harness.audit.cli import audit_engine, findings_lines
+
+        r = audit_engine(engine.name, "cpu")
+        bad = findings_lines(r["levels"])
+        if bad:
+            raise AuditError("; ".join(bad))
+        return f"{len(r['levels'])} CPU levels clean ({r['arch']}, {r['seconds']:.1f} s)", r
 
     def s_cross() -> tuple[str, dict[str, Any]]:
         if not engine.raw.get("qualify", {}).get("cross_variant"):
@@ -208,12 +221,15 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
 
         r = cross_variant(Path(ctx["model_env"]["HARNESS_CHAT_MODEL"]))
         if not r["passed"]:
-            bad = [x["label"] for x in r["runs"] if not x["ok"]]
-            raise HarnessError(f"garbage output (no '{r['expect']}') on: {', '.join(bad)}")
-        ran = [x for x in r["runs"] if not x["error"]]
+            bad = [f"{x['label']}: {x['error']}" if x["status"] in ("crashed", "failed")
+                   else f"{x['label']}: garbage output (no '{r['expect']}')" for x in r["runs"] if not x["ok"]]
+            raise HarnessError("; ".join(bad))
+        ran = [x for x in r["runs"] if x["status"] == "ran"]
+        not_run = [x["cpu_level"] for x in r["runs"] if x["status"] == "not-run"]
         div = [x["label"] for x in ran if x["diverges_at"] is not None]
         return (f"{len(ran)} runs answered '{r['expect']}'" + (f"; token sequences diverge on {', '.join(div)}" if div
-                                                                 else "; identical token sequences")), r
+                                                                 else "; identical token sequences")
+                + (f"; audited (static), not run here: {', '.join(not_run)}" if not_run else "")), r
 
     def s_bench() -> tuple[str, dict[str, Any]]:
         if not run_bench:
@@ -267,6 +283,8 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
     q.run("build", s_build, needs=("abi-check",))
     q.run("backend", s_backend, needs=("build",))
     q.run("models", s_models)
+    q.run("cpu-levels", s_levels, needs=("backend",))
+    q.run("isa-audit", s_audit, needs=("build",))
     q.run("e2e", s_e2e, needs=("backend", "models"))
     q.run("cross-variant", s_cross, needs=("backend", "models"))
     q.run("bench", s_bench, needs=("backend", "models"))
@@ -357,12 +375,32 @@ def render_markdown(doc: dict[str, Any]) -> str:
             lines += ["", "## e2e specs per variant", "", "| variant | passed | failed | errors | skipped |", "|---|---:|---:|---:|---:|"]
             for v, c in s["data"]["variants"].items():
                 lines.append(f"| {v} | {c.get('passed')} | {c.get('failures')} | {c.get('errors')} | {c.get('skipped')} |")
+        if s["name"] == "e2e":
+            crashes = [c for v in s["data"].get("variants", {}).values() for c in v.get("crashes") or []]
+            if crashes:
+                lines += ["", "Crashed spec processes (the other files' results are kept):", "",
+                          *[f"- {c}" for c in crashes]]
+        if s["name"] == "isa-audit" and s["data"].get("levels"):
+            lines += ["", f"## Static ISA audit of every CPU level ({s['data']['arch']}, {s['data']['seconds']} s)", "",
+                      "Instructions decoded with iced-x86 vs the features ggml's loader checks before it picks the level "
+                      "(read from the pinned source). Levels this host cannot run are covered here.", "",
+                      "| level | result | checked by the loader | instructions | findings / notes |", "|---|---|---|---:|---|"]
+            from harness.audit.cli import findings_lines
+
+            for a in s["data"]["levels"]:
+                notes = findings_lines([a]) + [f"AMX tile config ({t['storage']}): {t['detail']}"
+                                               for t in a["tile_configs"] if t["ok"]] + a["notes"]
+                lines.append(f"| {a['level']} | {'clean' if a['clean'] else 'FINDINGS'} | "
+                             f"{' '.join(a['checked']) or 'baseline x86-64'} | {a['instructions']:,} | "
+                             f"{'; '.join(notes).replace('|', '/')} |")
         if s["name"] == "cross-variant" and s["data"].get("runs"):
             lines += ["", f"## Cross-variant greedy check: {s['data']['prompt']!r}", "",
-                      "| run | CPU level | answer ok | diverges at token | note |", "|---|---|---|---:|---|"]
+                      "| run | CPU level | status | answer ok | diverges at token | note |", "|---|---|---|---|---:|---|"]
             for r in s["data"]["runs"]:
                 div = "" if r["diverges_at"] is None else str(r["diverges_at"])
-                lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {'yes' if r['ok'] else 'NO'} | {div} | {r['error']} |")
+                status = {"not-run": "audited (static), not run here"}.get(r.get("status", "ran"), r.get("status", "ran"))
+                lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {status} | {'yes' if r['ok'] else 'NO'} | "
+                             f"{div} | {r['error']} |")
         if s["name"] in BENCH_TITLES and s["data"].get("markdown"):
             lines += ["", f"## {BENCH_TITLES[s['name']]}", "",
                       f"Full report: [{s['data']['report']}/report.md]({s['data']['report']}/report.md)", ""]

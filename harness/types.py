@@ -175,3 +175,21 @@ class MatchResult:
     ok: bool
     reason: str = ""
     variant: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CpuLevel:
+    """One CPU level of a portable build (``libggml-cpu-<name>.so``), as the pinned source defines it."""
+
+    name: str
+    library: str
+    """file name under the artifact's ``lib/``"""
+    arch: str
+    options: tuple[str, ...]
+    """the build options that define the level (e.g. ``SSE42 AVX F16C FMA AVX2 BMI2``)"""
+    checked: tuple[str, ...]
+    """ISA features the loader checks before it picks this level (iced-x86 CpuidFeature names)"""
+    unchecked_options: tuple[str, ...] = ()
+    """options that enable instructions but have no loader check of their own"""
+    source: str = ""
+    """where the definition was read (file:line)"""

@@ -18,9 +18,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from harness import crash
 from harness.backend import package_name
 from harness.errors import BackendError, VideoError
 from harness.plugin import hookimpl
+from harness.runtime import levels
 from harness.types import HostInfo, MatchResult
 from harness.video.job import EngineOutput, VideoJob
 
@@ -118,10 +120,14 @@ def load_backend() -> ModuleType:
         except ImportError:
             continue
         lib_dir = str(getattr(pkg, "LIB_DIR", ""))
+        if lib_dir:
+            # $HARNESS_CPU_LEVEL forces one CPU level here too (no smoke probe for video yet).
+            lib_dir = os.environ.get(levels.LIB_DIR_ENV) or str(levels.select(Path(lib_dir), probe=False).lib_dir)
         with _lock:
             if lib_dir and lib_dir not in _loaded_backends:
                 core.load_backends(lib_dir)
                 _loaded_backends.add(lib_dir)
+        crash.note(variant=variant, cpu_level=os.environ.get(levels.LEVEL_ENV) or None)
         return core
     msg = (f"no stable-diffusion.cpp backend module is installed (tried {', '.join(tried)}); "
            "run `harness build stable-diffusion.cpp --variant cpu` then "

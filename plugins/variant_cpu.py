@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from harness.errors import AuditError
 from harness.matrix import generic_reasons
 from harness.plugin import hookimpl
-from harness.types import Buildability, EngineSpec, HostInfo, Variant
+from harness.types import Buildability, CpuLevel, EngineSpec, HostInfo, Variant
 
 
 @hookimpl
@@ -27,3 +31,70 @@ def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostIn
         return None
     # Metal is on by default on macOS; a CPU row must not pick it up silently.
     return {"GGML_METAL": "OFF"} if host.os == "darwin" else {}
+
+
+# ---------------------------------------------------------------- CPU levels (ggml's CPU backend)
+# ggml defines each level of a GGML_CPU_ALL_VARIANTS build in ggml/src/CMakeLists.txt
+# (`ggml_add_cpu_backend_variant(<name> <OPTION>...)`: option X compiles with GGML_X) and
+# the loader's check in ggml-cpu/arch/<arch>/cpu-feats.cpp (`#ifdef GGML_X ... is.Y()`).
+
+_VARIANT_RE = re.compile(r"ggml_add_cpu_backend_variant\(\s*([\w.]+)([^)]*)\)")
+_IFDEF_RE = re.compile(r"#ifdef\s+GGML_(\w+)(.*?)#endif", re.S)
+_CHECK_RE = re.compile(r"\bis\.(\w+)\(\)")
+_ARCH_BLOCK = {"x86_64": "x86"}
+#: cpuid_x86 method names in cpu-feats.cpp whose iced-x86 CpuidFeature name differs.
+_METHOD_TO_FEATURE = {"SSE42": "SSE4_2", "SSE41": "SSE4_1", "SSE3": "SSE3", "AVX512_FP16": "AVX512_FP16"}
+
+
+def _ggml_root(tree: Path) -> Path | None:
+    for cand in (tree / "ggml", tree):
+        if (cand / "src" / "ggml-cpu").is_dir() and (cand / "src" / "CMakeLists.txt").is_file():
+            return cand
+    return None
+
+
+def _arch_block(text: str, system_arch: str) -> tuple[str, int]:
+    start = text.find("if (GGML_CPU_ALL_VARIANTS)")
+    m = re.compile(rf'(?:if|elseif)\s*\(\s*GGML_SYSTEM_ARCH STREQUAL "{system_arch}"\s*\)').search(text, max(start, 0))
+    if start < 0 or m is None:
+        return "", 0
+    nxt = re.compile(r"\n    (?:elseif|else|endif)\b").search(text, m.end())
+    return text[m.end():nxt.start() if nxt else len(text)], text.count("\n", 0, m.end()) + 1
+
+
+@hookimpl
+def harness_artifact_cpu_levels(tree: Path, arch: str) -> list[CpuLevel] | None:
+    ggml = _ggml_root(tree)
+    system_arch = _ARCH_BLOCK.get(arch)
+    if ggml is None or system_arch is None:
+        return None
+    cmake = ggml / "src" / "CMakeLists.txt"
+    feats = ggml / "src" / "ggml-cpu" / "arch" / system_arch / "cpu-feats.cpp"
+    if not feats.is_file():
+        msg = f"{feats} is missing: cannot tell what the loader checks for each {arch} CPU level"
+        raise AuditError(msg)
+    body, first_line = _arch_block(cmake.read_text(), system_arch)
+    text = feats.read_text()
+    score = text[text.find("_score("):] if "_score(" in text else text
+    checks: dict[str, list[str]] = {}
+    for m in _IFDEF_RE.finditer(score):
+        checks.setdefault(m.group(1), []).extend(_CHECK_RE.findall(m.group(2)))
+    levels = []
+    for m in _VARIANT_RE.finditer(body):
+        name, options = m.group(1), tuple(m.group(2).split())
+        checked: list[str] = []
+        unchecked: list[str] = []
+        for opt in options:
+            methods = checks.get(opt)
+            if not methods:
+                unchecked.append(opt)
+                continue
+            checked += [_METHOD_TO_FEATURE.get(x, x) for x in methods]
+        line = first_line + body.count("\n", 0, m.start())
+        levels.append(CpuLevel(name=name, library=f"libggml-cpu-{name}.so", arch=arch, options=options,
+                               checked=tuple(dict.fromkeys(checked)), unchecked_options=tuple(unchecked),
+                               source=f"{cmake.relative_to(tree)}:{line}"))
+    if not levels:
+        msg = f"no ggml_add_cpu_backend_variant(...) for {system_arch} in {cmake}: the level definitions moved"
+        raise AuditError(msg)
+    return levels

@@ -19,15 +19,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import os
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from harness.errors import BenchError
+from harness import crash
+from harness.errors import BenchError, EngineCrashError
 
 #: The keys every ``measure()`` result must carry, all positive numbers.
 REQUIRED_METRICS: tuple[str, ...] = ("ttft_s", "decode_tps", "aggregate_tps")
@@ -269,11 +273,15 @@ class InProcessArm:
         return self._arm
 
 
-def _worker_main(conn: Connection, spec: ArmSpec, role: str, extra_plugins: tuple[str, ...]) -> None:
+def _worker_main(conn: Connection, spec: ArmSpec, role: str, extra_plugins: tuple[str, ...],
+                 note_path: str = "") -> None:
     """Entry point of an arm's worker process: create the arm, then serve commands."""
     arm: Arm | None = None
+    if note_path:  # the parent reads it back if this process dies by a signal
+        os.environ[crash.NOTE_ENV] = note_path
     try:
         try:
+            crash.note(running=f"arm {role} start")
             live = arm = create_arm(spec, role, extra_plugins)
             conn.send(("ok", dict(live.describe())))
         except BaseException as e:
@@ -284,6 +292,7 @@ def _worker_main(conn: Connection, spec: ArmSpec, role: str, extra_plugins: tupl
                 cmd, kwargs = conn.recv()
             except EOFError:  # the parent went away
                 return
+            crash.note(running=f"arm {role} {cmd}")
             try:
                 if cmd == "close":
                     arm = None
@@ -313,7 +322,9 @@ class ArmWorker:
         self.spec, self.role = spec, role
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_worker_main, args=(child, spec, role, tuple(extra_plugins)),
+        self._note_dir = tempfile.TemporaryDirectory(prefix="harness-arm-")
+        self._note = Path(self._note_dir.name) / "note.json"
+        self._proc = ctx.Process(target=_worker_main, args=(child, spec, role, tuple(extra_plugins), str(self._note)),
                                  name=f"harness-bench-{role}", daemon=True)
         self._describe: dict[str, Any] | None = None
         self._closed = False
@@ -349,7 +360,7 @@ class ArmWorker:
         self._closed = True
         try:
             if self._proc.is_alive():
-                with contextlib.suppress(OSError, BenchError):
+                with contextlib.suppress(OSError, BenchError, EngineCrashError):
                     self._conn.send(("close", {}))
                     self._reply("close", CLOSE_TIMEOUT_S)
             self._proc.join(CLOSE_TIMEOUT_S)
@@ -362,6 +373,7 @@ class ArmWorker:
         finally:
             self._conn.close()
             self._proc.close()
+            self._note_dir.cleanup()
 
     def __enter__(self) -> ArmWorker:
         return self
@@ -381,10 +393,18 @@ class ArmWorker:
             raise BenchError(msg) from e
         return self._reply(cmd, None)
 
+    def _raise_if_crashed(self, cmd: str) -> None:
+        died = crash.crash_of(self._proc.exitcode, self._note)
+        if died is not None:
+            msg = (f"arm {self.role} ({self.spec.name!r}): worker died: {crash.signal_text(died.signal)}"
+                   + (f", CPU level {died.cpu_level}" if died.cpu_level else "") + f", during {cmd}")
+            raise EngineCrashError(msg)
+
     def _reply(self, cmd: str, timeout: float | None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._conn.poll(0.2):
             if not self._proc.is_alive() and not self._conn.poll(0):
+                self._raise_if_crashed(cmd)
                 msg = (f"arm {self.role} ({self.spec.name!r}): worker exited with code "
                        f"{self._proc.exitcode} during {cmd}; expected a reply. Run the arm in-process "
                        "(tests) or check the engine's own logs for a crash")
@@ -396,6 +416,8 @@ class ArmWorker:
         try:
             reply = self._conn.recv()
         except EOFError as e:
+            self._proc.join(CLOSE_TIMEOUT_S)
+            self._raise_if_crashed(cmd)
             msg = f"arm {self.role} ({self.spec.name!r}): worker closed its pipe during {cmd}"
             if cmd == "start":
                 msg += ("; a spawned worker re-imports the parent's main module, so run the "

@@ -64,8 +64,8 @@ def cmd_build_backend(args: argparse.Namespace) -> int:
 
 
 def cmd_engine_info(args: argparse.Namespace) -> int:
-    from harness.runtime import discovery
-    from harness.runtime.engine import _committed_fingerprint
+    from harness.runtime import discovery, levels
+    from harness.runtime.engine import ENGINE, _committed_fingerprint
 
     engine = load_engine(args.engine)
     cands = discovery.discover(engine.name, engine.pin, _committed_fingerprint())
@@ -74,6 +74,15 @@ def cmd_engine_info(args: argparse.Namespace) -> int:
              "accepted": c.accepted, "reason": c.reason, "pin": c.identity.get("pin"),
              "abi_fingerprint": c.identity.get("abi_fingerprint"), "selected": forced is not None and c.name == forced.name}
             for c in cands]
+    level_lines: list[str] = []
+    if forced is not None and levels.cpu_levels(forced.location / "lib"):
+        # The level the selected variant loads here: forced, or what passed the smoke probe.
+        sel = levels.select(forced.location / "lib", probe=engine.name == ENGINE)
+        level_lines = sel.describe()
+        for r in rows:
+            if r["selected"]:
+                r["cpu_level"] = {"level": sel.level, "forced": sel.forced, "lines": level_lines,
+                                  "verdict": sel.verdict.as_dict() if sel.verdict else None}
     if args.json:
         print_json(rows)
         return 0
@@ -83,13 +92,20 @@ def cmd_engine_info(args: argparse.Namespace) -> int:
         t.add_row(str(r["variant"]), status, str(r["pin"]), str(r["abi_fingerprint"] or "")[:12],
                   str(r["location"] if r["accepted"] else r["reason"]))
     _stdout_table(t)
+    for line in level_lines:
+        print(line)
     if not rows:
         print(f"no {engine.name} backend installed: harness build-backend {engine.name} --variant cpu")
     return 0 if forced else 1
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
+    from harness import crash
     from harness.runtime import Engine
+
+    code = crash.supervise(getattr(args, "argv", None), "harness complete")
+    if code is not None:
+        return code
 
     with Engine.load(args.model, variant=args.variant) as eng:
         if args.stream and not args.json:

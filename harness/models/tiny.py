@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFWriter, LlamaFileType, TokenType
+from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType, TokenType
+from gguf.quants import quantize
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
@@ -149,9 +150,21 @@ def tensor_shapes(cfg: TinyConfig, n_vocab: int) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def write_tiny_llama(path: Path, *, seed: int = 0, config: TinyConfig | None = None) -> Path:
-    """Write the tiny llama GGUF to ``path`` (atomically); same seed, same bytes."""
+def write_tiny_llama(path: Path, *, seed: int = 0, config: TinyConfig | None = None,
+                     quant: str | None = None) -> Path:
+    """Write the tiny llama GGUF to ``path`` (atomically); same seed, same bytes.
+
+    ``quant`` (``"Q4_1"``, ``"Q4_0"``, ``"Q8_0"``) quantizes the attention and feed-forward
+    matrices, so the engine runs its quantized matmul kernels (the CPU levels' SIMD and AMX
+    paths) as SmolLM2's Q4_1 weights do; embeddings and norms stay F32.
+    """
     cfg = config or TinyConfig()
+    qtype = None
+    if quant is not None:
+        qtype = getattr(GGMLQuantizationType, quant, None)
+        if qtype not in (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0):
+            msg = f"tiny model quant must be Q4_0, Q4_1 or Q8_0, got {quant!r}"
+            raise ValueError(msg)
     if cfg.embedding_length % cfg.head_count or cfg.head_count % cfg.head_count_kv:
         msg = "embedding_length must divide by head_count, and head_count by head_count_kv"
         raise ValueError(msg)
@@ -165,8 +178,8 @@ def write_tiny_llama(path: Path, *, seed: int = 0, config: TinyConfig | None = N
     tmp = Path(tmp_name)
     try:
         w = GGUFWriter(tmp, "llama")
-        w.add_name(f"tiny-llama-s{seed}")
-        w.add_file_type(int(LlamaFileType.ALL_F32))
+        w.add_name(f"tiny-llama-s{seed}" + (f"-{quant}" if quant else ""))
+        w.add_file_type(int(getattr(LlamaFileType, f"MOSTLY_{quant}") if quant else LlamaFileType.ALL_F32))
         w.add_vocab_size(len(tokens))
         w.add_context_length(cfg.context_length)
         w.add_embedding_length(cfg.embedding_length)
@@ -195,6 +208,9 @@ def write_tiny_llama(path: Path, *, seed: int = 0, config: TinyConfig | None = N
                 data = np.ones(shape, dtype=np.float32)
             else:
                 data = (rng.standard_normal(shape) * 0.02).astype(np.float32)
+            if qtype is not None and name.startswith("blk.") and len(shape) == 2:
+                w.add_tensor(name, quantize(data, qtype), raw_dtype=qtype)
+                continue
             w.add_tensor(name, data)
 
         w.write_header_to_file()

@@ -16,15 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.runtime import discovery
+from harness import crash
+from harness.runtime import discovery, levels
 
 PROMPT = "The capital of France is"
 EXPECT = "Paris"
+NOT_RUN = "not run here: this CPU lacks the level's features; audited (static) by harness audit isa"
 
 _CHILD = r"""
 import json, sys
+from harness import crash
 from harness.runtime import Engine
 model, variant, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+crash.note(running="cross-variant " + sys.argv[5])
 with Engine.load(model, variant=variant, n_ctx=512, max_num_seqs=1, threads=2) as eng:
     c = eng.complete(sys.argv[4], temperature=0.0, max_tokens=n)
     info = eng.info()
@@ -41,61 +45,69 @@ class Run:
     text: str
     tokens: list[int]
     ok: bool
+    status: str = "ran"
+    """ran | crashed | failed | not-run (the CPU lacks the level's features: audited statically only)"""
     error: str = ""
 
 
-def _run(model: Path, variant: str, lib_dir: Path | None, n: int) -> dict[str, Any]:
-    env = dict(os.environ)
-    if lib_dir is not None:
-        env["HARNESS_BACKEND_LIB_DIR"] = str(lib_dir)
-    r = subprocess.run([sys.executable, "-c", _CHILD, str(model), variant, str(n), PROMPT],
-                       capture_output=True, text=True, env=env, timeout=600, check=False)
+def _run(model: Path, variant: str, lib_dir: Path | None, n: int, label: str) -> dict[str, Any]:
+    with crash.note_file() as (note_path, note_env):
+        env = {**os.environ, **note_env}
+        env.pop(levels.LEVEL_ENV, None)
+        if lib_dir is not None:
+            env[levels.LIB_DIR_ENV] = str(lib_dir)
+        r = subprocess.run([sys.executable, "-c", _CHILD, str(model), variant, str(n), PROMPT, label],
+                           capture_output=True, text=True, env=env, timeout=600, check=False)
+        died = crash.crash_of(r.returncode, note_path)
+        if died is not None:
+            return {"crash": died}
     if r.returncode:
         return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:] or ["failed"]}
     return dict(json.loads(r.stdout.strip().splitlines()[-1]))
 
 
-def cpu_levels(lib: Path) -> list[str]:
-    return sorted(p.name[len("libggml-cpu-"):-3] for p in lib.glob("libggml-cpu-*.so"))
+def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
+                  variants: list[str] | None = None) -> dict[str, Any]:
+    """Run every accepted installed variant, and each CPU level of ``cpu`` forced alone.
 
-
-def forced_level_dir(lib: Path, level: str, into: Path) -> Path:
-    """A lib dir exposing a single CPU level: ggml then has no better one to choose."""
-    d = into / level
-    d.mkdir(parents=True)
-    for p in lib.iterdir():
-        if p.name.startswith("libggml-cpu-") and p.name != f"libggml-cpu-{level}.so":
-            continue
-        (d / p.name).symlink_to(p.resolve())
-    return d
-
-
-def cross_variant(model: Path, *, n_tokens: int = 24, levels: bool = True) -> dict[str, Any]:
-    """Run every accepted installed variant (and each forced CPU level of ``cpu``)."""
+    A level this CPU cannot run is listed as not run here (the ISA audit covers it);
+    a run that dies by a signal is reported as a crash with its signal and level.
+    """
     from harness.engines import load_engine
     from harness.runtime.engine import _committed_fingerprint
 
     spec = load_engine("llamacpp")
-    cands = [c for c in discovery.discover("llamacpp", spec.pin, _committed_fingerprint()) if c.accepted]
+    cands = [c for c in discovery.discover("llamacpp", spec.pin, _committed_fingerprint())
+             if c.accepted and (variants is None or c.variant in variants)]
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="harness-xvariant-") as tmp:
         for c in cands:
             jobs: list[tuple[str, Path | None, str | None]] = [(c.variant, None, None)]
-            if levels and c.identity.get("backend") == "cpu":
-                for name in cpu_levels(c.location / "lib"):
-                    jobs.append((f"{c.variant}/{name}", forced_level_dir(c.location / "lib", name, Path(tmp)), name))
+            if levels_too and c.identity.get("backend") == "cpu":
+                lib = c.location / "lib"
+                for name in levels.cpu_levels(lib):
+                    jobs.append((f"{c.variant}/{name}", levels.level_dir(lib, [name], Path(tmp) / name), name))
             for label, lib_dir, level in jobs:
-                out = _run(model, c.variant, lib_dir, n_tokens)
+                out = _run(model, c.variant, lib_dir, n_tokens, label)
+                if "crash" in out:
+                    died: crash.Crash = out["crash"]
+                    where = died.cpu_level or level
+                    runs.append(Run(label=label, variant=c.variant, cpu_level=where, text="", tokens=[], ok=False,
+                                    status="crashed", error=f"crashed: {crash.signal_text(died.signal)}"
+                                    + (f" on level {where}" if where else "")))
+                    continue
                 if "error" in out:
-                    unsupported = level is not None
-                    runs.append(Run(label=label, variant=c.variant, cpu_level=level, text="", tokens=[],
-                                    ok=unsupported, error=("not supported by this CPU: " if unsupported else "")
-                                    + " ".join(out["error"])))
+                    if level is not None and "no ggml backend could be loaded" in " ".join(out["error"]):
+                        runs.append(Run(label=label, variant=c.variant, cpu_level=level, text="", tokens=[], ok=True,
+                                        status="not-run", error=NOT_RUN))
+                        continue
+                    runs.append(Run(label=label, variant=c.variant, cpu_level=level, text="", tokens=[], ok=False,
+                                    status="failed", error=" ".join(out["error"])))
                     continue
                 got = out.get("cpu_variant")
                 if level is not None and got != level:
                     runs.append(Run(label=label, variant=c.variant, cpu_level=level, text="", tokens=[], ok=True,
-                                    error=f"not supported by this CPU (the loader fell back to {got})"))
+                                    status="not-run", error=f"{NOT_RUN} (the loader fell back to {got})"))
                     continue
                 runs.append(Run(label=label, variant=c.variant, cpu_level=got or level,
                                 text=out["text"], tokens=list(out["tokens"]), ok=EXPECT in out["text"]))
@@ -107,6 +119,6 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels: bool = True) -> di
             div = next((i for i, (a, b) in enumerate(zip(ref.tokens, r.tokens, strict=False)) if a != b),
                        min(len(ref.tokens), len(r.tokens)))
         rows.append({"label": r.label, "variant": r.variant, "cpu_level": r.cpu_level, "ok": r.ok,
-                     "diverges_at": div, "text": r.text, "error": r.error})
+                     "status": r.status, "diverges_at": div, "text": r.text, "error": r.error})
     return {"prompt": PROMPT, "expect": EXPECT, "reference": ref.label if ref else None, "runs": rows,
             "passed": all(r["ok"] for r in rows) and bool(rows)}

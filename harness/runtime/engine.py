@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from harness import errors
-from harness.runtime import discovery
+from harness import crash, errors
+from harness.runtime import discovery, levels
 from harness.runtime.models import resolve_model
 from harness.runtime.sampling import Sampling
 
@@ -212,12 +212,15 @@ class Engine:
         cand = discovery.choose(ENGINE, spec.pin, _committed_fingerprint(), variant)
         module = discovery.import_core(cand)
         handshake(module, cand)
-        # HARNESS_BACKEND_LIB_DIR points ggml at another plugin dir (e.g. one CPU level only).
-        params["backend_dir"] = os.environ.get("HARNESS_BACKEND_LIB_DIR") or str(cand.location / "lib")
+        # HARNESS_BACKEND_LIB_DIR points ggml at another plugin dir (e.g. one CPU level only);
+        # otherwise the CPU levels that passed this host's smoke probe (levels.select).
+        lib_dir = os.environ.get(levels.LIB_DIR_ENV)
+        params["backend_dir"] = lib_dir or str(levels.select(cand.location / "lib").lib_dir)
         try:
             core = module.Engine(str(path), params)
         except Exception as e:
             raise _model_error(e, path) from e
+        crash.note(cpu_level=str(core.info().get("cpu_variant") or ""), variant=cand.variant)
         return cls(core=core, module=module, candidate=cand, model_path=path, engine_args=engine_args)
 
     # ---------------------------------------------------------------- text

@@ -177,6 +177,11 @@ def _step_display() -> Iterator[tuple[Callable[[int, int], None], Callable[[str]
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from harness import crash
+
+    code = crash.supervise(getattr(args, "argv", None), "harness video generate")
+    if code is not None:
+        return code
     pipe = _load_pipeline(args.config)  # ffmpeg is resolved here, before anything renders
     data = _request_from_args(args)
     out = args.output or Path(f"{args.config.stem}-{time.strftime('%Y%m%d-%H%M%S')}.mp4")

@@ -1,0 +1,53 @@
+"""``harness e2e``: the e2e spec files, one process each, crashes reported as crashes."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.cli import add_json_flag, print_json
+from harness.errors import EngineCrashError, HarnessError
+
+DESCRIPTION = """\
+Run e2e spec files, each in its own pytest process. A process that dies by a signal
+(SIGILL, SIGSEGV, ...) is reported with the signal, the spec that was running and the
+CPU level it had loaded; every other file still runs and its results are kept.
+
+Exit codes: 0 all passed, 1 a spec failed, 16 a spec process crashed.
+
+examples:
+  harness e2e tests/e2e --variant cpu
+  harness e2e tests/e2e/test_text.py -- -k greedy -x
+"""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("e2e", help="run e2e spec files one process each (a crash cannot take the rest down)",
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("specs", nargs="*", type=Path, default=[Path("tests/e2e")],
+                   help="spec files or directories (default: tests/e2e)")
+    p.add_argument("--variant", action="append", default=[], help="backend variant to run on (repeatable)")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to each pytest run")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_e2e)
+
+
+def cmd_e2e(args: argparse.Namespace) -> int:
+    from harness.e2e import run_specs
+
+    extra = [a for a in args.pytest_args if a != "--"]
+    for v in args.variant:
+        extra += ["--variant", v]
+    res = run_specs(args.specs, pytest_args=["-ra", *extra], capture=bool(args.json))
+    if args.json:
+        print_json(res.as_dict())
+    else:
+        print(f"\ne2e: {len(res.files)} spec files: {res.summary()}")
+        for t in res.failed:
+            print(f"  FAILED {t}")
+    if res.crashes:
+        raise EngineCrashError("spec processes crashed: " + "; ".join(res.crashes))
+    if not res.ok:
+        msg = f"{len(res.failed)} e2e specs failed: " + "; ".join(res.failed)
+        raise HarnessError(msg)
+    return 0

@@ -1,0 +1,73 @@
+"""A stand-in backend ``_core`` for crash-reporting tests: no engine, the same interface.
+
+Copied into ``<pkg>/_core.py`` of a fake backend package on ``$HARNESS_BACKEND_PATH``.
+The package's variant decides what it does: ``crashy`` kills its own process with
+SIGILL when a request is submitted (as a miscompiled CPU level does), ``steady``
+answers "Paris".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+_IDENT = json.loads((Path(__file__).parent / "identity.json").read_text())
+ABI_FINGERPRINT = None
+PIN = _IDENT["pin"]
+BUILD_NUMBER = 1
+LEVEL = "fakelevel"
+
+
+def library_build_number() -> int:
+    return 1
+
+
+class _Req:
+    def __init__(self) -> None:
+        self.done = True
+        self.finish_reason = "length"
+        self._t = time.perf_counter()
+
+    def wait(self) -> tuple[str, str, str]:
+        return ("done", "", "")
+
+    def next(self) -> tuple[str, str, str] | None:
+        return None
+
+    def text(self) -> str:
+        return " Paris, and more."
+
+    def timings(self) -> dict[str, float]:
+        return {"t_submit": self._t, "t_first_token": self._t + 0.001, "t_done": self._t + 0.002,
+                "n_prompt": 4, "n_cached": 0, "n_generated": 4}
+
+    def cancel(self) -> None:
+        pass
+
+
+class Engine:
+    def __init__(self, path: str, params: dict[str, Any]) -> None:
+        self.params = params
+
+    def info(self) -> dict[str, Any]:
+        return {"arch": "llama", "desc": "fake", "devices": ["CPU"], "cpu_variant": LEVEL, "chat_template": "",
+                "n_params": 1, "size_bytes": 1, "n_ctx": 256, "n_ctx_train": 256, "n_embd": 8, "n_vocab": 359,
+                "max_num_seqs": 1, "embedding_only": "0", "prefix_caching": "0"}
+
+    def submit(self, prompt: Any, sampling: Any, stream: bool) -> _Req:
+        if _IDENT["variant"] == "crashy":
+            os.kill(os.getpid(), signal.SIGILL)
+        return _Req()
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        return [ord(c) % 300 for c in text]
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,127 @@
+"""A child that dies by a signal is reported as a crash: signal, CPU level, what it ran.
+
+A fake backend (tests/fakes/backend_core.py) kills its own process with SIGILL on its
+first request, as a miscompiled CPU level does; a second fake answers normally. Each
+place that runs engine code in a child must name the signal and keep the other results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import crash
+from harness.errors import EngineCrashError
+
+FAKE_CORE = Path(__file__).parents[1] / "fakes" / "backend_core.py"
+
+
+@pytest.fixture
+def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    from harness.engines import load_engine
+    from harness.models.tiny import write_tiny_llama
+    from harness.runtime.engine import _committed_fingerprint
+
+    pin = load_engine("llamacpp").pin
+    root = tmp_path / "backends"
+    for variant in ("crashy", "steady"):
+        pkg = root / f"harness_fake_{variant}"
+        (pkg / "lib").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        shutil.copy(FAKE_CORE, pkg / "_core.py")
+        (pkg / "identity.json").write_text(json.dumps({
+            "engine": "llamacpp", "pin": pin, "abi_fingerprint": _committed_fingerprint(),
+            "backend": "cpu", "variant": variant}))
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    env = {"HARNESS_BACKEND_PATH": str(root), "HARNESS_CACHE": str(tmp_path / "cache"),
+           "HARNESS_NO_PROGRESS": "1", "FAKE_MODEL": str(model)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+def test_signal_names() -> None:
+    assert crash.signal_of(-4) == signal.SIGILL
+    assert crash.signal_of(132) == signal.SIGILL
+    assert crash.signal_of(1) is None
+    assert crash.signal_of(0) is None
+    assert crash.signal_text(signal.SIGILL) == "SIGILL (illegal instruction)"
+    assert crash.signal_text(signal.SIGSEGV) == "SIGSEGV (segmentation fault)"
+
+
+def test_note_survives_the_crash(tmp_path: Path) -> None:
+    code = ("import os, signal; from harness import crash; crash.note(cpu_level='haswell'); "
+            "crash.note(running='spec x'); os.kill(os.getpid(), signal.SIGILL)")
+    with crash.note_file() as (note, env):
+        r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, check=False)
+        died = crash.crash_of(r.returncode, note)
+    assert died is not None
+    assert died.describe() == "SIGILL (illegal instruction), CPU level haswell, while running spec x"
+    assert crash.crash_of(0, None) is None
+
+
+def test_complete_names_the_signal(fake_env: dict[str, str]) -> None:
+    argv = [sys.executable, "-m", "harness", "complete", fake_env["FAKE_MODEL"], "--prompt", "The capital"]
+    r = subprocess.run([*argv, "--variant", "crashy"], capture_output=True, text=True, check=False)
+    assert r.returncode == EngineCrashError.exit_code, r.stdout + r.stderr
+    out = " ".join((r.stdout + r.stderr).split())
+    assert "harness complete crashed: SIGILL (illegal instruction), CPU level fakelevel" in out
+    ok = subprocess.run([*argv, "--variant", "steady"], capture_output=True, text=True, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "Paris" in ok.stdout
+
+
+def test_cross_variant_reports_crash_and_keeps_others(fake_env: dict[str, str]) -> None:
+    from harness.runtime.crossvariant import cross_variant
+
+    r = cross_variant(Path(fake_env["FAKE_MODEL"]), variants=["crashy", "steady"])
+    rows = {x["label"]: x for x in r["runs"]}
+    assert rows["crashy"]["status"] == "crashed"
+    assert rows["crashy"]["error"] == "crashed: SIGILL (illegal instruction) on level fakelevel"
+    assert rows["steady"]["status"] == "ran" and rows["steady"]["ok"]
+    assert "Paris" in rows["steady"]["text"]
+    assert not r["passed"]
+
+
+def test_bench_worker_death_names_the_signal(fake_env: dict[str, str]) -> None:
+    from harness.bench.arms import ArmSpec, ArmWorker
+
+    common = f"model={fake_env['FAKE_MODEL']},n_ctx=256,threads=1,max_num_seqs=1"
+    with ArmWorker(ArmSpec.parse(f"backend:{common},variant=steady"), "A") as good:
+        good.warmup()  # the other arm keeps working
+        with ArmWorker(ArmSpec.parse(f"backend:{common},variant=crashy"), "B") as bad:
+            bad.wait_ready()
+            with pytest.raises(EngineCrashError) as e:
+                bad.warmup()
+        good.warmup()
+    assert "worker died: SIGILL (illegal instruction), CPU level fakelevel, during warmup" in str(e.value)
+
+
+def test_e2e_runner_keeps_results_around_a_crash(fake_env: dict[str, str], tmp_path: Path) -> None:
+    from harness.e2e import run_specs
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "test_a.py").write_text(
+        "import os\nfrom harness.runtime import Engine\n"
+        "def test_before():\n    assert True\n"
+        "def test_crash():\n    Engine.load(os.environ['FAKE_MODEL'], variant='crashy').complete('x')\n"
+        "def test_after():\n    assert True\n")
+    (specs / "test_b.py").write_text("def test_fine():\n    assert True\n")
+    res = run_specs([specs], env=dict(os.environ), cwd=tmp_path)
+    a, b = res.files
+    assert a.crash is not None and a.crash.signal == signal.SIGILL
+    assert a.crash.running == "specs/test_a.py::test_crash"
+    assert a.crash.cpu_level == "fakelevel"
+    assert a.passed == 1  # test_before's result survived the crash
+    assert b.ok and b.passed == 1
+    assert not res.ok
+    assert res.crashes == [f"{specs / 'test_a.py'}: SIGILL (illegal instruction), CPU level fakelevel, "
+                           "while running specs/test_a.py::test_crash"]
