@@ -68,8 +68,14 @@ def print_json(data: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(argv) if argv is not None else sys.argv[1:]
+    raw = list(argv) if argv is not None else sys.argv[1:]
+    # What follows "--" belongs to a tool the command runs (harness e2e -- -k greedy).
+    cut = raw.index("--") if "--" in raw else len(raw)
+    args = parser.parse_args(raw[:cut])
+    args.argv = raw
+    args.passthrough = raw[cut + 1:]
+    if args.passthrough and not getattr(args, "takes_passthrough", False):
+        parser.error(f"arguments after -- ({' '.join(args.passthrough)}) are only taken by harness e2e")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -7,7 +7,7 @@ Names follow ``harness_<phase>_<verb>``. Hooks marked ``firstresult`` are
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -205,6 +205,16 @@ def harness_config_check(config: Any, context: Any) -> list[Any] | None:
 # -------------------------------------------------------------------------
 # video
 # -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def harness_video_limits(engine: str) -> Mapping[str, int | float] | None:
+    """Engine-specific overrides of :class:`harness.video.limits.VideoLimits` (field -> value).
+
+    Stops at first non-None result.
+
+    :param engine: the engine a video request is planned for.
+    """
 
 
 @hookspec(firstresult=True)

@@ -147,6 +147,13 @@ def _context(core: ModuleType, params: dict[str, Any]) -> Any:
 
 
 @hookimpl
+def harness_video_limits(engine: str) -> dict[str, int] | None:
+    # The binding takes an int64_t seed; width, height and frames are C ints, which the
+    # default limits already keep in range.
+    return {"max_seed": 2**63 - 1} if engine == NAME else None
+
+
+@hookimpl
 def harness_video_generate(engine: str, request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
                            cancel: threading.Event) -> EngineOutput | None:
     if engine != NAME:

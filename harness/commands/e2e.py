@@ -25,20 +25,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("e2e", help="run e2e spec files one process each (a crash cannot take the rest down)",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("specs", nargs="*", type=Path, default=[Path("tests/e2e")],
-                   help="spec files or directories (default: tests/e2e)")
+                   help="spec files or directories (default: tests/e2e); arguments after -- go to each pytest run")
     p.add_argument("--variant", action="append", default=[], help="backend variant to run on (repeatable)")
-    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to each pytest run")
     add_json_flag(p)
-    p.set_defaults(func=cmd_e2e)
+    p.set_defaults(func=cmd_e2e, takes_passthrough=True)
 
 
 def cmd_e2e(args: argparse.Namespace) -> int:
     from harness.e2e import run_specs
 
-    extra = [a for a in args.pytest_args if a != "--"]
+    specs, extra = args.specs, list(getattr(args, "passthrough", []))
     for v in args.variant:
         extra += ["--variant", v]
-    res = run_specs(args.specs, pytest_args=["-ra", *extra], capture=bool(args.json))
+    res = run_specs(specs, pytest_args=["-ra", *extra], capture=bool(args.json))
     if args.json:
         print_json(res.as_dict())
     else:

@@ -7,10 +7,12 @@ decode loop, batching, sampling and streaming; Python never loops per token.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from harness import crash, errors
-from harness.runtime import discovery, levels
+from harness.runtime import discovery, levels, requests
 from harness.runtime.models import resolve_model
 from harness.runtime.sampling import Sampling
 
@@ -38,6 +40,13 @@ _ARGS: dict[str, str] = {
     "prefix_caching": "prefix_caching", "enable_prefix_caching": "prefix_caching",
     "seed": "seed", "embeddings": "embeddings", "n_gpu_layers": "n_gpu_layers",
     "flash_attn": "flash_attn", "verbose": "verbose",
+}
+
+
+#: integer core parameters and their bounds (n_ctx 0 = the model's own context length).
+_INT_ARGS: dict[str, tuple[int, int]] = {
+    "n_ctx": (0, 1 << 24), "n_threads": (1, 4096), "n_threads_batch": (1, 4096), "n_batch": (1, 1 << 20),
+    "n_ubatch": (1, 1 << 20), "max_num_seqs": (1, 4096), "seed": (-1, (1 << 32) - 1), "n_gpu_layers": (-1, 1 << 16),
 }
 
 
@@ -60,6 +69,9 @@ def core_params(engine_args: dict[str, Any]) -> dict[str, Any]:
         if v is None:
             continue
         target = _ARGS[k]
+        bound = _INT_ARGS.get(target)
+        if bound is not None and (isinstance(v, bool) or not isinstance(v, int) or not bound[0] <= v <= bound[1]):
+            raise errors.InvalidRequestError(f"engine argument {k} must be an integer in [{bound[0]}, {bound[1]}], got {v!r}")
         if target == "prefix_caching":
             v = tri_state(v)
         elif target == "flash_attn":
@@ -134,20 +146,59 @@ def _translate(e: BaseException) -> BaseException:
     return e
 
 
-class Stream:
-    """Iterator of text deltas. Breaking out, ``close()`` or garbage collection cancels the request."""
+#: A stream whose consumer has not asked for the next delta for this long, while its request
+#: still runs, is cancelled and its slot freed (``Engine.load(..., stream_stall_timeout=S)``).
+STREAM_STALL_TIMEOUT_S = 30.0
 
-    def __init__(self, req: Any, started: float, on_done: Any = None) -> None:
+
+class Stream:
+    """Iterator of text deltas; use it as ``with eng.stream(...) as s: for d in s: ...``.
+
+    The request is cancelled (``finish_reason == "cancelled"``), freeing its slot, when:
+    the ``with`` block ends or ``close()`` is called; a ``for`` loop over it ends early
+    (``break``, an exception: iteration runs in a generator that CPython closes as soon as
+    the loop drops it, even while this object is still referenced); the object is garbage
+    collected; or the consumer stops asking for deltas for ``stream_stall_timeout`` seconds
+    (default 30) while the request still runs (a watchdog thread checks twice a second).
+    """
+
+    def __init__(self, req: Any, started: float, on_done: Any = None,
+                 stall_timeout: float = STREAM_STALL_TIMEOUT_S) -> None:
         self._req = req
         self._started = started
         self._on_done = on_done
         self.result: Completion | None = None
+        self.stalled = False
+        """True when the watchdog cancelled the request because nobody read it."""
+        self._stall_timeout = stall_timeout
+        self._last_read = time.monotonic()
+        self._reading = False
+        _watchdog.add(self)
 
     def __iter__(self) -> Iterator[str]:
-        return self
+        return self._deltas()
+
+    def _deltas(self) -> Iterator[str]:
+        finished = False
+        try:
+            while True:
+                try:
+                    delta = self.__next__()
+                except StopIteration:
+                    finished = True
+                    return
+                yield delta
+        finally:
+            if not finished:  # the loop ended early: nobody will read the rest
+                self.close()
 
     def __next__(self) -> str:
-        ev = self._req.next()
+        self._reading = True
+        try:
+            ev = self._req.next()
+        finally:
+            self._reading = False
+            self._last_read = time.monotonic()
         if ev is None:
             raise StopIteration
         kind, text, etype = ev
@@ -157,6 +208,9 @@ class Stream:
         if kind == "error":
             raise _CORE_ERRORS.get(etype, errors.EngineError)(text)
         raise StopIteration
+
+    def _stalled(self, now: float) -> bool:
+        return not self._reading and not self._req.done and now - self._last_read > self._stall_timeout
 
     def close(self) -> None:
         if not self._req.done:
@@ -171,6 +225,37 @@ class Stream:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+class _Watchdog:
+    """One daemon thread for all streams: cancels the ones nobody reads any more."""
+
+    def __init__(self) -> None:
+        self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, stream: Stream) -> None:
+        with self._lock:
+            self._streams.add(stream)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="harness-stream-watchdog", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.5)
+            now = time.monotonic()
+            with self._lock:
+                live = list(self._streams)
+            for st in live:
+                with contextlib.suppress(Exception):
+                    if st._stalled(now):
+                        st.stalled = True
+                        st.close()
+
+
+_watchdog = _Watchdog()
 
 
 def _completion(req: Any, started: float) -> Completion:
@@ -197,8 +282,13 @@ class Engine:
     candidate: discovery.Candidate
     model_path: Path
     engine_args: dict[str, Any] = field(default_factory=dict)
+    stream_stall_timeout: float = STREAM_STALL_TIMEOUT_S
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @functools.cached_property
+    def _n_vocab(self) -> int:
+        return int(self.core.info()["n_vocab"])
 
     # ---------------------------------------------------------------- load
     @classmethod
@@ -207,6 +297,9 @@ class Engine:
         from harness.engines import load_engine
 
         spec = load_engine(ENGINE)
+        stall = engine_args.pop("stream_stall_timeout", STREAM_STALL_TIMEOUT_S)
+        if isinstance(stall, bool) or not isinstance(stall, (int, float)) or not 0 < stall < float("inf"):
+            raise errors.InvalidRequestError(f"stream_stall_timeout must be a positive number of seconds, got {stall!r}")
         params = core_params(engine_args)
         path = resolve_model(Path(model))
         cand = discovery.choose(ENGINE, spec.pin, _committed_fingerprint(), variant)
@@ -221,7 +314,8 @@ class Engine:
         except Exception as e:
             raise _model_error(e, path) from e
         crash.note(cpu_level=str(core.info().get("cpu_variant") or ""), variant=cand.variant)
-        return cls(core=core, module=module, candidate=cand, model_path=path, engine_args=engine_args)
+        return cls(core=core, module=module, candidate=cand, model_path=path, engine_args=engine_args,
+                   stream_stall_timeout=float(stall))
 
     # ---------------------------------------------------------------- text
     def complete(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
@@ -235,11 +329,12 @@ class Engine:
     def stream(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
                **overrides: Any) -> Stream:
         """Iterate text deltas; closing the iterator cancels generation within one token."""
-        return Stream(self._submit(prompt, Sampling.make(sampling, **overrides)), time.perf_counter())
+        return Stream(self._submit(prompt, Sampling.make(sampling, **overrides)), time.perf_counter(),
+                      stall_timeout=self.stream_stall_timeout)
 
     def _submit(self, prompt: str | Sequence[int], sampling: Sampling, *, stream: bool = True) -> Any:
         self._check_open()
-        p: Any = prompt if isinstance(prompt, str) else [int(t) for t in prompt]
+        p = requests.prompt(prompt, self._n_vocab)
         try:
             return self.core.submit(p, sampling.to_core(), stream)
         except Exception as e:
@@ -260,7 +355,7 @@ class Engine:
                     response_format: dict[str, Any] | None = None, **overrides: Any) -> ChatStream:
         """Stream the raw assistant text; ``.message`` holds the parsed message at the end."""
         req = self._submit_chat(messages, tools, tool_choice, sampling, response_format, overrides)
-        return ChatStream(req, time.perf_counter(), self.core)
+        return ChatStream(req, time.perf_counter(), self.core, self.stream_stall_timeout)
 
     def _submit_chat(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
                      tool_choice: str | dict[str, Any], sampling: Sampling | dict[str, Any] | None,
@@ -268,13 +363,13 @@ class Engine:
                      stream: bool = True) -> Any:
         self._check_open()
         s = Sampling.make(sampling, **overrides)
-        choice = _tool_choice(tool_choice)
+        choice = requests.tool_choice(tool_choice)
         if choice not in ("auto", "none") and not tools:
             raise errors.InvalidRequestError(f"tool_choice {tool_choice!r} needs tools")
-        schema = _response_schema(response_format)
+        schema = requests.response_schema(response_format)
+        msgs, tls = requests.messages(messages), requests.tools(tools)
         try:
-            return self.core.submit_chat(json.dumps(list(messages)), json.dumps(list(tools)) if tools else "",
-                                         choice, json.dumps(schema) if schema else "", s.to_core(), stream)
+            return self.core.submit_chat(msgs, tls, choice, json.dumps(schema) if schema else "", s.to_core(), stream)
         except Exception as e:
             raise _translate(e) from e
 
@@ -284,12 +379,19 @@ class Engine:
         self._check_open()
         if isinstance(texts, str):
             texts = [texts]
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise errors.InvalidRequestError(f"texts[{i}] must be a string, got {type(t).__name__}")
+            requests.prompt(t, self._n_vocab)
         try:
             return np.asarray(self.core.embed(list(texts), normalize), dtype=np.float32)
         except Exception as e:
             raise _translate(e) from e
 
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise errors.InvalidRequestError(f"text must be a string, got {type(text).__name__}")
+        requests.prompt(text, self._n_vocab)
         return list(self.core.tokenize(text, add_special, True))
 
     def detokenize(self, tokens: Sequence[int]) -> str:
@@ -334,8 +436,8 @@ class Engine:
 
 
 class ChatStream(Stream):
-    def __init__(self, req: Any, started: float, core: Any) -> None:
-        super().__init__(req, started)
+    def __init__(self, req: Any, started: float, core: Any, stall_timeout: float = STREAM_STALL_TIMEOUT_S) -> None:
+        super().__init__(req, started, stall_timeout=stall_timeout)
         self._core = core
         self.message: dict[str, Any] | None = None
 
@@ -346,30 +448,6 @@ class ChatStream(Stream):
             if self.message is None and self._req.done and self._req.finish_reason != "error":
                 self.message = json.loads(self._core.parse_chat(self._req))
             raise
-
-
-def _tool_choice(choice: str | dict[str, Any]) -> str:
-    if isinstance(choice, dict):
-        fn = choice.get("function", {})
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if not name:
-            raise errors.InvalidRequestError('tool_choice must be "auto", "required", "none" or {"function": {"name": ...}}')
-        return str(name)
-    if choice not in ("auto", "required", "none"):
-        raise errors.InvalidRequestError(f'tool_choice must be "auto", "required", "none" or a function, got {choice!r}')
-    return choice
-
-
-def _response_schema(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Accept OpenAI's ``{"type": "json_schema", "json_schema": {"schema": ...}}`` or a bare schema."""
-    if not fmt:
-        return None
-    if fmt.get("type") == "json_object":
-        return {"type": "object"}
-    if fmt.get("type") == "json_schema":
-        inner = fmt.get("json_schema", {})
-        return dict(inner.get("schema", inner))
-    return fmt
 
 
 def _committed_fingerprint() -> str | None:

@@ -49,5 +49,7 @@ def resolve_model(path: Path) -> Path:
         return resolve_model(convert_hf_dir(path, engine_tree=patched_tree("llamacpp").path))
     if path.suffix != ".gguf":
         raise ModelError(f"{path} is neither a .gguf file nor a Hugging Face model directory")
+    if not path.resolve().is_file():  # a FIFO or device named .gguf would block the loader forever
+        raise ModelError(f"{path} is not a regular file (a FIFO, socket or device?): expected a .gguf file")
     check_gguf(path)
     return path

@@ -8,6 +8,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import InvalidRequestError
+from harness.runtime.requests import LIMITS
+
+_NUMBERS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
+
+
+def _type_problems(s: Sampling) -> list[str]:
+    """Type errors first, so no comparison below meets a string or a NaN."""
+    out = []
+    for name in _NUMBERS:
+        v = getattr(s, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            out.append(f"{name} must be a number, got {v!r:.40}")
+        elif not math.isfinite(v):
+            out.append(f"{name} must be finite, got {v}")
+    for name, optional in (("top_k", False), ("max_tokens", True), ("seed", True)):
+        v = getattr(s, name)
+        if v is None and optional:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int):
+            out.append(f"{name} must be an integer, got {v!r:.40}")
+    if not isinstance(s.ignore_eos, bool):
+        out.append(f"ignore_eos must be true or false, got {s.ignore_eos!r:.40}")
+    if s.grammar is not None and not isinstance(s.grammar, str):
+        out.append(f"grammar must be a GBNF string, got {type(s.grammar).__name__}")
+    if not isinstance(s.stop, (tuple, list, str)):
+        out.append(f"stop must be a sequence of strings, got {type(s.stop).__name__}")
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,8 +49,8 @@ class Sampling:
     """0 = the whole vocabulary."""
     min_p: float = 0.05
     """Drop tokens below min_p x the top probability; 0 disables."""
-    max_tokens: int = 256
-    """0 = until the context is full."""
+    max_tokens: int | None = 256
+    """At least 1; None = until the context is full (OpenAI's null). 0 is refused, as OpenAI does."""
     seed: int | None = None
     """None = a random seed per request."""
     presence_penalty: float = 0.0
@@ -38,7 +65,9 @@ class Sampling:
     """A GBNF grammar constraining the output."""
 
     def __post_init__(self) -> None:
-        problems = []
+        problems = _type_problems(self)
+        if problems:
+            raise InvalidRequestError("invalid sampling: " + "; ".join(problems))
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
             problems.append(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
@@ -47,8 +76,11 @@ class Sampling:
             problems.append(f"top_k must be >= 0, got {self.top_k}")
         if not 0 <= self.min_p <= 1:
             problems.append(f"min_p must be in [0, 1], got {self.min_p}")
-        if self.max_tokens < 0:
-            problems.append(f"max_tokens must be >= 0 (0 = until the context is full), got {self.max_tokens}")
+        if self.max_tokens is not None and not 1 <= self.max_tokens <= LIMITS.max_tokens:
+            problems.append(f"max_tokens must be in [1, {LIMITS.max_tokens}] (None = until the context is full), "
+                            f"got {self.max_tokens}")
+        if self.top_k > LIMITS.top_k:
+            problems.append(f"top_k must be <= {LIMITS.top_k}, got {self.top_k}")
         if self.repetition_penalty <= 0:
             problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         for name in ("presence_penalty", "frequency_penalty"):
@@ -59,6 +91,10 @@ class Sampling:
             problems.append(f"seed must be in [0, 2^32), got {self.seed}")
         if isinstance(self.stop, str) or any(not isinstance(s, str) or not s for s in self.stop):
             problems.append("stop must be a sequence of non-empty strings")
+        elif len(self.stop) > LIMITS.stop_strings or any(len(s) > LIMITS.stop_chars for s in self.stop):
+            problems.append(f"stop takes at most {LIMITS.stop_strings} strings of at most {LIMITS.stop_chars} characters")
+        if self.grammar is not None and len(self.grammar) > LIMITS.grammar_chars:
+            problems.append(f"grammar is longer than {LIMITS.grammar_chars} characters")
         if problems:
             raise InvalidRequestError("invalid sampling: " + "; ".join(problems))
 
@@ -78,14 +114,19 @@ class Sampling:
 
             hint = did_you_mean(unknown[0], known)
             raise InvalidRequestError(f"unknown sampling parameter {unknown[0]!r}{hint}")
-        if "stop" in base and base["stop"] is not None and not isinstance(base["stop"], str):
-            base["stop"] = tuple(base["stop"])
+        stop = base.get("stop")
+        if stop is None:
+            base.pop("stop", None)
+        elif isinstance(stop, str):  # OpenAI takes one stop string as well as a list
+            base["stop"] = (stop,)
+        elif isinstance(stop, (list, tuple)):
+            base["stop"] = tuple(stop)
         return cls(**base)
 
     def to_core(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k, "min_p": self.min_p,
-            "max_tokens": self.max_tokens, "presence_penalty": self.presence_penalty,
+            "max_tokens": self.max_tokens or 0, "presence_penalty": self.presence_penalty,
             "frequency_penalty": self.frequency_penalty, "repetition_penalty": self.repetition_penalty,
             "ignore_eos": self.ignore_eos, "stop": list(self.stop),
         }

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import threading
 import time
@@ -17,10 +16,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from harness import progress
 from harness.cli import add_json_flag, print_json
-from harness.errors import ConfigError, UsageError, VideoError
+from harness.errors import ConfigError, UsageError
+from harness.video.limits import VideoLimits, engine_limits
 from harness.video.mux import VideoCancelledError
 from harness.video.options import VideoOptions
-from harness.video.pipeline import VideoPipeline, VideoResult
+from harness.video.pipeline import VideoPipeline, VideoResult, plan_request
+from harness.video.request import load_request
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,6 +43,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--crf", type=int, help="H.264 CRF 0..51")
     p.add_argument("--request", type=Path, metavar="REQUEST.json",
                    help="request keys from a JSON file; flags override them")
+    _add_media_dir(p, "the request file's directory, else the current directory")
     p.add_argument("-o", "--output", type=Path, help="output MP4 (default: <config>-<time>.mp4)")
     add_json_flag(p)
     p.set_defaults(func=cmd_generate)
@@ -49,7 +51,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = vsub.add_parser("check", help="validate a request against a model config (no rendering)")
     p.add_argument("config", type=Path, metavar="CONFIG.yaml", help="model config")
     p.add_argument("request", type=Path, metavar="REQUEST.json",
-                   help="request JSON; relative paths in it resolve against its directory")
+                   help="request JSON; relative paths in it resolve against its directory "
+                        "(or --media-dir)")
+    _add_media_dir(p, "the request file's directory")
     add_json_flag(p)
     p.set_defaults(func=cmd_check)
 
@@ -58,6 +62,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         return 2
 
     video.set_defaults(func=usage)
+
+
+def _add_media_dir(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--media-dir", type=Path, metavar="DIR",
+                   help="the only directory request paths (keyframes, references, audio) may "
+                        f"name: relative paths resolve against it, symlinks are followed and "
+                        f"anything outside is refused (default: {default})")
+
+
+def _media_dir(args: argparse.Namespace) -> Path:
+    """Where request paths resolve and must stay: --media-dir, else the request's directory."""
+    media: Path | None = args.media_dir
+    if media is not None:
+        if not media.is_dir():
+            msg = f"--media-dir {media}: not a directory"
+            raise UsageError(msg)
+        return media.resolve()
+    request: Path | None = args.request
+    return request.resolve().parent if request is not None else Path.cwd()
 
 
 def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
@@ -91,12 +114,14 @@ def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
     return engine, VideoOptions.from_mapping(mapping), data
 
 
-def _load_pipeline(config: Path) -> VideoPipeline:
-    engine, options, data = load_config(config)
+def _load_pipeline(config: Path, loaded: tuple[str, VideoOptions, dict[str, Any]] | None = None,
+                   limits: VideoLimits | None = None) -> VideoPipeline:
+    engine, options, data = loaded or load_config(config)
     # Checkpoint paths resolve like the config layer's: HARNESS_MODELS_DIR, else beside the config.
     env = os.environ.get("HARNESS_MODELS_DIR")
     models_dir = Path(env) if env else config.resolve().parent
-    return VideoPipeline(engine, options, model=data, models_dir=models_dir)
+    return VideoPipeline(engine, options, model=data, models_dir=models_dir,
+                         limits=limits or engine_limits(engine))
 
 
 def _print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
@@ -105,16 +130,12 @@ def _print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    pipe = _load_pipeline(args.config)
-    try:
-        data = json.loads(args.request.read_text(encoding="utf-8"))
-    except OSError as e:
-        msg = f"cannot read request {args.request}: {e.strerror}"
-        raise UsageError(msg) from e
-    except json.JSONDecodeError as e:
-        msg = f"{args.request}: not valid JSON: {e}"
-        raise VideoError(msg) from e
-    plan = pipe.check(data, base_dir=args.request.resolve().parent)
+    loaded = load_config(args.config)
+    limits = engine_limits(loaded[0])
+    data = load_request(args.request, limits)
+    # The request is judged before ffmpeg is probed: a refusal costs no subprocess.
+    plan = plan_request(data, loaded[1], base_dir=_media_dir(args), limits=limits)
+    pipe = _load_pipeline(args.config, loaded, limits)
     if args.json:
         print_json({"ok": True, "engine": pipe.engine, "ffmpeg": pipe.ffmpeg.path,
                     "ffmpeg_source": pipe.ffmpeg.source, "video_encoder": pipe.ffmpeg.video_encoder,
@@ -130,18 +151,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _request_from_args(args: argparse.Namespace) -> dict[str, Any]:
+def _request_from_args(args: argparse.Namespace, limits: VideoLimits) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if args.request is not None:
-        try:
-            loaded = json.loads(args.request.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            msg = f"cannot read request {args.request}: {e}"
-            raise UsageError(msg) from e
-        if not isinstance(loaded, dict):
-            msg = f"{args.request}: a request is a JSON object"
-            raise VideoError(msg)
-        data.update(loaded)
+        data.update(load_request(args.request, limits))
     for key in ("prompt", "start_image", "end_image", "width", "height", "num_frames",
                 "steps", "seed", "crf"):
         value = getattr(args, key)
@@ -182,10 +195,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     code = crash.supervise(getattr(args, "argv", None), "harness video generate")
     if code is not None:
         return code
-    pipe = _load_pipeline(args.config)  # ffmpeg is resolved here, before anything renders
-    data = _request_from_args(args)
+    loaded = load_config(args.config)
+    limits = engine_limits(loaded[0])
+    data = _request_from_args(args, limits)
+    base_dir = _media_dir(args)
+    plan_request(data, loaded[1], base_dir=base_dir, limits=limits)  # refused before ffmpeg
+    pipe = _load_pipeline(args.config, loaded, limits)  # ffmpeg: before anything renders
     out = args.output or Path(f"{args.config.stem}-{time.strftime('%Y%m%d-%H%M%S')}.mp4")
-    base_dir = args.request.resolve().parent if args.request else Path.cwd()
     cancel = threading.Event()
     box: dict[str, Any] = {}
     with _step_display() as (on_step, on_status):

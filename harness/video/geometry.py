@@ -41,10 +41,13 @@ def align_even(value: float) -> int:
     return max(2, 2 * math.floor(value / 2 + 0.5))
 
 
-def truncate_to_grid(value: int, grid: int = GRID) -> int:
-    """Truncate (not round) to a multiple of ``grid``: the engine never upsizes a canvas."""
+def truncate_to_grid(value: int, grid: int = GRID, *, what: str = "canvas side") -> int:
+    """Truncate (not round) to a multiple of ``grid``: the engine never upsizes a canvas.
+
+    :param what: the field the value is for, named in the error.
+    """
     if value < grid:
-        msg = f"canvas side {value} is below the {grid}-pixel grid; use at least {grid}"
+        msg = f"{what}: canvas side {value} is below the {grid}-pixel grid; use at least {grid}"
         raise VideoError(msg)
     return value // grid * grid
 
@@ -92,7 +95,7 @@ def resolve_canvas(
             height = (align_even(width * keyframe_size[1] / keyframe_size[0]) if keyframe_size
                       else default_height or DEFAULT_HEIGHT)
         assert width is not None and height is not None
-        w, h = truncate_to_grid(width), truncate_to_grid(height)
+        w, h = truncate_to_grid(width, what="width"), truncate_to_grid(height, what="height")
     elif keyframe_size is not None:
         source = "keyframe"
         w, h = derive_from_aspect(*keyframe_size)
@@ -101,7 +104,8 @@ def resolve_canvas(
         source = "options"
         width = default_width or DEFAULT_WIDTH
         height = default_height or DEFAULT_HEIGHT
-        w, h = truncate_to_grid(width), truncate_to_grid(height)
+        w, h = (truncate_to_grid(width, what="video_width"),
+                truncate_to_grid(height, what="video_height"))
     else:
         return Canvas(width=DEFAULT_WIDTH, height=DEFAULT_HEIGHT, source="default"), warnings
     if (w, h) != (width, height):

@@ -24,7 +24,8 @@ from harness.errors import HarnessError, VideoError
 from harness.video.ffmpeg import Ffmpeg, get_ffmpeg
 from harness.video.geometry import resolve_canvas, resolve_frames
 from harness.video.job import EngineOutput, VideoJob, VideoPlan
-from harness.video.keyframes import convert_keyframe, read_keyframe
+from harness.video.keyframes import convert_keyframe, probe_keyframe, read_keyframe
+from harness.video.limits import DEFAULT_LIMITS, VideoLimits, check_plan
 from harness.video.mux import MediaInfo, VideoCancelledError, mux
 from harness.video.options import VideoOptions
 from harness.video.partition import check_partition
@@ -78,6 +79,49 @@ def _keep_note(exc: BaseException, workdir: Path) -> None:
         exc.args = (*exc.args, note)
 
 
+def plan_request(data: Mapping[str, Any], options: VideoOptions, *, base_dir: Path | None = None,
+                 limits: VideoLimits = DEFAULT_LIMITS) -> VideoPlan:
+    """Validate a request against ``options`` and ``limits`` and resolve its plan.
+
+    Needs no ffmpeg and no engine, so ``video check`` refuses a bad request before
+    probing anything. Keyframe sizes come from bounded header reads.
+
+    :param base_dir: the media directory (default: cwd); see :meth:`VideoPipeline.check`.
+    :raises VideoError: naming the request key (or config option) that is wrong.
+    """
+    base = base_dir or Path.cwd()
+    request, warnings = parse_request(data, native_fps=options.fps, limits=limits)
+    partition, more = check_partition(options.partition, request)
+    warnings += more
+    inputs = resolve_paths(request, base, limits)
+    keyframe_size = None
+    if request.keyframe is not None:
+        # Size from the header only: the canvas is resolved before any scaling.
+        keyframe_size = probe_keyframe(request.keyframe, "start_image" if request.start_image
+                                       else "end_image", base, limits)
+    # Probe the other keyframe too so a bad end_image fails now, not after the render.
+    if request.start_image and request.end_image:
+        probe_keyframe(request.end_image, "end_image", base, limits)
+    canvas, more = resolve_canvas(width=request.width, height=request.height,
+                                  keyframe_size=keyframe_size,
+                                  default_width=options.width, default_height=options.height)
+    warnings += more
+    frames, more = resolve_frames(request.num_frames, options.num_frames)
+    warnings += more
+    steps = request.steps or options.steps
+    check_plan(width=canvas.width, height=canvas.height, canvas_source=canvas.source,
+               frames=frames, steps=steps, fps=options.fps, limits=limits,
+               frames_source=("from the request" if request.num_frames is not None
+                              else "video_num_frames in the model config"),
+               steps_source=("from the request" if request.steps is not None
+                             else "video_steps in the model config"))
+    return VideoPlan(
+        request=request, partition=partition, canvas=canvas, num_frames=frames,
+        fps=options.fps, steps=steps,
+        crf=request.crf if request.crf is not None else options.crf,
+        seed=request.seed, inputs=inputs, warnings=tuple(warnings))
+
+
 class VideoPipeline:
     """A loaded video engine: resolves ffmpeg now, then serves requests.
 
@@ -87,16 +131,20 @@ class VideoPipeline:
     :param models_dir: where the config's relative checkpoint paths resolve.
     :param pm: the plugin manager (default: the process-wide one).
     :param ffmpeg: an already-resolved ffmpeg (default: resolve from options/env/PATH/wheel).
+    :param limits: bounds on requests (default: :data:`~harness.video.limits.DEFAULT_LIMITS`;
+        the CLI passes :func:`~harness.video.limits.engine_limits` for the engine).
     :raises HostError: no usable ffmpeg: at load time, never after a render.
     """
 
     def __init__(self, engine: str, options: VideoOptions, *, model: Any = None,
                  models_dir: Path | None = None,
-                 pm: pluggy.PluginManager | None = None, ffmpeg: Ffmpeg | None = None) -> None:
+                 pm: pluggy.PluginManager | None = None, ffmpeg: Ffmpeg | None = None,
+                 limits: VideoLimits = DEFAULT_LIMITS) -> None:
         self.engine = engine
         self.options = options
         self.model = model
         self.models_dir = models_dir
+        self.limits = limits
         self._pm = pm
         self.ffmpeg = ffmpeg or get_ffmpeg(options.ffmpeg)
 
@@ -105,34 +153,10 @@ class VideoPipeline:
     def check(self, data: Mapping[str, Any], *, base_dir: Path | None = None) -> VideoPlan:
         """Validate a request and resolve its geometry; nothing is rendered or written.
 
-        :param base_dir: where relative paths in the request resolve (default: cwd).
+        :param base_dir: the media directory: relative request paths resolve against it
+            and every request path must resolve inside it (default: cwd).
         """
-        base = base_dir or Path.cwd()
-        opts = self.options
-        request, warnings = parse_request(data, native_fps=opts.fps)
-        partition, more = check_partition(opts.partition, request)
-        warnings += more
-        inputs = resolve_paths(request, base)
-        keyframe_size = None
-        if request.keyframe is not None:
-            # Size from the header only: the canvas is resolved before any scaling.
-            _, w, h = read_keyframe(request.keyframe, "start_image" if request.start_image
-                                    else "end_image", base)
-            keyframe_size = (w, h)
-        # Probe the other keyframe too so a bad end_image fails now, not after the render.
-        if request.start_image and request.end_image:
-            read_keyframe(request.end_image, "end_image", base)
-        canvas, more = resolve_canvas(width=request.width, height=request.height,
-                                      keyframe_size=keyframe_size,
-                                      default_width=opts.width, default_height=opts.height)
-        warnings += more
-        frames, more = resolve_frames(request.num_frames, opts.num_frames)
-        warnings += more
-        return VideoPlan(
-            request=request, partition=partition, canvas=canvas, num_frames=frames,
-            fps=opts.fps, steps=request.steps or opts.steps,
-            crf=request.crf if request.crf is not None else opts.crf,
-            seed=request.seed, inputs=inputs, warnings=tuple(warnings))
+        return plan_request(data, self.options, base_dir=base_dir, limits=self.limits)
 
     # -- generation -----------------------------------------------------------
 
@@ -177,7 +201,8 @@ class VideoPipeline:
         say = status or (lambda text: None)
         plan = self.check(data, base_dir=base_dir)
         hook = _video_hook(self._pm or _default_manager())
-        seed = plan.seed if plan.seed is not None else secrets.randbelow(2**31)
+        seed = (plan.seed if plan.seed is not None
+                else secrets.randbelow(min(2**31, self.limits.max_seed + 1)))
         base = base_dir or Path.cwd()
 
         def check_cancel(where: str) -> None:
@@ -199,9 +224,11 @@ class VideoPipeline:
                 value = getattr(plan.request, key)
                 if value is not None:
                     say(f"converting {key} to {plan.canvas} PPM")
-                    raw, _, _ = read_keyframe(value, key, base)
+                    # Confined and bounded again: the file may have changed since check().
+                    raw, _, _ = read_keyframe(value, key, base, self.limits)
                     keyframes[key] = convert_keyframe(self.ffmpeg, raw, plan.canvas,
-                                                      workdir / "keyframes" / f"{key}.ppm")
+                                                      workdir / "keyframes" / f"{key}.ppm",
+                                                      self.limits)
             job = VideoJob(
                 prompt=plan.request.prompt, partition=plan.partition,
                 width=plan.canvas.width, height=plan.canvas.height,

@@ -108,7 +108,7 @@ def test_kv_cache_full_fails_one_request_and_the_engine_survives(tiny: Engine) -
 
     def run() -> None:
         try:
-            outcomes.append(tiny.complete(list(range(5, 105)), temperature=0.0, max_tokens=0, ignore_eos=True))
+            outcomes.append(tiny.complete(list(range(5, 105)), temperature=0.0, max_tokens=None, ignore_eos=True))
         except errors.EngineError as e:
             outcomes.append(e)
 

@@ -108,7 +108,7 @@ def test_tiny_first_last_frame(tiny: Path, tmp_path: Path) -> None:
     # The canvas is given: with keyframes alone it would derive from their aspect (768 short side).
     result = pipe.generate({"prompt": "p", "seed": 1, "width": 64, "height": 64,
                             "start_image": str(start), "end_image": str(end)},
-                           tmp_path / "fl.mp4")
+                           tmp_path / "fl.mp4", base_dir=tmp_path)
     assert (result.info.width, result.info.height, result.info.frames) == (64, 64, 5)
 
 

@@ -63,6 +63,12 @@ class Engine:
             os.kill(os.getpid(), signal.SIGILL)
         return _Req()
 
+    def submit_chat(self, messages: str, tools: str, choice: str, schema: str, sampling: Any, stream: bool) -> _Req:
+        return self.submit(messages, sampling, stream)
+
+    def parse_chat(self, req: _Req) -> str:
+        return json.dumps({"role": "assistant", "content": req.text()})
+
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         return [ord(c) % 300 for c in text]
 

@@ -125,3 +125,18 @@ def test_e2e_runner_keeps_results_around_a_crash(fake_env: dict[str, str], tmp_p
     assert not res.ok
     assert res.crashes == [f"{specs / 'test_a.py'}: SIGILL (illegal instruction), CPU level fakelevel, "
                            "while running specs/test_a.py::test_crash"]
+
+
+def test_e2e_cli_takes_pytest_args_after_dashdash(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.cli import main
+
+    spec = tmp_path / "test_pick.py"
+    spec.write_text("def test_one():\n    assert True\n\ndef test_two():\n    assert False\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["e2e", str(spec), "--json", "--", "-k", "one"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] == 1 and out["failed"] == []
+    assert main(["e2e", str(spec), "--json"]) == 1
+    with pytest.raises(SystemExit):
+        main(["host", "--", "-k", "one"])

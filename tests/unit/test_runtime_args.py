@@ -3,7 +3,9 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import InvalidRequestError
-from harness.runtime.engine import _response_schema, _tool_choice, core_params, tri_state
+from harness.runtime.engine import core_params, tri_state
+from harness.runtime.requests import response_schema as _response_schema
+from harness.runtime.requests import tool_choice as _tool_choice
 from harness.runtime.sampling import Sampling
 
 

@@ -143,8 +143,9 @@ def test_keyframes_reach_the_engine_as_ppm_at_the_derived_canvas(ff: Ffmpeg, tmp
     plan = pipe.check({"prompt": "p", "start_image": "start.png", "num_frames": 5, "steps": 1},
                       base_dir=tmp_path)
     assert (plan.canvas.width, plan.canvas.height, plan.canvas.source) == (1536, 768, "keyframe")
+    # An absolute path is fine inside the media directory (base_dir).
     pipe.generate({"prompt": "p", "start_image": str(start), "width": 64, "height": 32,
-                   "num_frames": 5, "steps": 1, "seed": 3}, tmp_path / "k.mp4")
+                   "num_frames": 5, "steps": 1, "seed": 3}, tmp_path / "k.mp4", base_dir=tmp_path)
     assert seen["head"].startswith(b"P6\n64 32\n255\n")
 
 

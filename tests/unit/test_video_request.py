@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.errors import VideoError
+from harness.errors import UsageError, VideoError
 from harness.video.partition import check_partition, resolve_partition
-from harness.video.request import ALLOWED_KEYS, VideoRequest, parse_request, resolve_paths
+from harness.video.request import (
+    ALLOWED_KEYS,
+    VideoRequest,
+    load_request,
+    parse_request,
+    resolve_paths,
+)
 
 
 def parse(**data: Any) -> tuple[VideoRequest, list[str]]:
@@ -130,3 +139,95 @@ def test_allowed_combinations(declared: str | None, data: dict[str, Any], warned
     req, _ = parse(**data)
     _, warnings = check_partition(declared, req)
     assert bool(warnings) == warned
+
+
+# -- request files: size, depth, encoding (issue 15, finding 8) ---------------------
+
+
+CONFIG = "backend: fake\noptions:\n  - video_partition:fl2va\n  - video_width:64\n  - video_height:32\n"
+
+
+def _cli_check(tmp_path: Path, text: str | bytes) -> int:
+    import harness.cli
+
+    (tmp_path / "c.yaml").write_text(CONFIG)
+    req = tmp_path / "r.json"
+    if isinstance(text, bytes):
+        req.write_bytes(text)
+    else:
+        req.write_text(text, encoding="utf-8")
+    return harness.cli.main(["video", "check", str(tmp_path / "c.yaml"), str(req)])
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ('{"prompt": "p", "cfg_scale": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 8"),
+    ("[" * 100_000, "nested deeper than 8"),
+    ('{"prompt": "p", "cfg_scale": ' + "[" * 9 + "]" * 9 + "}", "nested deeper than 8"),
+    ('{"prompt": "p", "cfg_scale": [' + "[]," * 300 + "[]]}", "303 JSON arrays/objects, above"),
+    ('{"prompt": "p", "seed": ' + "9" * 5000 + "}", "not valid JSON: Exceeds the limit"),
+    ('{"prompt": "p", "prompt": "q"}', "'prompt' is given twice"),
+    ('["prompt"]', "a video request is a JSON object, found list"),
+    ("{", "not valid JSON"),
+    ('{"prompt": "p", "width": NaN}', "request key 'width': expected an integer 1..4096, found nan"),
+    ('{"prompt": "p", "noise_aug": Infinity}', "'noise_aug': expected a number 0..1, found inf"),
+    ('{"prompt": "p", "noise_aug": 1e400}', "'noise_aug': expected a number 0..1, found inf"),
+    ('{"prompt": "\\ud800"}', "'prompt': expected .* valid Unicode"),
+])
+def test_bad_request_files_are_video_errors(tmp_path: Path, text: str, match: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(VideoError, match=match):
+        parse_request(load_request(_write(tmp_path / "r.json", text)), native_fps=24.0)
+    assert _cli_check(tmp_path, text) == VideoError.exit_code
+    err = capsys.readouterr().err
+    assert "error: VideoError" in err and "Traceback" not in err
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_brackets_inside_strings_do_not_count(tmp_path: Path) -> None:
+    data = load_request(_write(tmp_path / "r.json", json.dumps({"prompt": "[[[[[[[[[[{{{{{{{{{{"})))
+    assert data == {"prompt": "[[[[[[[[[[{{{{{{{{{{"}
+    text = json.dumps({"prompt": 'a \\" [[[[[[[[[[[ "'})
+    assert load_request(_write(tmp_path / "r.json", text))["prompt"] == 'a \\" [[[[[[[[[[[ "'
+
+
+def test_a_too_large_request_file_is_refused_unread(tmp_path: Path) -> None:
+    big = tmp_path / "r.json"
+    big.write_text('{"prompt": "' + "x" * (16 * 2**20) + '"}')
+    with pytest.raises(VideoError, match=r"bytes, above the 16777216-byte limit for a request"):
+        load_request(big)
+    assert _cli_check(tmp_path, big.read_text()) == VideoError.exit_code
+
+
+def test_a_request_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli_check(tmp_path, b'{"prompt": "\xff"}') == VideoError.exit_code
+    assert "not UTF-8" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_request_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "r.json"
+    os.mkfifo(fifo)
+    box: dict[str, BaseException] = {}
+
+    def go() -> None:
+        try:
+            load_request(fifo)
+        except BaseException as e:
+            box["e"] = e
+
+    worker = threading.Thread(target=go, daemon=True)
+    worker.start()
+    worker.join(5)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("load_request blocked on a FIFO")
+    assert isinstance(box.get("e"), VideoError) and "not a regular file" in str(box["e"])
+
+
+def test_a_missing_request_file_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot read request"):
+        load_request(tmp_path / "nope.json")
