@@ -69,6 +69,14 @@ class UnsafeArchiveError(SourceError):
     """An archive member would land outside the extraction directory."""
 
 
+class IntegrityError(SourceError):
+    """A cached tree no longer matches the manifest recorded when it was made.
+
+    The message names the edited, added or removed files and the command that restores
+    the tree (``harness fetch --repair ENGINE``).
+    """
+
+
 class PatchError(HarnessError):
     """A patch of the series does not apply."""
 

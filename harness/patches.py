@@ -7,7 +7,6 @@ silently missing a promised fix is worse than a red build.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -21,6 +20,23 @@ from filelock import FileLock
 
 from harness import paths
 from harness.errors import PatchError
+from harness.manifest import (
+    IGNORED_DIRS,
+    check_tree,
+    manifest_from_json,
+    manifest_to_json,
+    scan_tree,
+    sha256_file,
+)
+from harness.source import (
+    current_checking,
+    notice,
+    read_json,
+    remove,
+    sweep_stale,
+    temp_dir,
+    write_json,
+)
 from harness.types import PatchedTree, PatchOutcome, SourceTree
 
 STAMP = ".harness-patched.json"
@@ -133,42 +149,132 @@ def check_series(source: SourceTree, series: list[Patch]) -> list[PatchOutcome]:
     return outcomes
 
 
+def copy_dir(source: SourceTree, series_hash_: str, *, engine: str) -> Path:
+    """``work/<engine>-<pin>-<source digest>-<series hash>`` (prefixes; the stamp holds both in full)."""
+    return paths.work_dir() / f"{engine}-{source.pin}-{source.digest[:12]}-{series_hash_[:12]}"
+
+
 def apply_series(source: SourceTree, series: list[Patch], *, engine: str) -> PatchedTree:
-    """Apply the series to a fresh working copy; a no-op when the stamped copy exists."""
+    """Apply the series to a fresh working copy; a no-op when the stamped copy is intact.
+
+    The copy is checked at every use against the manifest stamped when it was made (with
+    the full digest of the pristine source and the full series hash): cheaply (stat, then
+    a rehash of the files whose stat moved) or fully under ``checking(full=True)``. A copy
+    that was edited (a file changed, added or removed) is **re-created** from the verified
+    pristine tree and the series, and the output names the files that were discarded:
+    the copy is derived data, and a change belongs in ``patches/<engine>/``. Files whose
+    content differs from the discarded copy get a fresh mtime, so an incremental build in
+    ``<copy>/build/`` recompiles exactly those.
+    """
     sh = series_hash(series)
-    key = f"{engine}-{source.pin}-{source.digest[:12]}-{sh[:12]}"
-    dest = paths.work_dir() / key
-    stamp = dest / STAMP
+    dest = copy_dir(source, sh, engine=engine)
     outcomes = tuple(PatchOutcome(patch=p.path, status="applied") for p in series)
-    with FileLock(str(paths.locks_dir() / f"patch-{key}.lock")):
-        if stamp.exists():
+    with _lock(dest):
+        sweep_stale(paths.work_dir())
+        if dest.is_dir():
+            sweep_stale(dest)
+        problem = copy_problem(dest, source, sh)
+        if problem is None:
             return PatchedTree(engine=engine, pin=source.pin, path=dest / "tree", series_hash=sh,
                                patches=outcomes, applied=False)
-        shutil.rmtree(dest, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=paths.work_dir()))
-        try:
-            tree = tmp / "tree"
-            # A vendored submodule's `.git` file points at a repository the sdist
-            # lacks; git would then refuse to apply anything.
-            shutil.copytree(source.path, tree, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-            _make_writable(tree)
-            for p in series:
-                r = _git_apply(tree, p.path)
-                if r.returncode != 0:
-                    msg = (f"patch {p.path} does not apply to {engine} {source.pin}:\n"
-                           f"{_failure_detail(r.stdout + r.stderr)}\n"
-                           f"The pristine source at {source.path} is untouched. Rebase the patch on the new pin, "
-                           "or delete it if `harness patch --check` says it is already upstream.")
-                    raise PatchError(msg)
-            tmp.rename(dest)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        stamp.write_text(json.dumps({"engine": engine, "pin": source.pin, "source": str(source.path),
-                                     "series_hash": sh, "patches": [p.name for p in series],
-                                     "applied_at": time.time()}, indent=2))
+        if problem:
+            notice(f"{problem}\nre-creating it from the verified pristine tree {source.path} "
+                   "and the series (changes belong in a patch, not in the copy)")
+        _make_copy(dest, source, series, sh=sh, engine=engine)
     return PatchedTree(engine=engine, pin=source.pin, path=dest / "tree", series_hash=sh,
                        patches=outcomes, applied=True)
+
+
+def copy_state(source: SourceTree, series: list[Patch], *, engine: str) -> tuple[Path, str | None]:
+    """``(copy tree, problem)`` without changing the copy: problem as :func:`copy_problem`."""
+    sh = series_hash(series)
+    dest = copy_dir(source, sh, engine=engine)
+    with _lock(dest):
+        return dest / "tree", copy_problem(dest, source, sh)
+
+
+def _lock(dest: Path) -> FileLock:
+    return FileLock(str(paths.locks_dir() / f"patch-{dest.name}.lock"))
+
+
+def copy_problem(dest: Path, source: SourceTree, sh: str) -> str | None:
+    """None when the stamped copy at ``dest`` is intact; ``""`` when there is none to check
+    (absent, or made by an older harness); else what is wrong with it, files named."""
+    stamp = read_json(dest / STAMP)
+    manifest = manifest_from_json(stamp.get("manifest")) if stamp else None
+    if stamp is None or manifest is None:
+        return ""
+    if (stamp.get("source_digest"), stamp.get("series_hash")) != (source.digest, sh):
+        return (f"the patched working copy {dest / 'tree'} was made from source {stamp.get('source_digest')} "
+                f"with series {stamp.get('series_hash')}; expected {source.digest} with {sh}")
+    tree = dest / "tree"
+    check = check_tree(tree, manifest, full=current_checking().full)
+    if check.restat:
+        stamp["manifest"] = {**manifest_to_json(manifest), **manifest_to_json(check.restat)}
+        write_json(dest / STAMP, stamp)
+    if check.ok:
+        return None
+    return (f"the patched working copy {tree} was edited after it was made: expected the "
+            f"{len(manifest)} files of the pristine source with the series applied; {check.describe(tree)}")
+
+
+def _make_copy(dest: Path, source: SourceTree, series: list[Patch], *, sh: str, engine: str) -> None:
+    tmp = temp_dir(paths.work_dir(), dest.name)
+    try:
+        tree = tmp / "tree"
+        # A vendored submodule's `.git` file points at a repository the sdist lacks; git
+        # would then refuse to apply anything. Byte code is derived, never copied.
+        shutil.copytree(source.path, tree, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+        _make_writable(tree)
+        for p in series:
+            _apply_one(tree, p, source, engine=engine)
+        if (dest / "tree").is_dir():
+            _carry_mtimes(dest / "tree", tree)
+        write_json(tmp / STAMP, {"engine": engine, "pin": source.pin, "source": str(source.path),
+                                 "source_digest": source.digest, "series_hash": sh,
+                                 "patches": [p.name for p in series], "applied_at": time.time(),
+                                 "manifest": manifest_to_json(scan_tree(tree))})
+        _swap_in(tmp, dest)
+    finally:
+        remove(tmp)
+
+
+def _apply_one(tree: Path, p: Patch, source: SourceTree, *, engine: str) -> None:
+    r = _git_apply(tree, p.path)
+    if r.returncode != 0:
+        msg = (f"patch {p.path} does not apply to {engine} {source.pin}:\n"
+               f"{_failure_detail(r.stdout + r.stderr)}\n"
+               f"The pristine source at {source.path} is untouched. Rebase the patch on the new pin, "
+               "or delete it if `harness patch --check` says it is already upstream.")
+        raise PatchError(msg)
+
+
+def _carry_mtimes(old: Path, new: Path) -> None:
+    """A file whose content is what the old copy had keeps the old mtime; any other gets now,
+    so the build dirs beside the copy recompile exactly what changed."""
+    now = time.time_ns()
+    for dirpath, dirnames, filenames in os.walk(new):
+        dirnames[:] = [d for d in dirnames if d not in IGNORED_DIRS]
+        for fn in filenames:
+            path = Path(dirpath, fn)
+            if path.is_symlink():
+                continue
+            before = old / path.relative_to(new)
+            same = (before.is_file() and not before.is_symlink()
+                    and before.stat().st_size == path.stat().st_size and sha256_file(before) == sha256_file(path))
+            ns = before.stat().st_mtime_ns if same else now
+            os.utime(path, ns=(ns, ns))
+
+
+def _swap_in(tmp: Path, dest: Path) -> None:
+    """Put ``tmp/tree`` and its stamp at ``dest``, keeping ``dest/build``; the old tree goes
+    into ``tmp`` (removed by the caller, or swept as debris after a crash)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / STAMP).unlink(missing_ok=True)
+    if (dest / "tree").exists():
+        (dest / "tree").rename(tmp / "old-tree")
+    (tmp / "tree").rename(dest / "tree")
+    os.replace(tmp / STAMP, dest / STAMP)
 
 
 def _make_writable(tree: Path) -> None:

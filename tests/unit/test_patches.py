@@ -1,12 +1,27 @@
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from harness import progress
 from harness.errors import PatchError
-from harness.patches import apply_series, check_series, load_series, parse_header
+from harness.patches import (
+    STAMP,
+    Patch,
+    apply_series,
+    check_series,
+    copy_state,
+    load_series,
+    parse_header,
+    series_hash,
+)
+from harness.source import checking, temp_prefix
 from harness.types import SourceTree
 
 HEADER = """Subject: {subject}
@@ -110,3 +125,106 @@ def test_shipped_llamacpp_patches_have_headers() -> None:
     assert series, "at least one real patch ships for the pinned llama.cpp"
     for p in series:
         assert p.header["Retire-when"]
+
+
+# --- the working copy is checked at every use (issue 15) ---------------------------------
+
+
+def _applied(tmp_path: Path) -> tuple[SourceTree, list[Patch], Path]:
+    src = _tree(tmp_path / "src", BASE)
+    (src.path / "src" / "b.c").write_text("int b;\n")
+    _make_patch(tmp_path, "0001-fix.patch", BASE, FIXED)
+    series = load_series(tmp_path / "patches")
+    return src, series, apply_series(src, series, engine="toy").path
+
+
+def test_stamp_records_full_source_digest_series_hash_and_manifest(tmp_path: Path, cache: Path) -> None:
+    src, series, tree = _applied(tmp_path)
+    stamp = json.loads((tree.parent / STAMP).read_text())
+    assert stamp["source_digest"] == src.digest and stamp["series_hash"] == series_hash(series)
+    assert sorted(stamp["manifest"]) == ["src/a.c", "src/b.c"]
+
+
+@pytest.mark.parametrize("edit", ["edited", "added", "removed"])
+def test_an_edited_working_copy_is_recreated_and_the_output_says_so(
+        tmp_path: Path, cache: Path, edit: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(progress, "_quiet", False)
+    src, series, tree = _applied(tmp_path)
+    target = tree / "src" / ("new.c" if edit == "added" else "a.c")
+    if edit == "removed":
+        target.unlink()
+    else:
+        target.write_text("int hacked;\n")
+    again = apply_series(src, series, engine="toy")
+    assert again.applied and again.path == tree
+    assert (tree / "src" / "a.c").read_text() == FIXED
+    assert not (tree / "src" / "new.c").exists()
+    err = capsys.readouterr().err
+    assert edit in err and str(target) in err and "re-creating" in err
+
+
+def test_check_reports_an_edited_working_copy_without_touching_it(tmp_path: Path, cache: Path) -> None:
+    src, series, tree = _applied(tmp_path)
+    (tree / "src" / "b.c").write_text("int hacked;\n")
+    path, problem = copy_state(src, series, engine="toy")
+    assert path == tree and problem and str(tree / "src" / "b.c") in problem
+    assert (tree / "src" / "b.c").read_text() == "int hacked;\n"
+    apply_series(src, series, engine="toy")
+    assert copy_state(src, series, engine="toy") == (tree, None)
+
+
+def test_recreating_keeps_build_dirs_and_freshens_only_changed_files(tmp_path: Path, cache: Path) -> None:
+    src, series, tree = _applied(tmp_path)
+    build = tree.parent / "build" / "cpu-abc"
+    build.mkdir(parents=True)
+    (build / "a.o").write_text("object")
+    past = time.time_ns() - 3600 * 10**9
+    for f in ("a.c", "b.c"):
+        os.utime(tree / "src" / f, ns=(past, past))
+    (tree / "src" / "b.c").write_text("int hacked;\n")
+    os.utime(tree / "src" / "b.c", ns=(past, past))  # an edit that would fool an mtime-based build
+    before = time.time_ns()
+    apply_series(src, series, engine="toy")
+    assert (build / "a.o").read_text() == "object", "build dirs beside the copy survive"
+    assert (tree / "src" / "a.c").stat().st_mtime_ns == past, "unchanged: old mtime, no recompile"
+    assert (tree / "src" / "b.c").stat().st_mtime_ns >= before, "restored: fresh mtime, recompiled"
+    assert (tree / "src" / "b.c").read_text() == "int b;\n"
+
+
+def test_python_byte_code_in_the_copy_is_not_an_edit(tmp_path: Path, cache: Path) -> None:
+    src, series, tree = _applied(tmp_path)
+    (tree / "src" / "__pycache__").mkdir()
+    (tree / "src" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    assert not apply_series(src, series, engine="toy").applied
+
+
+def test_full_check_rehashes_the_copy(tmp_path: Path, cache: Path) -> None:
+    src, series, tree = _applied(tmp_path)
+    stamp = json.loads((tree.parent / STAMP).read_text())
+    stamp["manifest"]["src/b.c"][1] = "0" * 64
+    (tree.parent / STAMP).write_text(json.dumps(stamp))
+    assert not apply_series(src, series, engine="toy").applied
+    with checking(full=True):
+        assert apply_series(src, series, engine="toy").applied
+
+
+def test_a_copy_from_an_older_harness_or_another_source_is_made_again(tmp_path: Path, cache: Path) -> None:
+    src, series, tree = _applied(tmp_path)
+    stamp = json.loads((tree.parent / STAMP).read_text())
+    (tree.parent / STAMP).write_text(json.dumps({k: v for k, v in stamp.items() if k != "manifest"}))
+    assert apply_series(src, series, engine="toy").applied
+    other = SourceTree(engine="toy", pin="1.0", path=src.path, digest=src.digest[:12] + "e" * 52, fetched=False)
+    assert apply_series(other, series, engine="toy").applied
+
+
+def test_debris_of_a_killed_patch_run_is_swept(tmp_path: Path, cache: Path) -> None:
+    work = cache / "work"
+    work.mkdir(parents=True)
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    host = temp_prefix("x").split("-")[-2]
+    debris = work / f".toy-1.0-dddddddddddd-0123456789ab.tmp-{p.pid}-{host}-abcd1234"
+    (debris / "tree").mkdir(parents=True)
+    _applied(tmp_path)
+    assert not debris.exists()
