@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from harness.registry import EngineImpl
     from harness.types import (
         Buildability,
         CpuLevel,
@@ -38,6 +39,15 @@ hookspec = pluggy.HookspecMarker("harness")
 @hookspec
 def harness_engine_names() -> list[str]:
     """Engine names this plugin implements (each has ``engines/<name>/engine.yaml``)."""
+
+
+@hookspec
+def harness_engine_register() -> list[EngineImpl]:
+    """The engines this plugin provides, as objects the core looks up by name.
+
+    The core never compares engine names: it asks :mod:`harness.registry` for an engine
+    and calls what the engine provides (load, probe model, fixtures, cross-variant check).
+    """
 
 
 @hookspec

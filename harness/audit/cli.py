@@ -22,9 +22,9 @@ ldtilecfg loads a config with non-zero rows and column bytes.
 Nothing is executed: every level is audited on any x86-64 host, also the levels this
 CPU cannot run. Exit 0 when every level is clean, 17 (AuditError) otherwise.
 
-examples:
-  harness audit isa llamacpp --variant cpu
-  harness audit isa stable-diffusion.cpp --variant cpu --json
+examples (`harness engines` lists the engine names):
+  harness audit isa ENGINE --variant cpu
+  harness audit isa ENGINE --variant cpu --json
 """
 
 

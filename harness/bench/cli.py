@@ -23,10 +23,12 @@ BENCH_EPILOG = """\
 arms are KIND[:key=value,...]; A is the baseline, B the candidate:
   harness bench --a fake --b fake:slowdown=1.1        a synthetic 10% regression
   harness bench --aa --a fake                         an arm against itself (interval must contain 1.0)
-  harness bench --a xllamacpp:model=M.gguf --b backend:variant=cpu,model=M.gguf
-  harness bench --concurrency 1 --a llama-bench:pin=0.3.35,model=M.gguf --b llama-bench:pin=0.3.36,model=M.gguf
-      old pin vs new pin: each pin's recipe (descriptor, patches, ABI surface) comes from the newest
-      commit of any branch or tag that pinned it (or rev=GITREV); missing artifacts are built first
+  harness bench --a PEER:model=M.gguf --b backend:variant=cpu,model=M.gguf
+      our engine against a peer baseline arm an engine plugin provides (README: the kinds)
+  harness bench --concurrency 1 --a TOOL:pin=OLD,model=M.gguf --b TOOL:pin=NEW,model=M.gguf
+      old pin vs new pin through an engine's own benchmark tool arm: each pin's recipe (descriptor,
+      patches, ABI surface) comes from the newest commit of any branch or tag that pinned it (or
+      rev=GITREV); missing artifacts are built first
 """
 
 

