@@ -96,16 +96,6 @@ def harness_patch_applied(tree: PatchedTree) -> None:
 
 
 # -------------------------------------------------------------------------
-# ABI
-# -------------------------------------------------------------------------
-
-
-@hookspec
-def harness_abi_check(engine: EngineSpec, tree: PatchedTree) -> list[str] | None:
-    """Return ABI differences (one line each) between the tree and the committed surface."""
-
-
-# -------------------------------------------------------------------------
 # variants
 # -------------------------------------------------------------------------
 
@@ -134,13 +124,6 @@ def harness_variant_environment(
     """Extra environment variables for configuring and building a variant."""
 
 
-@hookspec(firstresult=True)
-def harness_variant_build(
-    engine: EngineSpec, variant: Variant, tree: PatchedTree, host: HostInfo, defines: dict[str, str]
-) -> Path | None:
-    """Build a variant and return its installed artifact dir. Stops at first non-None result."""
-
-
 # -------------------------------------------------------------------------
 # artifacts and backend
 # -------------------------------------------------------------------------
@@ -165,13 +148,6 @@ def harness_artifact_cpu_levels(tree: Path, arch: str) -> list[CpuLevel] | None:
     :param tree: the patched source tree of the pin.
     :param arch: ``x86_64`` or ``aarch64``.
     """
-
-
-@hookspec(firstresult=True)
-def harness_backend_build(
-    engine: EngineSpec, artifact_dir: Path, out_dir: Path
-) -> Path | None:
-    """Build the engine's Python backend module against an artifact. Stops at first non-None result."""
 
 
 # -------------------------------------------------------------------------

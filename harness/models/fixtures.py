@@ -440,12 +440,3 @@ def list_models(fixtures: FixtureSet | None = None, *, verify: bool = True) -> l
         entries.append(ModelEntry(name=fx.name, kind=kind, path=path, size=_tree_size(path),
                                   status=status, detail=detail, env=env))
     return entries
-
-
-def require(var: str) -> Path:
-    """The path a fixture variable names in the cache, or a ModelError saying how to get it."""
-    env = env_vars()
-    if var not in env:
-        msg = f"{var} is not available: the fixture is not in the cache. Run: harness models fetch"
-        raise ModelError(msg)
-    return Path(env[var])
