@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.audit.isa import audit_artifact
 from harness.cli import add_json_flag, print_json
 from harness.errors import ArtifactError, AuditError
 
@@ -43,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def audit_engine(engine_name: str, variant: str = "cpu", artifact: Path | None = None) -> dict[str, Any]:
     """Audit one engine's artifact; returns the report (``clean``, ``levels``) without raising on findings."""
     from harness import pipeline
+    from harness.audit.isa import audit_artifact
     from harness.build import artifact_dir
     from harness.engines import load_engine
     from harness.host import normalize_arch

@@ -6,18 +6,19 @@ import argparse
 import dataclasses
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from harness import progress
-from harness.bench.abba import BenchConfig, run_abba
-from harness.bench.arms import ArmSpec
-from harness.bench.report import Comparison, compare, write_report
-from harness.bench.stats import Analysis, Interval, analyze
 from harness.cli import add_json_flag, print_json
 from harness.errors import BenchError, UsageError
+
+if TYPE_CHECKING:  # the heavy modules (scipy, matplotlib) load only when a command runs
+    from harness.bench.arms import ArmSpec
+    from harness.bench.report import Comparison
+    from harness.bench.stats import Analysis, Interval
 
 BENCH_EPILOG = """\
 arms are KIND[:key=value,...]; A is the baseline, B the candidate:
@@ -94,6 +95,11 @@ def prepare_arm(spec: ArmSpec) -> ArmSpec:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from harness.bench.abba import BenchConfig, run_abba
+    from harness.bench.arms import ArmSpec
+    from harness.bench.report import write_report
+    from harness.bench.stats import analyze
+
     a = prepare_arm(ArmSpec.parse(args.a))
     if args.aa:
         if args.b:
@@ -177,6 +183,8 @@ def _print_bench(analysis: Analysis, directory: Path) -> None:
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
+    from harness.bench.report import compare
+
     comp = compare(args.old, args.new, min_pct=args.min_pct)
     if args.json:
         print_json(comp.as_dict())
