@@ -70,7 +70,8 @@ class Selection:
         if self.declared is not None:
             mine = [r for r in self.results if r.engine == self.declared]
             if not mine:
-                return f"backend {self.declared!r} is not a registered engine plugin"
+                return (f"backend {self.declared!r} is not a known engine (no plugin registers it and "
+                        "no engine descriptor has that name)")
             return f"backend {self.declared!r} rejects this model: {mine[0].reason}"
         if not self.results:
             return "no engine plugin is registered"
@@ -84,19 +85,31 @@ class Selection:
                 "reason": self.reason, "results": [one(r) for r in self.results], "facts": self.facts}
 
 
-def engine_names(pm: pluggy.PluginManager) -> list[str]:
-    """Engine names of every registered plugin, in registration order, without repeats."""
+def engine_names(pm: pluggy.PluginManager, described: Iterable[str] = ()) -> list[str]:
+    """Engine names of every registered plugin, in registration order, then engines that only
+    have a descriptor (``described``), without repeats."""
     out: list[str] = []
     # pluggy calls the last-registered plugin first; built-ins were registered first.
     for group in reversed(pm.hook.harness_engine_names()):
         out += [n for n in group or () if n not in out]
-    return out
+    return out + [n for n in dict.fromkeys(described) if n not in out]
 
 
-def ask_engines(facts: dict[str, Any], host: HostInfo, pm: pluggy.PluginManager) -> list[MatchResult]:
-    """One answer per engine; an engine nobody answers for, or whose plugin fails, is a rejection."""
+def ask_engines(facts: dict[str, Any], host: HostInfo, pm: pluggy.PluginManager,
+                described: Iterable[str] = ()) -> list[MatchResult]:
+    """One answer per engine; an engine nobody answers for, or whose plugin fails, is a rejection.
+
+    An engine in ``described`` that no plugin registers is known (a descriptor exists) but
+    cannot serve models: its rejection says so.
+    """
+    registered = set(engine_names(pm))
     results: list[MatchResult] = []
-    for name in engine_names(pm):
+    for name in engine_names(pm, described):
+        if name not in registered:
+            results.append(MatchResult(engine=name, ok=False,
+                                       reason="the engine has a descriptor but no plugin yet: it cannot serve "
+                                              "models (its configs are checked against the shared schema only)"))
+            continue
         try:
             answers = [r for r in pm.hook.harness_engine_match(engine=name, model=facts, host=host)
                        if isinstance(r, MatchResult)]
@@ -122,14 +135,21 @@ def select_engine(
     *,
     pm: pluggy.PluginManager | None = None,
     models_dir: Path | None = None,
+    described: Iterable[str] | None = None,
 ) -> Selection:
-    """Ask every engine plugin about ``config``'s model on ``host``."""
+    """Ask every engine about ``config``'s model on ``host``.
+
+    With the default plugin manager, engines that only have a descriptor are listed too (as
+    rejections that say why); a caller's own ``pm`` is its own world unless ``described`` is given.
+    """
     if pm is None:
+        from harness.engines import engine_names as descriptor_names
         from harness.plugin import get_manager
 
         pm = get_manager()
+        described = descriptor_names() if described is None else described
     facts = model_facts(config, models_dir)
-    results = ask_engines(facts, host, pm)
+    results = ask_engines(facts, host, pm, described or ())
     return Selection(chosen=choose(results, config.backend), results=tuple(results), facts=facts,
                      declared=config.backend)
 

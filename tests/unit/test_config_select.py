@@ -198,8 +198,34 @@ def test_select_first_accepting_or_declared() -> None:
     assert sel.chosen is None
     assert sel.reason == "backend 'cu' rejects this model: requires Linux with a CUDA device"
     sel = select_engine(config("x.gguf", backend="nope"), HOST, pm=pm)
-    assert sel.reason == "backend 'nope' is not a registered engine plugin"
+    assert sel.reason == ("backend 'nope' is not a known engine (no plugin registers it and "
+                          "no engine descriptor has that name)")
     assert sel.to_json()["chosen"] is None
+
+
+def test_an_engine_with_only_a_descriptor_is_known_but_cannot_serve() -> None:
+    pm = manager(GgufEngine())
+    sel = select_engine(config("x.gguf", backend="tiny"), HOST, pm=pm, described=["tiny", "gg"])
+    assert [r.engine for r in sel.results] == ["gg", "tiny"]
+    assert sel.chosen is None
+    assert sel.reason.startswith("backend 'tiny' rejects this model: the engine has a descriptor but no plugin")
+    # Without a declared backend the plugin's engine serves; the descriptor-only one is listed as a rejection.
+    sel = select_engine(config("x.gguf"), HOST, pm=pm, described=["tiny"])
+    assert sel.chosen is not None and sel.chosen.engine == "gg"
+    assert [(r.engine, r.ok) for r in sel.results] == [("gg", True), ("tiny", False)]
+
+
+def test_default_manager_lists_descriptor_engines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import harness.plugin as plugin
+
+    engines = tmp_path / "engines"
+    (engines / "tiny").mkdir(parents=True)
+    (engines / "tiny" / "engine.yaml").write_text("name: tiny\n")
+    monkeypatch.setenv("HARNESS_ENGINES_PATH", str(engines))
+    monkeypatch.setattr(plugin, "get_manager", lambda: manager(GgufEngine()))
+    sel = select_engine(config("x.gguf", backend="tiny"), HOST)
+    assert "tiny" in [r.engine for r in sel.results]
+    assert "no plugin yet" in sel.reason
 
 
 def test_select_survives_a_failing_plugin() -> None:
