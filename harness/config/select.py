@@ -20,7 +20,6 @@ import pluggy
 
 from harness.config.facts import model_facts
 from harness.config.model import ModelConfig
-from harness.errors import ConfigError, UnknownNameError
 from harness.types import HostInfo, MatchResult
 
 # ---------------------------------------------------------------------------
@@ -152,80 +151,3 @@ def select_engine(
     results = ask_engines(facts, host, pm, described or ())
     return Selection(chosen=choose(results, config.backend), results=tuple(results), facts=facts,
                      declared=config.backend)
-
-
-# ---------------------------------------------------------------------------
-# speculative decoding
-# ---------------------------------------------------------------------------
-
-#: Engine name -> the launch surface its speculative decoding is spelled in.
-SPECULATIVE_SURFACES: dict[str, str] = {
-    "vllm": "vllm", "vllm-cpp": "vllm", "sglang": "sglang", "llamacpp": "llamacpp",
-    "llama.cpp": "llamacpp",
-}
-
-
-def _norm(value: Any) -> str | None:
-    return str(value).strip().lower() if value not in (None, "") else None
-
-
-def check_draft(target: dict[str, Any], draft: dict[str, Any]) -> None:
-    """Refuse a draft whose family or size differs from the target's (never silently degrade)."""
-    for key in ("family", "size"):
-        t, d = _norm(target.get(key)), _norm(draft.get(key))
-        if t is None or d is None:
-            msg = (f"cannot confirm the draft model matches the target: {key} unknown "
-                   f"(target {target.get(key)!r}, draft {draft.get(key)!r}); refusing the draft. "
-                   "Use a draft with GGUF metadata (general.basename, general.size_label) or name it")
-            raise ConfigError(msg)
-        if t != d:
-            msg = (f"draft model {key} {draft.get(key)!r} does not match the target's "
-                   f"{target.get(key)!r}; a mismatched draft is refused, not silently degraded. "
-                   "Use the target's own MTP draft")
-            raise ConfigError(msg)
-
-
-def translate_speculative(
-    engine: str,
-    *,
-    method: str = "mtp",
-    num_tokens: int = 1,
-    user_config: dict[str, Any] | None = None,
-    target: dict[str, Any] | None = None,
-    draft: dict[str, Any] | None = None,
-    draft_path: str | None = None,
-) -> dict[str, Any]:
-    """Launch arguments enabling speculative decoding on ``engine``.
-
-    vLLM: ``speculative_config {method: mtp, ...}``; SGLang: ``NEXTN``; llama.cpp:
-    ``draft-mtp``. An explicit ``user_config`` is the engine's own spelling and is
-    kept as is. When ``draft`` facts are given they must match ``target``'s family
-    and size, else :class:`ConfigError`. Measure before enabling: it pays only when
-    a draft step is cheap next to a target step.
-    """
-    surface = SPECULATIVE_SURFACES.get(engine)
-    if surface is None:
-        raise UnknownNameError("engine for speculative decoding", engine, SPECULATIVE_SURFACES)
-    if draft is not None:
-        check_draft(target or {}, draft)
-    if num_tokens < 1:
-        msg = f"speculative decoding needs at least 1 draft token, found {num_tokens}"
-        raise ConfigError(msg)
-    if user_config is not None:
-        return {"speculative_config": dict(user_config)} if surface == "vllm" else dict(user_config)
-    if surface == "vllm":
-        cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": num_tokens}
-        if draft_path:
-            cfg["model"] = draft_path
-        return {"speculative_config": cfg}
-    if method != "mtp":
-        msg = (f"{engine}: only method 'mtp' translates automatically, found {method!r}; "
-               "give the engine's own speculative settings explicitly")
-        raise ConfigError(msg)
-    if surface == "sglang":
-        return {"speculative_algorithm": "NEXTN", "speculative_num_steps": num_tokens,
-                "speculative_eagle_topk": 1, "speculative_num_draft_tokens": num_tokens + 1}
-    out: dict[str, Any] = {"spec_type": "draft-mtp", "draft_max": num_tokens}
-    if draft_path:
-        out["model_draft"] = draft_path
-    return out

@@ -15,12 +15,9 @@ from harness import hookspec
 from harness.config.facts import model_facts, quantization_from_name, size_from_name
 from harness.config.model import ModelConfig, model_config
 from harness.config.select import (
-    check_draft,
     cuda_wheel_index,
     select_engine,
-    translate_speculative,
 )
-from harness.errors import ConfigError, UnknownNameError
 from harness.types import HostInfo, MatchResult
 
 hookimpl = pluggy.HookimplMarker("harness")
@@ -39,51 +36,6 @@ def test_cuda_wheel_index(version: str | None, index: str | None) -> None:
 
 
 # -- speculative decoding ------------------------------------------------------
-
-
-def test_translate_speculative_per_engine() -> None:
-    assert translate_speculative("vllm", num_tokens=2) == {
-        "speculative_config": {"method": "mtp", "num_speculative_tokens": 2}
-    }
-    assert translate_speculative("sglang")["speculative_algorithm"] == "NEXTN"
-    assert translate_speculative("llamacpp", num_tokens=3, draft_path="/m/d.gguf") == {
-        "spec_type": "draft-mtp", "draft_max": 3, "model_draft": "/m/d.gguf"
-    }
-
-
-def test_explicit_user_config_kept_as_is() -> None:
-    user = {"method": "dflash", "model": "x", "num_speculative_tokens": 7}
-    assert translate_speculative("vllm-cpp", user_config=user) == {"speculative_config": user}
-    assert translate_speculative("sglang", user_config={"speculative_algorithm": "EAGLE"}) == {
-        "speculative_algorithm": "EAGLE"
-    }
-
-
-def test_translate_refuses_unknown_engine_and_method() -> None:
-    with pytest.raises(UnknownNameError, match="did you mean 'sglang'"):
-        translate_speculative("sglan")
-    with pytest.raises(ConfigError, match="only method 'mtp' translates"):
-        translate_speculative("sglang", method="ngram")
-    with pytest.raises(ConfigError, match="at least 1 draft token"):
-        translate_speculative("vllm", num_tokens=0)
-
-
-def test_draft_must_match_family_and_size() -> None:
-    target = {"family": "Qwen3", "size": "32B"}
-    check_draft(target, {"family": "qwen3", "size": "32b"})
-    with pytest.raises(ConfigError) as e:
-        translate_speculative("vllm", target=target, draft={"family": "Qwen3", "size": "0.6B"})
-    assert str(e.value) == (
-        "draft model size '0.6B' does not match the target's '32B'; a mismatched draft is refused, "
-        "not silently degraded. Use the target's own MTP draft"
-    )
-    with pytest.raises(ConfigError, match="family 'Llama'"):
-        check_draft(target, {"family": "Llama", "size": "32B"})
-    with pytest.raises(ConfigError, match="cannot confirm"):
-        check_draft(target, {"family": "Qwen3"})
-
-
-# -- facts -----------------------------------------------------------------------
 
 
 def test_names() -> None:
