@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -15,9 +16,10 @@ from typing import Any
 import pluggy
 from filelock import FileLock
 
-from harness import paths, progress
-from harness.errors import BuildError, HostError
-from harness.matrix import buildability
+from harness import cmake_fileapi, paths, progress
+from harness.engines import with_current_build_data
+from harness.errors import BuildError, HostError, UsageError
+from harness.matrix import buildability, engine_support, row_defines
 from harness.types import EngineSpec, HostInfo, PatchedTree, Variant
 
 BUILD_STAMP = ".harness-build.json"
@@ -51,9 +53,10 @@ def toolchain_id(host: HostInfo) -> dict[str, str | None]:
 
 def effective_defines(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, host: HostInfo,
                       overrides: dict[str, str]) -> dict[str, str]:
-    """engine base options < matrix row defines < plugin defines < ``--define`` overrides."""
+    """engine base options < the row's intent in the engine's spelling < plugin defines < ``--define``
+    overrides. Raises :class:`UsageError` when the engine does not map the row's intent."""
     defines = dict(engine.cmake.get("base", {}))
-    defines.update(variant.defines)
+    defines.update(row_defines(engine, variant))
     for extra in pm.hook.harness_variant_configure(engine=engine, variant=variant, host=host):
         defines.update(extra or {})
     if host.tool("ccache").found and "CMAKE_C_COMPILER_LAUNCHER" not in overrides:
@@ -109,19 +112,20 @@ def _run_logged(argv: list[str], cwd: Path, log: Path, env: dict[str, str], labe
     with log.open("a") as lf, progress.spinner(label) as update:
         lf.write(f"\n$ {' '.join(argv)}\n")
         lf.flush()
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, bufsize=1)
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                lf.write(line)
-                if line.startswith("["):
-                    update(line.strip())
-            rc = proc.wait()
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
+        # The with block closes the pipe (an unclosed one is a ResourceWarning at every build).
+        with subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, bufsize=1) as proc:
+            assert proc.stdout is not None
+            try:
+                for line in proc.stdout:
+                    lf.write(line)
+                    if line.startswith("["):
+                        update(line.strip())
+                rc = proc.wait()
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
     if rc != 0:
         tail = log.read_text(errors="replace").splitlines()[-40:]
         msg = (f"{label} failed (exit {rc}): {' '.join(argv)}\n--- last lines of {log} ---\n" + "\n".join(tail)
@@ -151,13 +155,24 @@ def file_hashes(root: Path) -> dict[str, str]:
     return out
 
 
+def _library_candidates(build_dir: Path, pattern: str,
+                        targets: list[cmake_fileapi.TargetArtifacts] | None) -> list[Path]:
+    """Files matching ``pattern`` where the build's libraries are: the directories CMake's file API
+    says shared/module libraries are written to (build root, ``bin/``, ``src/ggml/``, ...)."""
+    if targets is None:
+        # No file API reply (a build dir configured by an older harness): bin/ and one level below.
+        return sorted((build_dir / "bin").glob(pattern)) + sorted(build_dir.glob(f"*/{pattern}"))
+    return [p for d in cmake_fileapi.library_dirs(build_dir, targets) for p in sorted(d.glob(pattern))]
+
+
 def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path) -> None:
     (dest / "lib").mkdir(parents=True)
     (dest / "bin").mkdir()
     (dest / "include").mkdir()
     bindir = build_dir / "bin"
+    targets = cmake_fileapi.read_targets(build_dir)
     for pattern in engine.artifacts.get("lib", ()):
-        for src in sorted(bindir.glob(pattern)) + sorted(build_dir.glob(f"*/{pattern}")):
+        for src in _library_candidates(build_dir, pattern, targets):
             target = dest / "lib" / src.name
             if target.exists() or target.is_symlink():
                 continue
@@ -165,10 +180,12 @@ def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path) -> Non
                 target.symlink_to(os.readlink(src))
             else:
                 shutil.copy2(src, target)
+    exes = cmake_fileapi.executables(targets or [])
     for name in engine.artifacts.get("bin", ()):
-        src = bindir / name
+        src = exes.get(name, bindir / name)
         if not src.is_file():
-            msg = f"expected binary {name} not built in {bindir}; check targets: in {engine.root / 'engine.yaml'}"
+            msg = (f"expected binary {name} not built (looked for {src}); check targets: in "
+                   f"{engine.root / 'engine.yaml'}")
             raise BuildError(msg)
         shutil.copy2(src, dest / "bin" / name)
     for entry in engine.artifacts.get("include", ()):
@@ -180,8 +197,33 @@ def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path) -> Non
             (dest / "include" / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / "include" / rel)
     if not any((dest / "lib").iterdir()):
-        msg = f"no libraries matched {engine.artifacts.get('lib')} in {bindir}"
+        where = (", ".join(str(d) for d in cmake_fileapi.library_dirs(build_dir, targets)) or "none"
+                 if targets is not None else f"{bindir} and one level below {build_dir}")
+        msg = (f"no libraries matched {engine.artifacts.get('lib')} (artifacts.lib in {engine.root / 'engine.yaml'}); "
+               f"library directories of the build: {where}")
         raise BuildError(msg)
+
+
+def smoke_cpu_level(engine: EngineSpec, variant: Variant, artifact: Path) -> str | None:
+    """Run the descriptor's ``smoke:`` command in a fresh artifact; the CPU level it reports.
+
+    None when the descriptor has none, the row's intent does not match its ``when:``, the
+    artifact lacks the program, or the output does not say.
+    """
+    spec = with_current_build_data(engine).smoke
+    if not spec or any(variant.intent.get(k) != v for k, v in dict(spec.get("when", {})).items()):
+        return None
+    argv = [str(a) for a in spec["argv"]]
+    exe = artifact / argv[0]
+    if not exe.is_file():
+        return None
+    try:
+        r = subprocess.run([str(exe), *argv[1:]], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    pattern = spec.get("cpu_level")
+    m = re.search(str(pattern), r.stdout + r.stderr) if pattern else None
+    return m.group(1) if m else None
 
 
 def read_manifest(artifact: Path) -> dict[str, Any]:
@@ -191,9 +233,17 @@ def read_manifest(artifact: Path) -> dict[str, Any]:
 def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: PatchedTree, host: HostInfo,
           *, overrides: dict[str, str] | None = None, abi_fingerprint: str | None = None,
           force: bool = False) -> BuildResult:
-    """Configure, build and collect one variant. A no-op when the stamped artifact matches."""
+    """Configure, build and collect one variant. A no-op when the stamped artifact matches.
+
+    Raises :class:`UsageError` for a row the engine does not build (its ``variants:`` list or
+    its intent map), :class:`HostError` for one this host cannot build.
+    """
     t0 = time.perf_counter()
-    b = buildability(pm, variant, host)
+    unsupported = engine_support(engine, variant)
+    if unsupported:
+        msg = f"variant {variant.name} is {unsupported}"
+        raise UsageError(msg)
+    b = buildability(pm, variant, host, engine)
     if not b.buildable:
         msg = f"variant {variant.name} cannot be built on this host: " + "; ".join(b.reasons)
         raise HostError(msg)
@@ -213,6 +263,7 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
         log = build_dir / "build.log"
         init = build_dir / "harness-init-cache.cmake"
         init.write_text(init_cache_text(defines))
+        cmake_fileapi.write_query(build_dir)
         env = dict(os.environ)
         for extra in pm.hook.harness_variant_environment(engine=engine, variant=variant, host=host):
             env.update(extra or {})
@@ -243,6 +294,7 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             "recipe_commit": engine.recipe_commit or None,
             "variant": variant.name,
             "backend": variant.backend,
+            "intent": variant.intent,
             "defines": defines,
             "cuda_archs": defines.get("CMAKE_CUDA_ARCHITECTURES", "").split(";") if variant.backend == "cuda" else [],
             "toolchain": toolchain_id(host),

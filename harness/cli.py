@@ -36,9 +36,10 @@ EPILOG = """\
 typical release-engineer flow:
   harness host                      what this machine has
   harness matrix                    which variants build here, and why not
-  harness fetch llamacpp            download + verify the pinned source
-  harness patch llamacpp            apply the patch series to a fresh copy
-  harness patch --check llamacpp    which patches apply / are upstream / conflict
+  harness engines                   the engines and their pins
+  harness fetch ENGINE              download + verify the pinned source
+  harness patch ENGINE              apply the patch series to a fresh copy
+  harness patch --check ENGINE      which patches apply / are upstream / conflict
 """
 
 

@@ -1,9 +1,16 @@
-"""Engine descriptors: ``engines/<name>/engine.yaml``, validated by a JSON Schema."""
+"""Engine descriptors: ``engines/<name>/engine.yaml``, validated by a JSON Schema.
+
+Descriptors are found by name in the folders of ``$HARNESS_ENGINES_PATH`` (``os.pathsep``-separated,
+searched first, like ``PATH``) and then in the checkout's ``engines/``. Each such folder sits in a
+project-shaped root: an engine's ``patches/<name>/`` and ``abi/<name>/`` are beside it, in its parent.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import os
 import re
 from importlib import resources
 from pathlib import Path
@@ -13,10 +20,12 @@ import jsonschema
 import yaml
 
 from harness import paths
-from harness.errors import ConfigError, UnknownNameError
+from harness.errors import ConfigError, HarnessError, UnknownNameError
 from harness.types import EngineSpec, SourceSpec
 
 DESCRIPTOR = "engine.yaml"
+#: Extra folders of engine descriptors, searched before the checkout's ``engines/``.
+ENGINES_PATH_ENV = "HARNESS_ENGINES_PATH"
 
 
 @functools.cache
@@ -26,11 +35,28 @@ def engine_schema() -> dict[str, Any]:
 
 
 def engines_dir() -> Path:
+    """The checkout's ``engines/``."""
     return paths.project_root() / "engines"
 
 
+def engine_dirs() -> list[Path]:
+    """Where descriptors are looked up, in order: ``$HARNESS_ENGINES_PATH``, then ``engines/``."""
+    extra = [Path(p).expanduser() for p in os.environ.get(ENGINES_PATH_ENV, "").split(os.pathsep) if p]
+    return [*extra, engines_dir()]
+
+
+def descriptor_path(name: str) -> Path | None:
+    """The first ``<dir>/<name>/engine.yaml`` of :func:`engine_dirs`, or None."""
+    for d in engine_dirs():
+        path = d / name / DESCRIPTOR
+        if path.is_file():
+            return path
+    return None
+
+
 def engine_names() -> list[str]:
-    return sorted(p.parent.name for p in engines_dir().glob(f"*/{DESCRIPTOR}"))
+    """Every engine that has a descriptor, sorted."""
+    return sorted({p.parent.name for d in engine_dirs() for p in d.glob(f"*/{DESCRIPTOR}")})
 
 
 def _expand(value: str, upstream: dict[str, Any]) -> str:
@@ -48,8 +74,8 @@ def _expand(value: str, upstream: dict[str, Any]) -> str:
 
 def load_engine(name: str) -> EngineSpec:
     """Load and validate one engine descriptor; unknown names get a 'did you mean'."""
-    path = engines_dir() / name / DESCRIPTOR
-    if not path.is_file():
+    path = descriptor_path(name)
+    if path is None:
         raise UnknownNameError("engine", name, engine_names())
     return parse_engine(path)
 
@@ -71,10 +97,15 @@ def parse_engine(path: Path) -> EngineSpec:
     upstream = dict(data["upstream"])
     cmake = dict(data["cmake"])
     cmake["base"] = {k: _expand(str(v), upstream) for k, v in cmake["base"].items()}
+    intents = {key: {value: {k: _expand(str(v), upstream) for k, v in defines.items()}
+                     for value, defines in values.items()}
+               for key, values in cmake.get("intents", {}).items()}
+    source = dict(data["source"])
+    source["sparse"] = tuple(source.get("sparse", ()))
     return EngineSpec(
         name=data["name"],
         root=path.parent,
-        source=SourceSpec(**data["source"]),
+        source=SourceSpec(**source),
         upstream=upstream,
         cmake=cmake,
         targets=tuple(data["targets"]),
@@ -82,5 +113,20 @@ def parse_engine(path: Path) -> EngineSpec:
         abi=dict(data["abi"]),
         pinned_on=str(data.get("pinned_on", "")),
         variants=tuple(data.get("variants", ())),
+        intents=intents,
+        smoke=dict(data.get("smoke", {})),
         raw=data,
     )
+
+
+def with_current_build_data(spec: EngineSpec) -> EngineSpec:
+    """A recipe from git history written before ``cmake.intents`` and ``smoke:`` existed takes them
+    from the working tree's descriptor of the same engine: how an engine spells a matrix row does
+    not depend on its pin, and the rows themselves always come from the working tree."""
+    if not spec.recipe_commit or (spec.intents and spec.smoke):
+        return spec
+    try:
+        current = load_engine(spec.name)
+    except HarnessError:
+        return spec
+    return dataclasses.replace(spec, intents=spec.intents or current.intents, smoke=spec.smoke or current.smoke)

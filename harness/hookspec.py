@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from harness.registry import EngineImpl
     from harness.types import (
         Buildability,
         CpuLevel,
@@ -38,6 +39,15 @@ hookspec = pluggy.HookspecMarker("harness")
 @hookspec
 def harness_engine_names() -> list[str]:
     """Engine names this plugin implements (each has ``engines/<name>/engine.yaml``)."""
+
+
+@hookspec
+def harness_engine_register() -> list[EngineImpl]:
+    """The engines this plugin provides, as objects the core looks up by name.
+
+    The core never compares engine names: it asks :mod:`harness.registry` for an engine
+    and calls what the engine provides (load, probe model, fixtures, cross-variant check).
+    """
 
 
 @hookspec
@@ -86,16 +96,6 @@ def harness_patch_applied(tree: PatchedTree) -> None:
 
 
 # -------------------------------------------------------------------------
-# ABI
-# -------------------------------------------------------------------------
-
-
-@hookspec
-def harness_abi_check(engine: EngineSpec, tree: PatchedTree) -> list[str] | None:
-    """Return ABI differences (one line each) between the tree and the committed surface."""
-
-
-# -------------------------------------------------------------------------
 # variants
 # -------------------------------------------------------------------------
 
@@ -124,13 +124,6 @@ def harness_variant_environment(
     """Extra environment variables for configuring and building a variant."""
 
 
-@hookspec(firstresult=True)
-def harness_variant_build(
-    engine: EngineSpec, variant: Variant, tree: PatchedTree, host: HostInfo, defines: dict[str, str]
-) -> Path | None:
-    """Build a variant and return its installed artifact dir. Stops at first non-None result."""
-
-
 # -------------------------------------------------------------------------
 # artifacts and backend
 # -------------------------------------------------------------------------
@@ -155,13 +148,6 @@ def harness_artifact_cpu_levels(tree: Path, arch: str) -> list[CpuLevel] | None:
     :param tree: the patched source tree of the pin.
     :param arch: ``x86_64`` or ``aarch64``.
     """
-
-
-@hookspec(firstresult=True)
-def harness_backend_build(
-    engine: EngineSpec, artifact_dir: Path, out_dir: Path
-) -> Path | None:
-    """Build the engine's Python backend module against an artifact. Stops at first non-None result."""
 
 
 # -------------------------------------------------------------------------

@@ -1,7 +1,13 @@
-"""The variant matrix: rows of ``matrix/*.yaml`` as frozen dataclasses, selected by pattern."""
+"""The variant matrix: rows of ``matrix/*.yaml`` as frozen dataclasses, selected by pattern.
+
+A row states intent (``cpu_levels: runtime``, ``gpu: cuda``); an engine's descriptor spells each
+intent as CMake defines (``cmake.intents``). :func:`row_defines` applies that mapping and
+:func:`engine_support` says why an engine does not build a row.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import json
@@ -15,8 +21,9 @@ import yaml
 from packaging.version import InvalidVersion, Version
 
 from harness import paths
-from harness.errors import ConfigError, UnknownNameError
-from harness.types import Buildability, HostInfo, Variant
+from harness.engines import engine_names, load_engine, with_current_build_data
+from harness.errors import ConfigError, UnknownNameError, UsageError
+from harness.types import Buildability, EngineSpec, HostInfo, Variant
 
 
 @functools.cache
@@ -43,7 +50,7 @@ def load_matrix(directory: Path | None = None) -> list[Variant]:
                     os=tuple(row.get("os", ())),
                     arch=tuple(row.get("arch", ())),
                     tools=dict(row.get("tools", {})),
-                    defines={k: str(v) for k, v in row["defines"].items()},
+                    intent={k: str(v) for k, v in row["intent"].items()},
                     cuda_archs=tuple(row.get("cuda_archs", ())),
                     ci=bool(row.get("ci", False)),
                     default=bool(row.get("default", False)),
@@ -107,10 +114,82 @@ def generic_reasons(variant: Variant, host: HostInfo) -> list[str]:
     return reasons
 
 
-def buildability(pm: pluggy.PluginManager, variant: Variant, host: HostInfo) -> Buildability:
-    """Ask the plugin owning ``variant.backend``; no owner means not buildable."""
+def intent_defines(engine: EngineSpec, key: str, value: str) -> dict[str, str] | None:
+    """How ``engine`` spells one intent (``gpu``, ``none``) as CMake defines; None when it does not
+    map it (an empty dict is a mapping: the intent needs no define for this engine)."""
+    mapped = with_current_build_data(engine).intents.get(key, {}).get(value)
+    return None if mapped is None else dict(mapped)
+
+
+def unmapped_intents(engine: EngineSpec, variant: Variant) -> list[str]:
+    """The row's intent entries the engine's descriptor does not map (``gpu: metal``)."""
+    return [f"{k}: {v}" for k, v in variant.intent.items() if intent_defines(engine, k, v) is None]
+
+
+def _descriptor(engine: EngineSpec) -> str:
+    path = engine.root / "engine.yaml"
+    root = paths.project_root()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def engine_support(engine: EngineSpec, variant: Variant) -> str | None:
+    """None when ``engine`` builds ``variant``; else why not (the row's ``engines:``, the descriptor's
+    ``variants:`` list or its intent map)."""
+    where = _descriptor(engine)
+    if variant.engines and engine.name not in variant.engines:
+        return (f"not supported by {engine.name}: the row is for {', '.join(variant.engines)} only "
+                "(engines: in the matrix)")
+    if engine.variants and variant.name not in engine.variants:
+        return (f"not supported by {engine.name}: its descriptor builds only {', '.join(engine.variants)} "
+                f"(variants: in {where})")
+    unmapped = unmapped_intents(engine, variant)
+    if unmapped:
+        return (f"not supported by {engine.name}: its descriptor does not map the row's intent "
+                f"{', '.join(unmapped)} (cmake.intents in {where})")
+    return None
+
+
+def row_defines(engine: EngineSpec, variant: Variant) -> dict[str, str]:
+    """The row's intent in ``engine``'s CMake spelling, in the row's intent order."""
+    unmapped = unmapped_intents(engine, variant)
+    if unmapped:
+        msg = (f"variant {variant.name} is not supported by {engine.name}: its descriptor does not map "
+               f"{', '.join(unmapped)} (add them under cmake.intents in {_descriptor(engine)})")
+        raise UsageError(msg)
+    defines: dict[str, str] = {}
+    for k, v in variant.intent.items():
+        defines.update(intent_defines(engine, k, v) or {})
+    return defines
+
+
+def buildability(pm: pluggy.PluginManager, variant: Variant, host: HostInfo,
+                 engine: EngineSpec | None = None) -> Buildability:
+    """Ask the plugin owning ``variant.backend``; no owner means not buildable.
+
+    With ``engine``, a row that engine does not build is not buildable (the reason says why);
+    without one, a note names every known engine that does not build it.
+    """
     result: Buildability | None = pm.hook.harness_variant_requirements(variant=variant, host=host)
     if result is None:
-        return Buildability(variant=variant.name, buildable=False, runnable=False,
-                            reasons=(f"no plugin implements backend {variant.backend!r}",))
-    return result
+        result = Buildability(variant=variant.name, buildable=False, runnable=False,
+                              reasons=(f"no plugin implements backend {variant.backend!r}",))
+    if engine is not None:
+        reason = engine_support(engine, variant)
+        if reason:
+            return dataclasses.replace(result, buildable=False, runnable=False, reasons=(reason, *result.reasons))
+        return result
+    notes = engine_notes(variant)
+    return dataclasses.replace(result, notes=(*result.notes, *notes)) if notes else result
+
+
+def engine_notes(variant: Variant) -> list[str]:
+    """``not supported by <engine>: ...`` for each engine with a descriptor that does not build the row."""
+    notes = []
+    for name in engine_names():
+        try:
+            reason = engine_support(load_engine(name), variant)
+        except ConfigError as e:
+            reason = f"{name}: descriptor invalid ({str(e).splitlines()[-1]})"
+        if reason:
+            notes.append(reason)
+    return notes

@@ -22,11 +22,14 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("variant-vulkan", "harness_plugins.variant_vulkan"),
     ("variant-metal", "harness_plugins.variant_metal"),
     ("variant-mlx", "harness_plugins.variant_mlx"),
-    ("engine-llamacpp", "harness_plugins.engine_llamacpp"),
-    ("engine-sdcpp", "harness_plugins.engine_sdcpp"),
     ("bench-fake", "harness_plugins.bench_fake"),
-    ("bench-real", "harness_plugins.bench_real"),
 )
+
+
+def builtin_plugins() -> tuple[tuple[str, str], ...]:
+    """The generic built-ins, then the engine packages ``harness_plugins`` lists."""
+    engines = importlib.import_module("harness_plugins").ENGINE_PLUGINS
+    return BUILTIN_PLUGINS + tuple(engines)
 
 #: Set to any non-empty value to skip third-party (entry-point) plugins.
 DISABLE_AUTOLOAD_ENV = "HARNESS_DISABLE_PLUGIN_AUTOLOAD"
@@ -37,7 +40,7 @@ def make_manager(*, autoload: bool | None = None, extra: tuple[Any, ...] = ()) -
     """Build a fresh plugin manager (tests use this; the CLI uses :func:`get_manager`)."""
     pm = pluggy.PluginManager("harness")
     pm.add_hookspecs(hookspec)
-    for name, module in BUILTIN_PLUGINS:
+    for name, module in builtin_plugins():
         pm.register(importlib.import_module(module), name=name)
     for plugin in extra:
         pm.register(plugin)

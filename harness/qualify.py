@@ -77,11 +77,12 @@ class SkippedStage(Exception):
     """A stage that cannot run here (no buildable row, no device): recorded as skipped."""
 
 
-def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: int = 512, bench_gn: int = 128,
+def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: int = 512, bench_gn: int = 128,
             bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None, run_bench: bool = True,
             old_pin: str | None = None, old_rev: str | None = None) -> tuple[Qualification, Path]:
     """Every stage for the engine's pin; with ``old_pin``/``old_rev`` also the pin move's PR material:
-    the ABI/API diff from the old pin and an old-vs-new llama-bench ABBA run on the cpu variant."""
+    the ABI/API diff from the old pin and an old-vs-new ABBA run of the engine's own benchmark tool
+    on the cpu variant. ``engine_name`` None: the default text engine."""
     from harness import host as hostmod
     from harness import pipeline
     from harness.abi.check import check_engine
@@ -91,7 +92,9 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
     from harness.plugin import get_manager
 
     pm = get_manager()
-    engine = load_engine(engine_name)
+    from harness import registry
+
+    engine = load_engine(engine_name or registry.default("text").name)
     q = Qualification(engine=engine.name)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     report = (out or paths.project_root() / "reports") / f"{stamp}-qualify-{engine.name}"
@@ -144,7 +147,7 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
 
         rows = []
         for v in ctx["variants"]:
-            art = paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{v}"
+            art = artifact_dir(engine, get_variant(v))
             r = build_backend(engine, art)
             rows.append({"variant": v, "wheel": str(r.wheel), "built": r.built, "seconds": round(r.seconds, 1)})
         return ", ".join(f"{r['variant']}: {Path(r['wheel']).name}" for r in rows), {"backends": rows}
@@ -155,9 +158,9 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
         if "cpu" not in ctx["variants"]:
             raise SkippedStage("the cpu variant (the one with CPU levels) was not built")
         from harness.runtime import discovery, levels
-        from harness.runtime.engine import _committed_fingerprint
 
-        lib = discovery.choose(engine.name, engine.pin, _committed_fingerprint(), "cpu").location / "lib"
+        fingerprint = discovery.committed_fingerprint(engine.name)
+        lib = discovery.choose(engine.name, engine.pin, fingerprint, "cpu").location / "lib"
         v = levels.verdict(lib, refresh=True)  # a qualification always probes afresh
         if v.error:
             raise HarnessError(f"the CPU-level smoke probe could not run: {v.error}")
@@ -167,14 +170,10 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
         return f"{v.chosen} (ggml's choice here) passed the smoke probe in {v.seconds:.1f} s", v.as_dict()
 
     def s_models() -> tuple[str, dict[str, Any]]:
-        from harness.models.fixtures import env_vars, fetch_all
-        from harness.models.tiny_wan import write_tiny_wan
+        from harness.models.fixtures import engine_env, env_vars, fetch_all
 
         fetch_all(None)
-        env = env_vars()
-        wan = paths.models_dir() / "tiny-wan"
-        write_tiny_wan(wan)
-        env["HARNESS_VIDEO_TINY"] = str(wan)
+        env = {**env_vars(), **engine_env()}
         ctx["model_env"] = env
         return f"{len(env)} model variables", {"env": env}
 
@@ -217,9 +216,12 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
     def s_cross() -> tuple[str, dict[str, Any]]:
         if not engine.raw.get("qualify", {}).get("cross_variant"):
             raise SkippedStage(f"not configured for {engine.name} (qualify.cross_variant in its engine.yaml)")
-        from harness.runtime.crossvariant import cross_variant
+        from harness import registry
 
-        r = cross_variant(Path(ctx["model_env"]["HARNESS_CHAT_MODEL"]))
+        impl = registry.get(engine.name)
+        if impl.cross_variant is None:
+            raise SkippedStage(f"engine {engine.name} provides no cross-variant check")
+        r = impl.cross_variant(Path(ctx["model_env"]["HARNESS_CHAT_MODEL"]))
         if not r["passed"]:
             bad = [f"{x['label']}: {x['error']}" if x["status"] in ("crashed", "failed")
                    else f"{x['label']}: garbage output (no '{r['expect']}')" for x in r["runs"] if not x["ok"]]
@@ -273,7 +275,7 @@ def qualify(engine_name: str = "llamacpp", *, bench_blocks: int = 4, bench_pn: i
         if "cpu" not in ctx["variants"]:
             raise SkippedStage("the cpu variant was not built")
         opts: dict[str, str] = {"pin": old_pin} if old_pin else {"rev": str(old_rev)}
-        return old_pin_bench(engine, opts, paths.artifacts_dir() / f"{engine.name}-{engine.pin}-cpu",
+        return old_pin_bench(engine, opts, artifact_dir(engine, get_variant("cpu")),
                              ctx["model_env"]["HARNESS_MODEL"], report / "bench-old-pin", host=hostmod.as_dict(host),
                              blocks=bench_blocks, pn=bench_pn, gn=bench_gn)
 
@@ -318,20 +320,24 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> tup
 
 def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Path, model: str, out: Path, *,
                   host: dict[str, Any], blocks: int, pn: int, gn: int) -> tuple[str, dict[str, Any]]:
-    """Old pin (A) vs this pin (B), each through its own cpu artifact's llama-bench, in ABBA blocks."""
+    """Old pin (A) vs this pin (B), each through its own cpu artifact's benchmark tool, in ABBA blocks."""
+    from harness import registry
     from harness.bench.abba import BenchConfig, run_abba
     from harness.bench.arms import ArmSpec
-    from harness.bench.real import prepare_llama_bench
     from harness.bench.report import write_report
     from harness.bench.roofline import measure_host
     from harness.bench.stats import analyze
+    from harness.plugin import get_manager
 
+    kind = registry.get(engine.name).old_pin_bench_arm
+    if kind is None:
+        raise SkippedStage(f"engine {engine.name} names no benchmark tool for old pin vs new pin")
     common = {"model": model, "threads": 2, "variant": "cpu", "engine": engine.name}
-    a_opts = prepare_llama_bench({**old_opts, **common})  # builds the old pin's recipe when needed
+    # builds the old pin's recipe when needed
+    a_opts = get_manager().hook.harness_bench_arm_prepare(kind=kind, options={**old_opts, **common})
     label = old_opts.get("pin") or old_opts.get("rev")
-    a = ArmSpec(kind="llama-bench", name=f"llama-bench {label}", options=a_opts)
-    b = ArmSpec(kind="llama-bench", name=f"llama-bench {engine.pin}",
-                options={**common, "artifact": str(new_artifact)})
+    a = ArmSpec(kind=kind, name=f"{kind} {label}", options=a_opts)
+    b = ArmSpec(kind=kind, name=f"{kind} {engine.pin}", options={**common, "artifact": str(new_artifact)})
     cfg = BenchConfig(blocks=blocks, pn=pn, gn=gn, concurrency=(1,))
     result = run_abba(a, b, cfg, name=f"old-pin-{label}-vs-{engine.pin}")
     analysis = analyze(result.samples)
@@ -352,7 +358,7 @@ def write_qualification(q: Qualification, d: Path) -> Path:
 
 
 BENCH_TITLES = {"bench": "Benchmark: our cpu build (B) vs the peer baseline (A)",
-                "old-pin-bench": "Benchmark: this pin (B) vs the old pin (A), each artifact's own llama-bench"}
+                "old-pin-bench": "Benchmark: this pin (B) vs the old pin (A), each artifact's own benchmark tool"}
 
 
 def render_markdown(doc: dict[str, Any]) -> str:

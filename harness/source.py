@@ -22,6 +22,7 @@ Trust rules:
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -30,7 +31,6 @@ import socket
 import tarfile
 import tempfile
 import time
-import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
 
-from harness import paths
+from harness import index, paths
 from harness import progress as ui
 from harness.errors import ChecksumError, IntegrityError, SourceError, UnsafeArchiveError
 from harness.manifest import (
@@ -163,6 +163,11 @@ def download(url: str | Callable[[], str], dest: Path, *, sha256: str,
     too, :class:`ChecksumError` names both hashes and the full path. Concurrent calls for the
     same ``dest`` download once. ``url`` may be a callable, called only when a download is
     needed; with ``label`` (and no ``progress``) a progress bar shows while downloading.
+
+    The bytes go to ``<name>.partial`` first. A transient failure (5xx, timeout, reset) is
+    retried with backoff from where it stopped (an HTTP Range request), and a partial left by a
+    failed or killed run is resumed by the next; bytes joined that way are verified like any
+    others, and downloaded again from the start once when the whole does not verify.
     """
     dest.parent.mkdir(parents=True, exist_ok=True)
     with _download_lock(dest):
@@ -188,34 +193,68 @@ def _move_aside(path: Path) -> Path:
     return bad
 
 
+def partial_path(dest: Path) -> Path:
+    """Where the bytes of ``dest`` collect while it downloads (kept across runs to resume)."""
+    return dest.with_name(f"{dest.name}.partial")
+
+
 def _fetch(url: str, dest: Path, *, sha256: str, progress: Progress | None, bad: Path | None) -> Path:
-    tmp = dest.with_name(temp_prefix(dest.name) + "part")
-    h = hashlib.sha256()
+    part = partial_path(dest)
     try:
-        req = urllib.request.Request(url, headers={"User-Agent": "harness/0.1"})
-        with urllib.request.urlopen(req, timeout=120) as r, tmp.open("wb") as f:
-            total = int(r.headers.get("Content-Length") or 0) or None
-            done = 0
-            while chunk := r.read(_CHUNK):
-                f.write(chunk)
+        found, joined = _stream(url, part, progress)
+        if found != sha256 and joined:
+            notice(f"{part}: the bytes joined from more than one request do not verify; "
+                   f"downloading {index.redact(url)} again from the start")
+            part.unlink()
+            found, _ = _stream(url, part, progress)
+    except BaseException as e:
+        kept = part.stat().st_size if part.exists() else 0
+        if not kept:
+            part.unlink(missing_ok=True)
+        if not isinstance(e, OSError | http.client.HTTPException):
+            raise
+        resume = f"; the {kept} bytes received are kept in {part} and the next run resumes there" if kept else ""
+        msg = (f"download of {index.redact(url)} to {dest} failed: {index.describe(e)}{resume}. "
+               f"Check the network/proxy, or put the file (sha256 {sha256}) at {dest}")
+        raise SourceError(msg) from e
+    if found != sha256:
+        part.unlink(missing_ok=True)
+        also = f"; the cached copy was wrong too and is kept at {bad}" if bad else ""
+        raise ChecksumError(f"{dest} (downloaded from {index.redact(url)}{also})", sha256, found)
+    part.replace(dest)
+    return dest
+
+
+def _stream(url: str, part: Path, progress: Progress | None) -> tuple[str, bool]:
+    """Complete ``part`` from ``url``: ``(sha256 of the whole, whether bytes of several replies
+    were joined)``. Transient failures are retried from the current end of ``part``."""
+    h = hashlib.sha256()
+    done = 0
+    if part.exists():
+        with part.open("rb") as f:
+            while chunk := f.read(_CHUNK):
                 h.update(chunk)
                 done += len(chunk)
-                if progress:
-                    progress(done, total)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if not isinstance(e, OSError):
-            raise
-        msg = (f"download of {url} to {dest} failed: {e}. Check the network/proxy, "
-               f"or put the file (sha256 {sha256}) at {dest}")
-        raise SourceError(msg) from e
-    found = h.hexdigest()
-    if found != sha256:
-        tmp.unlink(missing_ok=True)
-        also = f"; the cached copy was wrong too and is kept at {bad}" if bad else ""
-        raise ChecksumError(f"{dest} (downloaded from {url}{also})", sha256, found)
-    tmp.replace(dest)
-    return dest
+    joined = False
+
+    def attempt() -> None:
+        nonlocal h, done, joined
+        with index.open_download(url, offset=done) as body:
+            if body.start != done:  # the server sent the whole file: start over
+                h, done = hashlib.sha256(), 0
+            joined = joined or done > 0
+            with part.open("ab" if done else "wb") as f:
+                while chunk := body.stream.read(_CHUNK):
+                    f.write(chunk)
+                    h.update(chunk)
+                    done += len(chunk)
+                    if progress:
+                        progress(done, body.total)
+            if body.total is not None and done < body.total:
+                raise http.client.IncompleteRead(b"", body.total - done)
+
+    index.with_retries(attempt, url=url)
+    return h.hexdigest(), joined
 
 
 def verify(path: Path, sha256: str) -> None:

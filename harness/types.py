@@ -68,6 +68,10 @@ class SourceSpec:
     subdir: str = ""
     url: str = ""
     commit: str = ""
+    filter: str = ""
+    """git: a partial-clone filter (``blob:none``): blobs are fetched only for the files checked out."""
+    sparse: tuple[str, ...] = ()
+    """git: check out only these paths (files or directories) of the commit."""
 
     @property
     def pin(self) -> str:
@@ -88,6 +92,10 @@ class EngineSpec:
     abi: dict[str, Any]
     pinned_on: str = ""
     variants: tuple[str, ...] = ()
+    intents: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+    """``cmake.intents``: intent key -> value -> the CMake defines that spell it for this engine."""
+    smoke: dict[str, Any] = field(default_factory=dict)
+    """``smoke:``: a command run in a fresh artifact (``argv``, ``when`` intent, ``cpu_level`` regex)."""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # Set when the recipe comes from a commit of the history (harness.recipes), not the working tree.
     recipe_commit: str = ""
@@ -116,7 +124,9 @@ class Variant:
     os: tuple[str, ...] = ()
     arch: tuple[str, ...] = ()
     tools: dict[str, str] = field(default_factory=dict)
-    defines: dict[str, str] = field(default_factory=dict)
+    intent: dict[str, str] = field(default_factory=dict)
+    """What the build is for (``cpu_levels: runtime``, ``gpu: cuda``); each engine's descriptor spells
+    it as CMake defines (``cmake.intents``)."""
     cuda_archs: tuple[str, ...] = ()
     ci: bool = False
     default: bool = False

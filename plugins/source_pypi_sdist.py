@@ -1,41 +1,22 @@
-"""Source kind ``pypi-sdist``: a pinned sdist from a PyPI simple index (PEP 691 JSON)."""
+"""Source kind ``pypi-sdist``: a pinned sdist from the package indexes pip is configured with."""
 
 from __future__ import annotations
 
-import json
-import os
-import urllib.request
 from pathlib import Path
 
-from harness import paths
+from harness import index, paths
 from harness.errors import SourceError
 from harness.plugin import hookimpl
 from harness.source import current_checking, download, extract_once, single_top_dir
 from harness.types import SourceSpec, SourceTree
 
 KIND = "pypi-sdist"
-DEFAULT_INDEX = "https://pypi.org/simple"
-
-
-def index_url() -> str:
-    return os.environ.get("HARNESS_PYPI_INDEX", DEFAULT_INDEX).rstrip("/")
 
 
 def resolve_url(spec: SourceSpec) -> str:
-    """Find the download URL of ``spec.filename`` on the simple index."""
-    url = f"{index_url()}/{spec.package}/"
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            data = json.load(r)
-    except OSError as e:
-        msg = f"cannot read the package index at {url}: {e}. Set HARNESS_PYPI_INDEX to a reachable index"
-        raise SourceError(msg) from e
-    for f in data.get("files", []):
-        if f.get("filename") == spec.filename:
-            return str(f["url"])
-    msg = f"{spec.filename} is not on {url}; check source.version/filename in the engine descriptor"
-    raise SourceError(msg)
+    """The download URL of ``spec.filename`` on the configured indexes (:mod:`harness.index`)."""
+    return index.find_file(spec.package, spec.filename,
+                           hint="Check source.version and source.filename in the engine descriptor").url
 
 
 @hookimpl

@@ -1,4 +1,9 @@
-"""Variant backend ``cpu``: the portable run-time-dispatched build and ``cpu-native``."""
+"""Variant backend ``cpu``: the portable run-time-dispatched build and ``cpu-native``.
+
+Rows say what they want (``intent: {cpu_levels: runtime | native}``); the engine's descriptor
+says how it is spelled. On macOS a CPU row also intends ``gpu: none`` (engines that enable Metal
+by default map it to switching Metal off).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import re
 from pathlib import Path
 
 from harness.errors import AuditError
-from harness.matrix import generic_reasons
+from harness.matrix import generic_reasons, intent_defines
 from harness.plugin import hookimpl
 from harness.types import Buildability, CpuLevel, EngineSpec, HostInfo, Variant
 
@@ -17,7 +22,7 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
         return None
     reasons = generic_reasons(variant, host)
     notes = []
-    if variant.defines.get("GGML_NATIVE") == "ON":
+    if variant.intent.get("cpu_levels") == "native":
         notes.append(f"tuned for this host ({host.microarch}); not portable")
     if not host.tool("ccache").found:
         notes.append("ccache not found: cold builds every time (bash scripts/install-system-deps.sh)")
@@ -30,7 +35,7 @@ def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostIn
     if variant.backend != "cpu":
         return None
     # Metal is on by default on macOS; a CPU row must not pick it up silently.
-    return {"GGML_METAL": "OFF"} if host.os == "darwin" else {}
+    return (intent_defines(engine, "gpu", "none") or {}) if host.os == "darwin" else {}
 
 
 # ---------------------------------------------------------------- CPU levels (ggml's CPU backend)

@@ -1,4 +1,8 @@
-"""Variant backend ``cuda``: nvcc builds for the row's arch list; compile-only without a GPU."""
+"""Variant backend ``cuda``: nvcc builds for the row's arch list; compile-only without a GPU.
+
+Without the toolkit's libcuda stub the build must not link the driver: the plugin then asks the
+engine's descriptor how it spells ``cuda_vmm: off`` (ggml: ``GGML_CUDA_NO_VMM=ON``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from harness.matrix import generic_reasons
+from harness.matrix import generic_reasons, intent_defines
 from harness.plugin import hookimpl
 from harness.types import Buildability, EngineSpec, HostInfo, Variant
 
@@ -82,7 +86,8 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
             reasons.append(f"nvcc {nvcc.version} found but the toolkit has no cuBLAS: "
                            "pip install nvidia-cublas (13.x) to supply it")
         if not toolkit_has_driver_stub(nvcc.path):
-            notes.append("no libcuda stub in the toolkit: building with GGML_CUDA_NO_VMM=ON (no driver link)")
+            notes.append("no libcuda stub in the toolkit: building without CUDA virtual memory management "
+                         "(cuda_vmm: off; no driver link)")
     gpus = [g for g in host.gpus if g.api == "cuda"]
     runnable = bool(gpus)
     if nvcc.found and not gpus:
@@ -104,7 +109,7 @@ def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostIn
     if nvcc.path:
         defines["CMAKE_CUDA_COMPILER"] = nvcc.path
     if not toolkit_has_driver_stub(nvcc.path):
-        defines["GGML_CUDA_NO_VMM"] = "ON"
+        defines.update(intent_defines(engine, "cuda_vmm", "off") or {})
     root = cublas_wheel_root()
     if root is not None and not toolkit_has_cublas(nvcc.path):
         # Point FindCUDAToolkit's cublas lookup at the wheel.

@@ -3,8 +3,10 @@
 The Vulkan headers decide which GPU features ggml-vulkan compiles in (KHR cooperative matrix,
 bfloat16, 64-bit indexing are all behind ``#if defined(VK_...)``), and the pinned ggml-vulkan
 does not compile at all below ``vulkan_headers_min``. When the host's headers are older, the
-row's ``vulkan_headers_package`` (a sha256-pinned package holding newer headers) is fetched into
-the cache and the build points CMake's ``Vulkan_INCLUDE_DIR`` at it. Only headers come from it:
+row's ``vulkan_headers_package`` (a sha256-pinned package holding newer headers, named by its
+path in the Debian archive) is fetched from the Debian mirror apt is configured with
+(:func:`harness.index.debian_pool_url`) into the cache, and the build points CMake's
+``Vulkan_INCLUDE_DIR`` at it. Only headers come from it:
 ggml-vulkan resolves every Vulkan entry point at run time through vulkan.hpp's dynamic
 dispatcher, so the host's own loader (``libvulkan.so``) still links and runs.
 """
@@ -22,7 +24,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from harness import paths, progress
+from harness import index, paths, progress
 from harness.errors import SourceError, UnsafeArchiveError
 from harness.host import system_vulkan_headers, vulkan_header_version
 from harness.matrix import generic_reasons, version_at_least
@@ -38,13 +40,15 @@ GLSLC_PROBE = re.compile(r"^-- (GL_\w+) (not )?supported by glslc$", re.MULTILIN
 
 
 def headers_package(variant: Variant) -> dict[str, Any] | None:
-    """The row's pinned headers package, validated (``version``, ``url``, ``sha256``, ``members``)."""
+    """The row's pinned headers package, validated (``version``, ``pool_path``, ``sha256``, ``members``)."""
     pkg = variant.extra.get("vulkan_headers_package")
     if pkg is None:
         return None
-    missing = [k for k in ("version", "url", "sha256", "members") if not pkg.get(k)]
+    missing = [k for k in ("version", "pool_path", "sha256", "members") if not pkg.get(k)]
     if missing:
-        msg = (f"matrix row {variant.name}: vulkan_headers_package lacks {', '.join(missing)} "
+        why = (" (a url is no longer read: the file comes from the Debian mirror apt is configured with)"
+               if "pool_path" in missing and pkg.get("url") else "")
+        msg = (f"matrix row {variant.name}: vulkan_headers_package lacks {', '.join(missing)}{why} "
                "(see matrix/variants.yaml)")
         raise SourceError(msg)
     return dict(pkg)
@@ -108,9 +112,14 @@ def ensure_headers(pkg: dict[str, Any]) -> Path:
     with FileLock(str(paths.locks_dir() / f"{root.name}.lock")):
         if stamp.is_file() and json.loads(stamp.read_text()).get("sha256") == pkg["sha256"]:
             return include
-        progress.info(f"fetching Vulkan headers {pkg['version']} from {pkg['url']}")
-        deb = download(str(pkg["url"]), paths.downloads_dir() / PurePosixPath(str(pkg["url"])).name,
-                       sha256=str(pkg["sha256"]))
+        pool_path = str(pkg["pool_path"])
+
+        def url() -> str:  # asked only when the package is not in the downloads cache yet
+            where = index.debian_pool_url(pool_path)
+            progress.info(f"fetching Vulkan headers {pkg['version']} from {where}")
+            return where
+
+        deb = download(url, paths.downloads_dir() / PurePosixPath(pool_path).name, sha256=str(pkg["sha256"]))
         shutil.rmtree(root, ignore_errors=True)
         root.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".headers-", dir=root.parent))
@@ -125,7 +134,7 @@ def ensure_headers(pkg: dict[str, Any]) -> Path:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        stamp.write_text(json.dumps({"version": pkg["version"], "sha256": pkg["sha256"], "url": pkg["url"],
+        stamp.write_text(json.dumps({"version": pkg["version"], "sha256": pkg["sha256"], "pool_path": pool_path,
                                      "files": len(names)}, indent=2))
     return include
 

@@ -1,31 +1,31 @@
 """Move an engine's pypi-sdist pin: look the version up on the index, compare, then write.
 
     python scripts/update_pins.py llamacpp 0.3.37 [--build N --commit SHA]
+
+The index is the one pip is configured with (PIP_INDEX_URL, pip.conf; see harness/index.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import re
 import sys
-import urllib.request
 from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.index import find_sdist
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def index_entry(package: str, version: str) -> tuple[str, str]:
-    req = urllib.request.Request(f"https://pypi.org/simple/{package}/",
-                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        files = json.load(r)["files"]
-    for f in files:
-        fn = f["filename"]
-        if fn.endswith((".tar.gz", ".zip")) and re.search(rf"-{re.escape(version)}\.(tar\.gz|zip)$", fn):
-            return fn, f["hashes"]["sha256"]
-    sys.exit(f"{package} {version}: no sdist on the index")
+    """``(filename, sha256)`` of the sdist of ``package==version`` on the configured indexes."""
+    try:
+        found = find_sdist(package, version)
+    except HarnessError as e:
+        sys.exit(f"{package} {version}: {e}")
+    return found.filename, str(found.sha256)
 
 
 def main() -> int:

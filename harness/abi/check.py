@@ -3,6 +3,8 @@
 The committed surface (``abi/<engine>/surface.json``) is what the backend module
 was written against. The check snapshots the pinned headers for the committed
 targets, restricts them to the committed used set, and fails on any difference.
+A move of the engine's declared ABI version macro (``abi.version_macro``) is the
+first difference listed, said as such.
 """
 
 from __future__ import annotations
@@ -33,10 +35,19 @@ class CheckResult:
     functions: int
     structs: int
     seconds: float
+    declared_version: int | str | None = None
+    """The value of the engine's declared ABI version macro, when the descriptor names one."""
 
 
 def surface_path(engine: str) -> Path:
+    """The checkout's ``abi/<engine>/surface.json``; an engine's own is ``EngineSpec.surface_path``."""
     return paths.project_root() / "abi" / engine / "surface.json"
+
+
+def version_macro(abi: Mapping[str, Any]) -> str | None:
+    """The engine's declared ABI version macro (``abi.version_macro``), if it names one."""
+    macro = abi.get("version_macro")
+    return str(macro) if macro else None
 
 
 def snapshot_config(
@@ -45,8 +56,11 @@ def snapshot_config(
 ) -> surf.Surface:
     """Snapshot the headers an engine descriptor's ``abi:`` section names."""
     if not abi.get("headers"):
-        msg = "the engine descriptor has no abi.headers; list the public headers (e.g. include/llama.h)"
+        msg = "the engine descriptor has no abi.headers; list the public headers (e.g. include/engine.h)"
         raise ConfigError(msg)
+    macro = version_macro(abi)
+    if macro:
+        meta = {**(meta or {}), "version_macro": macro}
     return snapshot_headers(
         root,
         list(abi["headers"]),
@@ -55,6 +69,7 @@ def snapshot_config(
         defines=list(abi.get("defines", [])),
         constant_headers=list(abi.get("constant_headers", [])),
         constant_pattern=str(abi.get("constant_pattern", CONSTANT_PATTERN)),
+        keep_constants=[macro] if macro else [],
         meta=meta,
     )
 
@@ -82,7 +97,7 @@ def pinned_view(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]
 def differences(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]) -> list[str]:
     """One line per difference between the committed surface and the pinned headers."""
     current = pinned_view(root, abi, committed)
-    lines = diff_surfaces(committed, current)
+    lines = diff_surfaces(committed, current, version_macro=version_macro(abi))
     stored = str(committed.get("fingerprint", ""))
     if not lines and stored != current["fingerprint"]:
         # Nothing itemized yet the content hashes differ: a hand-edited file. Still a failure.
@@ -109,6 +124,8 @@ def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = ""
             f"`harness abi snapshot {engine}` and review the diff of {rel} before committing it.",
         ])
         raise AbiError(msg)
+    macro = version_macro(abi)
+    declared = committed.get("constants", {}).get(macro) if macro else None
     return CheckResult(
         engine=engine,
         fingerprint=str(committed.get("fingerprint", "")),
@@ -116,6 +133,7 @@ def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = ""
         functions=len(committed.get("functions", {})),
         structs=len(committed.get("structs", {})),
         seconds=time.perf_counter() - t0,
+        declared_version=declared if isinstance(declared, (int, str)) else None,
     )
 
 

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from harness import paths, progress
 from harness.abi import surface as surf
-from harness.abi.check import check_engine, load_committed, snapshot_config, surface_path
+from harness.abi.check import check_engine, load_committed, snapshot_config, version_macro
 from harness.abi.diff import diff, diff_surfaces, render_markdown
 from harness.abi.pins import resolve_pin
+from harness.abi.revisions import choose_engine, default_engine, fetch_revision
 from harness.abi.used import used_from
 
 if TYPE_CHECKING:
@@ -44,12 +45,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=cmd_check)
 
-    p = asub.add_parser("diff", help="API/ABI change report between two pins (versions or directories)",
-                        description="PIN is an sdist version of the engine's source package (fetched and "
-                        "verified against the index's sha256) or a directory holding the engine tree.")
+    p = asub.add_parser("diff", help="API/ABI change report between two pins (versions, git revisions or "
+                        "directories)",
+                        description="PIN is a directory holding the engine tree, an sdist version of a "
+                        "pypi-sdist engine's package (fetched and verified against the index's sha256), or a "
+                        "revision (full commit, branch, tag) of a git engine's repository (fetched into the "
+                        "source cache). A change of the engine's declared ABI version macro comes first.")
     p.add_argument("pin_a", metavar="PIN_A")
     p.add_argument("pin_b", metavar="PIN_B")
-    p.add_argument("--engine", default="llamacpp", help="engine descriptor to take headers from (default: llamacpp)")
+    p.add_argument("--engine", default=None,
+                   help="engine descriptor to take headers from (default: the only engine both pins fit, "
+                   "else the default engine if they fit it; required otherwise)")
     p.add_argument("--target", action="append", default=[], metavar="TRIPLE", help="target triple (repeatable)")
     p.add_argument("--used", action="store_true", help="only what the committed used set reaches")
     p.add_argument("--markdown", action="store_true", help="a Markdown report for a pull request")
@@ -72,7 +78,8 @@ def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str
         return used_from(args.used_from, pattern)
     configured = spec.abi.get("used_from")
     if configured:
-        path = paths.project_root() / str(configured)
+        # Relative to the project root the descriptor lives in (engines/<name>/ is two levels down).
+        path = spec.root.parent.parent / str(configured)
         if path.exists():
             return used_from(path, pattern)
         progress.info(f"abi.used_from {configured} does not exist yet; keeping the committed used set")
@@ -81,12 +88,28 @@ def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str
     return None
 
 
+def _engine_for(pins: list[str]) -> str:
+    """``--engine`` not given: the engine both pins fit (see :func:`choose_engine`)."""
+    from harness.engines import engine_names, load_engine
+    from harness.errors import ConfigError
+
+    specs = []
+    for n in engine_names():
+        try:
+            specs.append(load_engine(n))
+        except ConfigError as e:  # one broken descriptor must not block a report on another engine
+            progress.info(f"skipping engine {n}: {str(e).splitlines()[0]}")
+    name = choose_engine(pins, specs, default_engine)
+    progress.info(f"engine: {name} (--engine not given)")
+    return name
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from harness.pipeline import patched_tree
 
     t0 = time.perf_counter()
     spec = _load(args.engine)
-    out = Path(args.output) if args.output and args.output != "-" else surface_path(spec.name)
+    out = Path(args.output) if args.output and args.output != "-" else spec.surface_path
     committed = surf.load(out) if out.is_file() else None
     targets = args.target or (list(committed["targets"]) if committed and not spec.abi.get("targets") else None)
     tree = patched_tree(spec).path
@@ -94,7 +117,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     used = _used_set(args, spec, committed)
     if used is not None:
         surface = surf.filter_surface(surface, used)
-    changes = diff_surfaces(committed, surface) if committed else []
+    changes = diff_surfaces(committed, surface, version_macro=version_macro(spec.abi)) if committed else []
     seconds = time.perf_counter() - t0
     if args.output == "-":
         sys.stdout.write(surf.dumps(surface))
@@ -131,16 +154,30 @@ def cmd_check(args: argparse.Namespace) -> int:
         print_json({**asdict(result), "ok": True, "seconds": round(result.seconds, 3)})
         return 0
     progress.info(
-        f"ABI check passed: {spec.name} {spec.pin} matches abi/{spec.name}/surface.json "
+        f"ABI check passed: {spec.name} {spec.pin} matches {_shown(spec.surface_path)} "
         f"({result.functions} functions, {result.structs} structs on {', '.join(result.targets)}; "
         f"fingerprint {result.fingerprint[:16]}) in {result.seconds:.2f} s"
     )
     return 0
 
 
+def _shown(path: Path) -> str:
+    root = paths.project_root()
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def pin_tree(pin: str, spec: EngineSpec) -> Path:
+    """The engine tree a pin names: a directory, a git revision (git engines) or an sdist version."""
+    if spec.source.kind == "git" and not Path(pin).expanduser().is_dir():
+        from harness.plugin import get_manager
+
+        return fetch_revision(spec, pin, get_manager())  # the source plugin applies source.subdir
+    return resolve_pin(pin, package=spec.source.package or spec.name, subdir=spec.source.subdir)
+
+
 def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.Surface:
-    """The full surface of one pin (a version or a directory) with the engine's header config."""
-    root = resolve_pin(pin, package=spec.source.package or spec.name, subdir=spec.source.subdir)
+    """The full surface of one pin (a version, a git revision or a directory) with the engine's header config."""
+    root = pin_tree(pin, spec)
     abi = dict(spec.abi)
     # Constants-only headers are internal and come and go between pins; a report skips missing ones.
     abi["constant_headers"] = [h for h in abi.get("constant_headers", []) if (root / h).is_file()]
@@ -149,14 +186,14 @@ def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.
 
 def cmd_diff(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
-    spec = _load(args.engine)
+    spec = _load(args.engine or _engine_for([args.pin_a, args.pin_b]))
     targets = args.target or None
     a = snapshot_pin(args.pin_a, spec, targets)
     b = snapshot_pin(args.pin_b, spec, targets)
     if args.used:
-        used = set(load_committed(spec.name).get("used") or [])
+        used = set(load_committed(spec.name, spec.surface_path).get("used") or [])
         a, b = surf.filter_surface(a, used), surf.filter_surface(b, used)
-    changes = diff(a, b)
+    changes = diff(a, b, version_macro=version_macro(spec.abi))
     seconds = time.perf_counter() - t0
     if args.json:
         from harness.cli import print_json
@@ -166,7 +203,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
                     "changes": [{"group": c.group, "kind": c.kind, "line": str(c)} for c in changes]})
     elif args.markdown:
         footer = (f"_{len(changes)} differences on {', '.join(b['targets'])}; generated by "
-                  f"`harness abi diff {args.pin_a} {args.pin_b}` in {seconds:.1f} s._")
+                  f"`harness abi diff {args.pin_a} {args.pin_b} --engine {spec.name}` in {seconds:.1f} s._")
         sys.stdout.write(render_markdown(changes, old=f"{spec.name} {args.pin_a}",
                                          new=f"{spec.name} {args.pin_b}", footer=footer))
     else:

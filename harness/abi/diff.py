@@ -3,6 +3,10 @@
 Targets are diffed one by one and identical messages are folded: a change seen
 on every target is reported once, one seen on some targets only ends with
 ``on <triple>, ...`` (``llama_model_params: size 72 -> 80 on arm64-apple-darwin``).
+
+When the engine declares an ABI version macro (``abi.version_macro`` in its descriptor), a
+change of that macro is reported first, as "the engine's declared ABI version moved from
+3 to 4", not among the ordinary constants.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 from harness.abi.surface import Flat, split
 
 GROUPS: tuple[tuple[str, str], ...] = (
+    ("abi_version", "Declared ABI version"),
     ("targets", "Targets"),
     ("functions", "Functions"),
     ("structs", "Structs"),
@@ -208,10 +213,48 @@ def diff_flat(a: Flat, b: Flat) -> list[tuple[str, str, str]]:
     return result
 
 
-def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
-    """All differences from surface ``a`` to ``b`` (merged form), folded across targets."""
+def _values(flats: Mapping[str, Flat], macro: str) -> list[Any]:
+    """The macro's distinct values across targets (absent: None), in target order."""
+    out: list[Any] = []
+    for flat in flats.values():
+        v = flat.get("constants", {}).pop(macro, None)
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def declared_version_change(a: Mapping[str, Flat], b: Mapping[str, Flat], macro: str) -> Change | None:
+    """How the declared ABI version ``macro`` moved from ``a`` to ``b`` (None: it did not).
+
+    Removes the macro from the flats' constants: it is reported here, not as a constant.
+    """
+    va, vb = _values(a, macro), _values(b, macro)
+    if va == vb:
+        return None
+
+    def show(vs: list[Any]) -> str:
+        return " / ".join("(none)" if v is None else fmt(v) for v in vs)
+
+    if va == [None]:
+        message = f"the engine's declared ABI version {macro} appeared ({show(vb)})"
+    elif vb == [None]:
+        message = f"the engine's declared ABI version {macro} is gone from the headers (was {show(va)})"
+    else:
+        message = f"the engine's declared ABI version moved from {show(va)} to {show(vb)} ({macro})"
+    return Change(group="abi_version", kind="changed", message=message)
+
+
+def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, version_macro: str | None = None) -> list[Change]:
+    """All differences from surface ``a`` to ``b`` (merged form), folded across targets.
+
+    ``version_macro``: the engine's declared ABI version macro; its change comes first.
+    """
     fa, fb = split(a), split(b)
     changes: list[Change] = []
+    if version_macro:
+        moved = declared_version_change(fa, fb, version_macro)
+        if moved is not None:
+            changes.append(moved)
     for t in fa:
         if t not in fb:
             changes.append(Change(group="targets", kind="removed", message=f"target {t}: removed"))
@@ -229,9 +272,9 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
     return changes
 
 
-def diff_surfaces(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+def diff_surfaces(a: Mapping[str, Any], b: Mapping[str, Any], *, version_macro: str | None = None) -> list[str]:
     """One line per difference, e.g. ``llama_batch_init: parameter 2 int32_t -> int64_t``."""
-    return [str(c) for c in diff(a, b)]
+    return [str(c) for c in diff(a, b, version_macro=version_macro)]
 
 
 # --------------------------------------------------------------------------- markdown

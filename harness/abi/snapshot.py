@@ -319,8 +319,13 @@ def parse_target(
     defines: Sequence[str] = (),
     constant_headers: Sequence[str] = (),
     constant_pattern: str = CONSTANT_PATTERN,
+    keep_constants: Sequence[str] = (),
 ) -> Flat:
-    """One target's flat surface. Raises :class:`AbiError` on any parse error."""
+    """One target's flat surface. Raises :class:`AbiError` on any parse error.
+
+    Macros named in ``keep_constants`` (the engine's declared ABI version) are kept whatever
+    ``constant_pattern`` says.
+    """
     root = root.resolve()
     umbrella = root.parent / f".harness-abi-umbrella-{root.name}.c"
     wanted = [*headers, *constant_headers]
@@ -345,7 +350,8 @@ def parse_target(
     col = _Collector(root, {(root / h).resolve() for h in constant_headers})
     flat = col.run(tu)
     pattern = re.compile(constant_pattern)
-    flat["constants"] = {k: v for k, v in evaluate_macros(col.macros).items() if pattern.search(k)}
+    keep = set(keep_constants)
+    flat["constants"] = {k: v for k, v in evaluate_macros(col.macros).items() if k in keep or pattern.search(k)}
     return flat
 
 
@@ -358,6 +364,7 @@ def snapshot_headers(
     defines: Sequence[str] = (),
     constant_headers: Sequence[str] = (),
     constant_pattern: str = CONSTANT_PATTERN,
+    keep_constants: Sequence[str] = (),
     meta: Mapping[str, Any] | None = None,
 ) -> Surface:
     """The merged, fingerprinted surface of ``headers`` (relative to ``root``) on ``targets``.
@@ -371,7 +378,8 @@ def snapshot_headers(
         _write_shim(shim)
         flats = {
             t: parse_target(root, headers, include_dirs, t, shim_dir=shim, defines=defines,
-                            constant_headers=constant_headers, constant_pattern=constant_pattern)
+                            constant_headers=constant_headers, constant_pattern=constant_pattern,
+                            keep_constants=keep_constants)
             for t in targets
         }
     info: dict[str, Any] = {"headers": list(headers), "include_dirs": list(include_dirs)}

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from harness.errors import HostError, SubprocessError, UsageError
 
-#: Identifiers that can name an engine symbol, a type or an enum constant in C/C++ sources.
-SOURCE_IDENT = re.compile(r"\b(?:llama|ggml|gguf|LLAMA|GGML|GGUF)_\w+")
+#: Every C identifier: the default ``abi.used_pattern``; the surface's own names filter the result.
+#: An engine with prefixed names may narrow it in its descriptor (fewer names to intersect).
+SOURCE_IDENT = re.compile(r"\b[A-Za-z_]\w*")
 SOURCE_SUFFIXES = frozenset({".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".inl"})
 _ELF = b"\x7fELF"
 _MACHO = {b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe", b"\xca\xfe\xba\xbe"}
@@ -47,8 +48,8 @@ def undefined_symbols(binary: Path) -> set[str]:
 def source_identifiers(paths: Iterable[Path], pattern: str | None = None) -> set[str]:
     """Engine-looking identifiers in C/C++ sources (files, or directories walked recursively).
 
-    :param pattern: regex of identifiers to collect (the descriptor's ``abi.used_pattern``,
-        for engines whose API is not prefixed like ggml's); default :data:`SOURCE_IDENT`.
+    :param pattern: regex of identifiers to collect (the descriptor's ``abi.used_pattern``);
+        default :data:`SOURCE_IDENT`, every identifier.
     """
     ident = re.compile(pattern) if pattern else SOURCE_IDENT
     names: set[str] = set()

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.audit.isa import audit_artifact
 from harness.cli import add_json_flag, print_json
 from harness.errors import ArtifactError, AuditError
 
@@ -22,9 +21,9 @@ ldtilecfg loads a config with non-zero rows and column bytes.
 Nothing is executed: every level is audited on any x86-64 host, also the levels this
 CPU cannot run. Exit 0 when every level is clean, 17 (AuditError) otherwise.
 
-examples:
-  harness audit isa llamacpp --variant cpu
-  harness audit isa stable-diffusion.cpp --variant cpu --json
+examples (`harness engines` lists the engine names):
+  harness audit isa ENGINE --variant cpu
+  harness audit isa ENGINE --variant cpu --json
 """
 
 
@@ -43,6 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def audit_engine(engine_name: str, variant: str = "cpu", artifact: Path | None = None) -> dict[str, Any]:
     """Audit one engine's artifact; returns the report (``clean``, ``levels``) without raising on findings."""
     from harness import pipeline
+    from harness.audit.isa import audit_artifact
     from harness.build import artifact_dir
     from harness.engines import load_engine
     from harness.host import normalize_arch

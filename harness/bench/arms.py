@@ -71,7 +71,7 @@ class ArmSpec:
     """One side of a benchmark: which arm kind, a display name, and its options."""
 
     kind: str
-    """Arm kind, resolved by the ``harness_bench_arm`` hook (``backend``, ``xllamacpp``, ``fake``)."""
+    """Arm kind, resolved by the ``harness_bench_arm`` hook (``backend``, ``fake``, and the engines' own)."""
     name: str
     """Label used in progress, tables and plots."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -165,7 +165,7 @@ def create_arm(spec: ArmSpec, role: str, extra_plugins: Sequence[str] = ()) -> A
     arm = pm.hook.harness_bench_arm(kind=spec.kind, options={**spec.options, "_role": role})
     if arm is None:
         msg = (f"no plugin provides bench arm kind {spec.kind!r} (arm {role}, {spec.name!r}); "
-               "expected one of the built-in kinds (backend, xllamacpp, fake) or a plugin's; "
+               "expected the built-in kind fake, or one an engine plugin provides; "
                "`harness plugins` lists which plugins implement harness_bench_arm")
         raise BenchError(msg)
     missing = [m for m in ("warmup", "measure", "describe", "close") if not callable(getattr(arm, m, None))]

@@ -6,27 +6,30 @@ import argparse
 import dataclasses
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from harness import progress
-from harness.bench.abba import BenchConfig, run_abba
-from harness.bench.arms import ArmSpec
-from harness.bench.report import Comparison, compare, write_report
-from harness.bench.stats import Analysis, Interval, analyze
 from harness.cli import add_json_flag, print_json
 from harness.errors import BenchError, UsageError
+
+if TYPE_CHECKING:  # the heavy modules (scipy, matplotlib) load only when a command runs
+    from harness.bench.arms import ArmSpec
+    from harness.bench.report import Comparison
+    from harness.bench.stats import Analysis, Interval
 
 BENCH_EPILOG = """\
 arms are KIND[:key=value,...]; A is the baseline, B the candidate:
   harness bench --a fake --b fake:slowdown=1.1        a synthetic 10% regression
   harness bench --aa --a fake                         an arm against itself (interval must contain 1.0)
-  harness bench --a xllamacpp:model=M.gguf --b backend:variant=cpu,model=M.gguf
-  harness bench --concurrency 1 --a llama-bench:pin=0.3.35,model=M.gguf --b llama-bench:pin=0.3.36,model=M.gguf
-      old pin vs new pin: each pin's recipe (descriptor, patches, ABI surface) comes from the newest
-      commit of any branch or tag that pinned it (or rev=GITREV); missing artifacts are built first
+  harness bench --a PEER:model=M.gguf --b backend:variant=cpu,model=M.gguf
+      our engine against a peer baseline arm an engine plugin provides (README: the kinds)
+  harness bench --concurrency 1 --a TOOL:pin=OLD,model=M.gguf --b TOOL:pin=NEW,model=M.gguf
+      old pin vs new pin through an engine's own benchmark tool arm: each pin's recipe (descriptor,
+      patches, ABI surface) comes from the newest commit of any branch or tag that pinned it (or
+      rev=GITREV); missing artifacts are built first
 """
 
 
@@ -92,6 +95,11 @@ def prepare_arm(spec: ArmSpec) -> ArmSpec:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from harness.bench.abba import BenchConfig, run_abba
+    from harness.bench.arms import ArmSpec
+    from harness.bench.report import write_report
+    from harness.bench.stats import analyze
+
     a = prepare_arm(ArmSpec.parse(args.a))
     if args.aa:
         if args.b:
@@ -175,6 +183,8 @@ def _print_bench(analysis: Analysis, directory: Path) -> None:
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
+    from harness.bench.report import compare
+
     comp = compare(args.old, args.new, min_pct=args.min_pct)
     if args.json:
         print_json(comp.as_dict())

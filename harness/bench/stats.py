@@ -57,11 +57,6 @@ def metric_key(metric: str, concurrency: int) -> str:
     return f"{metric}@c{concurrency}"
 
 
-def split_key(key: str) -> tuple[str, int]:
-    metric, _, c = key.partition("@c")
-    return metric, int(c)
-
-
 def sample_value(sample: Sample, metric: str) -> float:
     if metric == "ttft_ms":
         return sample.ttft_s * 1000.0

@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import re
-import subprocess
 from pathlib import Path
 
 from rich.table import Table
 
 from harness import host as hostmod
-from harness import paths, pipeline, recipes
+from harness import paths, pipeline, progress, recipes
 from harness.abi.check import check_engine
 from harness.artifacts import find_artifacts, package, status
-from harness.build import build
+from harness.build import artifact_dir, build, smoke_cpu_level
 from harness.cli import add_json_flag, print_json
 from harness.commands.core import _stdout_table
 from harness.engines import load_engine
 from harness.errors import UsageError
-from harness.matrix import get_variant, load_matrix, select
+from harness.matrix import engine_support, get_variant, load_matrix, select
 from harness.plugin import get_manager
+from harness.types import EngineSpec, Variant
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,7 +26,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Fetch, patch and build ENGINE for matrix rows. Idempotent: with nothing "
                        "changed it does no work and says so.")
     p.add_argument("engine")
-    p.add_argument("--variant", default="cpu", help="matrix row(s), fnmatch, comma-separated (default: cpu)")
+    p.add_argument("--variant", default="cpu",
+                   help="matrix row(s), fnmatch, comma-separated (default: cpu); a row the engine does not build "
+                   "(its descriptor's variants: list or intent map) is refused when named, skipped when matched "
+                   "by a wildcard")
     p.add_argument("--define", action="append", default=[], metavar="K=V", help="extra CMake cache entry (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when the stamp matches")
     g = p.add_mutually_exclusive_group()
@@ -61,14 +63,29 @@ def parse_defines(items: list[str]) -> dict[str, str]:
     return out
 
 
-def selected_cpu_variant(artifact: Path) -> str | None:
-    """Which ``libggml-cpu-*`` the host selects, from the backend loader's own log line."""
-    bench = artifact / "bin" / "llama-bench"
-    if not bench.exists():
-        return None
-    r = subprocess.run([str(bench), "--list-devices"], capture_output=True, text=True, timeout=60, check=False)
-    m = re.search(r"loaded CPU backend from \S*libggml-cpu-(\w+)\.so", r.stdout + r.stderr)
-    return m.group(1) if m else None
+def supported_rows(engine: EngineSpec, patterns: str) -> tuple[list[Variant], list[tuple[Variant, str]]]:
+    """The selected rows ``engine`` builds, and those it does not with the reason.
+
+    A row named exactly (no wildcard) that the engine does not build is an error; rows a
+    wildcard picked up are skipped with their reason.
+    """
+    chosen = select(load_matrix(), patterns)
+    exact = {p for p in patterns.split(",") if p and not any(c in p for c in "*?[")}
+    rows, skipped = [], []
+    for v in chosen:
+        reason = engine_support(engine, v)
+        if reason is None:
+            rows.append(v)
+        elif v.name in exact:
+            msg = f"variant {v.name} is {reason}"
+            raise UsageError(msg)
+        else:
+            skipped.append((v, reason))
+    if not rows:
+        msg = (f"no variant matching {patterns!r} is built by {engine.name}: "
+               + "; ".join(f"{v.name}: {r}" for v, r in skipped))
+        raise UsageError(msg)
+    return rows, skipped
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -77,7 +94,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     if engine.recipe_commit and not args.json:
         print(f"recipe: {engine.name} {engine.pin} from commit {engine.recipe_commit[:12]}")
     host = hostmod.probe()
-    variants = select(load_matrix(), args.variant)
+    variants, skipped = supported_rows(engine, args.variant)
+    for v, reason in skipped:
+        progress.info(f"skipping {v.name}: {reason}")
     tree = pipeline.patched_tree(engine, pm)
     # The ABI check runs before any build: seconds, not a wasted half hour.
     abi = check_engine(engine, tree.path)
@@ -87,13 +106,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     for v in variants:
         r = build(pm, engine, v, tree, host, overrides=parse_defines(args.define), force=args.force,
                   abi_fingerprint=abi.fingerprint)
-        cpu = selected_cpu_variant(r.artifact) if v.defines.get("GGML_BACKEND_DL") == "ON" else None
+        cpu = smoke_cpu_level(engine, v, r.artifact)
         results.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
                         "seconds": round(r.seconds, 2), "selected_cpu_variant": cpu})
         if not args.json:
             verb = "built" if r.built else "up to date, nothing to do"
             print(f"{engine.name} {engine.pin} {v.name}: {verb} ({r.seconds:.1f} s)"
-                  + (f"; host selects libggml-cpu-{cpu}" if cpu else "") + f"\n{r.artifact}")
+                  + (f"; host selects CPU level {cpu}" if cpu else "") + f"\n{r.artifact}")
     if args.json:
         print_json(results)
     return 0
@@ -125,8 +144,7 @@ def cmd_package(args: argparse.Namespace) -> int:
     names = [v for v in args.variants.split(",") if v]
     dirs = []
     for n in names:
-        get_variant(n, rows)
-        d = paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{n}"
+        d = artifact_dir(engine, get_variant(n, rows))
         if not d.is_dir():
             msg = f"no artifact for variant {n} at {d}: run harness build {engine.name} --variant {n}"
             raise UsageError(msg)

@@ -12,11 +12,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("qualify", help="run the whole pipeline for the engine pin on this host and write a report",
                        description="fetch, patch, ABI check, build every default buildable variant, build the "
                        "backend, fetch the fixture models, run the e2e specs per variant, the cross-variant check "
-                       "and an ABBA benchmark of our cpu build against the xllamacpp peer; writes "
+                       "and an ABBA benchmark of our cpu build against the engine's peer baseline; writes "
                        "reports/<timestamp>-qualify-<engine>/qualify.{md,json}. Exit 1 when a stage failed. "
                        "Moving a pin? Add --old-pin OLD (or --old-rev main) for the pull request's material: the "
-                       "API/ABI diff and old-vs-new llama-bench figures in the same report.")
-    p.add_argument("engine", nargs="?", default="llamacpp")
+                       "API/ABI diff and old-vs-new figures of the engine's own benchmark tool in the same report.")
+    p.add_argument("engine", nargs="?", default=None, help="engine name (default: the default text engine)")
     p.add_argument("--blocks", type=int, default=4, help="ABBA blocks (default 4)")
     p.add_argument("--pn", type=int, default=512, help="bench prompt tokens (default 512)")
     p.add_argument("--gn", type=int, default=128, help="bench generated tokens (default 128)")
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--old-pin", metavar="VERSION",
                    help="also compare with the pin this one replaces: the API/ABI diff and an ABBA run of both "
-                   "cpu artifacts' llama-bench (the old recipe comes from git history and is built when needed)")
+                   "cpu artifacts' own benchmark tool (the old recipe comes from git history and is built when needed)")
     g.add_argument("--old-rev", metavar="GITREV", help="like --old-pin, naming the commit/branch (e.g. main)")
     p.add_argument("--out", type=Path, help="reports directory (default: reports/ in the checkout)")
     add_json_flag(p)

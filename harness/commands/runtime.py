@@ -9,7 +9,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from harness import paths
 from harness.backend import build_backend
 from harness.cli import add_json_flag, print_json
 from harness.commands.core import _stdout_table
@@ -30,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("engine", help="inspect installed backend variants")
     esub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     q = esub.add_parser("info", help="installed variants in priority order, and why any is rejected")
-    q.add_argument("engine", nargs="?", default="llamacpp")
+    q.add_argument("engine", nargs="?", default=None, help="engine name (default: the default text engine)")
     add_json_flag(q)
     q.set_defaults(func=cmd_engine_info)
 
@@ -46,9 +45,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_build_backend(args: argparse.Namespace) -> int:
+    from harness.build import artifact_dir
+
     engine = load_engine(args.engine)
-    get_variant(args.variant)
-    artifact = paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{args.variant}"
+    artifact = artifact_dir(engine, get_variant(args.variant))
     if not artifact.is_dir():
         msg = f"no artifact at {artifact}: run harness build {engine.name} --variant {args.variant} first"
         raise UsageError(msg)
@@ -64,12 +64,13 @@ def cmd_build_backend(args: argparse.Namespace) -> int:
 
 
 def cmd_engine_info(args: argparse.Namespace) -> int:
+    from harness import registry
     from harness.runtime import discovery, levels
-    from harness.runtime.engine import ENGINE, _committed_fingerprint
 
-    engine = load_engine(args.engine)
-    cands = discovery.discover(engine.name, engine.pin, _committed_fingerprint())
-    forced = discovery.choose_or_none(engine.name, engine.pin, _committed_fingerprint())
+    engine = load_engine(args.engine or registry.default("text").name)
+    fingerprint = discovery.committed_fingerprint(engine.name)
+    cands = discovery.discover(engine.name, engine.pin, fingerprint)
+    forced = discovery.choose_or_none(engine.name, engine.pin, fingerprint)
     rows = [{"name": c.name, "variant": c.variant, "package": c.package, "location": str(c.location),
              "accepted": c.accepted, "reason": c.reason, "pin": c.identity.get("pin"),
              "abi_fingerprint": c.identity.get("abi_fingerprint"), "selected": forced is not None and c.name == forced.name}
@@ -77,7 +78,7 @@ def cmd_engine_info(args: argparse.Namespace) -> int:
     level_lines: list[str] = []
     if forced is not None and levels.cpu_levels(forced.location / "lib"):
         # The level the selected variant loads here: forced, or what passed the smoke probe.
-        sel = levels.select(forced.location / "lib", probe=engine.name == ENGINE)
+        sel = levels.select(forced.location / "lib", probe=registry.get(engine.name).probe_model is not None)
         level_lines = sel.describe()
         for r in rows:
             if r["selected"]:

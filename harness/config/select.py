@@ -20,7 +20,6 @@ import pluggy
 
 from harness.config.facts import model_facts
 from harness.config.model import ModelConfig
-from harness.errors import ConfigError, UnknownNameError
 from harness.types import HostInfo, MatchResult
 
 # ---------------------------------------------------------------------------
@@ -70,7 +69,8 @@ class Selection:
         if self.declared is not None:
             mine = [r for r in self.results if r.engine == self.declared]
             if not mine:
-                return f"backend {self.declared!r} is not a registered engine plugin"
+                return (f"backend {self.declared!r} is not a known engine (no plugin registers it and "
+                        "no engine descriptor has that name)")
             return f"backend {self.declared!r} rejects this model: {mine[0].reason}"
         if not self.results:
             return "no engine plugin is registered"
@@ -84,19 +84,31 @@ class Selection:
                 "reason": self.reason, "results": [one(r) for r in self.results], "facts": self.facts}
 
 
-def engine_names(pm: pluggy.PluginManager) -> list[str]:
-    """Engine names of every registered plugin, in registration order, without repeats."""
+def engine_names(pm: pluggy.PluginManager, described: Iterable[str] = ()) -> list[str]:
+    """Engine names of every registered plugin, in registration order, then engines that only
+    have a descriptor (``described``), without repeats."""
     out: list[str] = []
     # pluggy calls the last-registered plugin first; built-ins were registered first.
     for group in reversed(pm.hook.harness_engine_names()):
         out += [n for n in group or () if n not in out]
-    return out
+    return out + [n for n in dict.fromkeys(described) if n not in out]
 
 
-def ask_engines(facts: dict[str, Any], host: HostInfo, pm: pluggy.PluginManager) -> list[MatchResult]:
-    """One answer per engine; an engine nobody answers for, or whose plugin fails, is a rejection."""
+def ask_engines(facts: dict[str, Any], host: HostInfo, pm: pluggy.PluginManager,
+                described: Iterable[str] = ()) -> list[MatchResult]:
+    """One answer per engine; an engine nobody answers for, or whose plugin fails, is a rejection.
+
+    An engine in ``described`` that no plugin registers is known (a descriptor exists) but
+    cannot serve models: its rejection says so.
+    """
+    registered = set(engine_names(pm))
     results: list[MatchResult] = []
-    for name in engine_names(pm):
+    for name in engine_names(pm, described):
+        if name not in registered:
+            results.append(MatchResult(engine=name, ok=False,
+                                       reason="the engine has a descriptor but no plugin yet: it cannot serve "
+                                              "models (its configs are checked against the shared schema only)"))
+            continue
         try:
             answers = [r for r in pm.hook.harness_engine_match(engine=name, model=facts, host=host)
                        if isinstance(r, MatchResult)]
@@ -122,90 +134,20 @@ def select_engine(
     *,
     pm: pluggy.PluginManager | None = None,
     models_dir: Path | None = None,
+    described: Iterable[str] | None = None,
 ) -> Selection:
-    """Ask every engine plugin about ``config``'s model on ``host``."""
+    """Ask every engine about ``config``'s model on ``host``.
+
+    With the default plugin manager, engines that only have a descriptor are listed too (as
+    rejections that say why); a caller's own ``pm`` is its own world unless ``described`` is given.
+    """
     if pm is None:
+        from harness.engines import engine_names as descriptor_names
         from harness.plugin import get_manager
 
         pm = get_manager()
+        described = descriptor_names() if described is None else described
     facts = model_facts(config, models_dir)
-    results = ask_engines(facts, host, pm)
+    results = ask_engines(facts, host, pm, described or ())
     return Selection(chosen=choose(results, config.backend), results=tuple(results), facts=facts,
                      declared=config.backend)
-
-
-# ---------------------------------------------------------------------------
-# speculative decoding
-# ---------------------------------------------------------------------------
-
-#: Engine name -> the launch surface its speculative decoding is spelled in.
-SPECULATIVE_SURFACES: dict[str, str] = {
-    "vllm": "vllm", "vllm-cpp": "vllm", "sglang": "sglang", "llamacpp": "llamacpp",
-    "llama.cpp": "llamacpp",
-}
-
-
-def _norm(value: Any) -> str | None:
-    return str(value).strip().lower() if value not in (None, "") else None
-
-
-def check_draft(target: dict[str, Any], draft: dict[str, Any]) -> None:
-    """Refuse a draft whose family or size differs from the target's (never silently degrade)."""
-    for key in ("family", "size"):
-        t, d = _norm(target.get(key)), _norm(draft.get(key))
-        if t is None or d is None:
-            msg = (f"cannot confirm the draft model matches the target: {key} unknown "
-                   f"(target {target.get(key)!r}, draft {draft.get(key)!r}); refusing the draft. "
-                   "Use a draft with GGUF metadata (general.basename, general.size_label) or name it")
-            raise ConfigError(msg)
-        if t != d:
-            msg = (f"draft model {key} {draft.get(key)!r} does not match the target's "
-                   f"{target.get(key)!r}; a mismatched draft is refused, not silently degraded. "
-                   "Use the target's own MTP draft")
-            raise ConfigError(msg)
-
-
-def translate_speculative(
-    engine: str,
-    *,
-    method: str = "mtp",
-    num_tokens: int = 1,
-    user_config: dict[str, Any] | None = None,
-    target: dict[str, Any] | None = None,
-    draft: dict[str, Any] | None = None,
-    draft_path: str | None = None,
-) -> dict[str, Any]:
-    """Launch arguments enabling speculative decoding on ``engine``.
-
-    vLLM: ``speculative_config {method: mtp, ...}``; SGLang: ``NEXTN``; llama.cpp:
-    ``draft-mtp``. An explicit ``user_config`` is the engine's own spelling and is
-    kept as is. When ``draft`` facts are given they must match ``target``'s family
-    and size, else :class:`ConfigError`. Measure before enabling: it pays only when
-    a draft step is cheap next to a target step.
-    """
-    surface = SPECULATIVE_SURFACES.get(engine)
-    if surface is None:
-        raise UnknownNameError("engine for speculative decoding", engine, SPECULATIVE_SURFACES)
-    if draft is not None:
-        check_draft(target or {}, draft)
-    if num_tokens < 1:
-        msg = f"speculative decoding needs at least 1 draft token, found {num_tokens}"
-        raise ConfigError(msg)
-    if user_config is not None:
-        return {"speculative_config": dict(user_config)} if surface == "vllm" else dict(user_config)
-    if surface == "vllm":
-        cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": num_tokens}
-        if draft_path:
-            cfg["model"] = draft_path
-        return {"speculative_config": cfg}
-    if method != "mtp":
-        msg = (f"{engine}: only method 'mtp' translates automatically, found {method!r}; "
-               "give the engine's own speculative settings explicitly")
-        raise ConfigError(msg)
-    if surface == "sglang":
-        return {"speculative_algorithm": "NEXTN", "speculative_num_steps": num_tokens,
-                "speculative_eagle_topk": 1, "speculative_num_draft_tokens": num_tokens + 1}
-    out: dict[str, Any] = {"spec_type": "draft-mtp", "draft_max": num_tokens}
-    if draft_path:
-        out["model_draft"] = draft_path
-    return out

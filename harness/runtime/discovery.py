@@ -139,6 +139,17 @@ def import_core(c: Candidate) -> Any:
     return importlib.import_module(f"{c.package}._core")
 
 
+def committed_fingerprint(engine: str) -> str | None:
+    """The ABI fingerprint of ``abi/<engine>/surface.json``: what a backend must have been built against."""
+    from harness.paths import project_root
+
+    p = project_root() / "abi" / engine / "surface.json"
+    try:
+        return str(json.loads(p.read_text())["fingerprint"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
 def choose_or_none(engine: str, pin: str, abi_fingerprint: str | None) -> Candidate | None:
     try:
         return choose(engine, pin, abi_fingerprint)

@@ -133,12 +133,13 @@ class Selection:
 
 
 def _probe_model() -> Path:
-    from harness.models.tiny import write_tiny_llama
+    from harness import registry
 
-    path = paths.models_dir() / "tiny-llama-s0-Q4_1.gguf"
-    if not path.is_file():
-        write_tiny_llama(path, quant="Q4_1")
-    return path
+    impl = registry.default("text")
+    if impl.probe_model is None:
+        msg = f"engine {impl.name} provides no model for the CPU-level smoke probe"
+        raise BackendError(msg)
+    return impl.probe_model()
 
 
 @dataclass(frozen=True, kw_only=True)

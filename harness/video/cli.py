@@ -25,7 +25,7 @@ from harness.video.request import load_request
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    video = sub.add_parser("video", help="generate or check video requests (MiniMax-H3 style)")
+    video = sub.add_parser("video", help="generate or check video requests (text/keyframes to video with audio)")
     vsub = video.add_subparsers(dest="video_command", metavar="ACTION")
 
     p = vsub.add_parser("generate", help="render a request into a verified MP4 (H.264 + AAC)",

@@ -34,7 +34,7 @@ def _variants(config: pytest.Config) -> list[str]:
     try:
         from harness.engines import load_engine
         from harness.runtime import discovery
-        from harness.runtime.engine import _committed_fingerprint
+        from harness_plugins.llamacpp.engine import _committed_fingerprint
 
         spec = load_engine("llamacpp")
         found = [c.variant for c in discovery.discover("llamacpp", spec.pin, _committed_fingerprint()) if c.accepted]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import sys
 import sysconfig
@@ -20,6 +19,8 @@ from harness.abi.check import check_tree, differences, snapshot_config
 from harness.abi.used import source_identifiers, undefined_symbols, used_from
 from harness.errors import AbiError, SourceError, UsageError
 from harness.types import EngineSpec, SourceSpec
+
+from .test_index import isolate_pip, write_project
 
 HEADER = """\
 #include <stdint.h>
@@ -108,8 +109,12 @@ def test_used_from_sources(tmp_path: Path) -> None:
     src.mkdir()
     (src / "engine.cpp").write_text("auto p = llama_context_default_params();\nx = LLAMA_VOCAB_TYPE_SPM; foo_llama_x();\n")
     (src / "notes.txt").write_text("llama_ignored")
-    assert source_identifiers([src]) == {"llama_context_default_params", "LLAMA_VOCAB_TYPE_SPM"}
-    assert used_from(src) == source_identifiers([src])
+    prefixed = r"\b(?:llama|ggml|gguf|LLAMA|GGML|GGUF)_\w+"
+    assert source_identifiers([src], prefixed) == {"llama_context_default_params", "LLAMA_VOCAB_TYPE_SPM"}
+    assert used_from(src, prefixed) == source_identifiers([src], prefixed)
+    # The default keeps every identifier: the surface's own names filter them (no engine prefix assumed).
+    assert source_identifiers([src]) == {"auto", "p", "llama_context_default_params", "x",
+                                         "LLAMA_VOCAB_TYPE_SPM", "foo_llama_x"}
     with pytest.raises(UsageError):
         used_from(tmp_path / "nope")
 
@@ -129,24 +134,18 @@ def test_used_from_shared_module() -> None:
 # --------------------------------------------------------------------------- pins
 
 
-def test_sdist_version_parsing() -> None:
-    v = pins._sdist_version
-    assert str(v("llama_cpp_python-0.3.16.tar.gz", "llama-cpp-python")) == "0.3.16"
-    assert str(v("llama-cpp-python-0.2.1.zip", "llama_cpp_python")) == "0.2.1"
-    assert v("llama_cpp_python-0.3.16-cp311-cp311-linux_x86_64.whl", "llama-cpp-python") is None
-    assert v("other-1.0.tar.gz", "llama-cpp-python") is None
-
-
 def _fake_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A file:// simple index (PIP_INDEX_URL) with the 0.3.16 sdist and a yanked 0.3.15."""
     top = tmp_path / "build" / "llama_cpp_python-0.3.16"
     tree(top / "vendor" / "llama.cpp")
     archive = tmp_path / "llama_cpp_python-0.3.16.tar.gz"
     with tarfile.open(archive, "w:gz") as tf:
         tf.add(top, arcname=top.name)
-    sha = hashlib.sha256(archive.read_bytes()).hexdigest()
-    files = [{"filename": archive.name, "url": archive.as_uri(), "hashes": {"sha256": sha}},
-             {"filename": "llama_cpp_python-0.3.15.tar.gz", "url": "x", "hashes": {"sha256": "0"}, "yanked": True}]
-    monkeypatch.setattr(pins, "_index", lambda package: {"files": files})
+    isolate_pip(monkeypatch)
+    write_project(tmp_path / "mirror", "llama-cpp-python",
+                  {archive.name: archive.read_bytes(), "llama_cpp_python-0.3.15.tar.gz": b"old"},
+                  yanked=("llama_cpp_python-0.3.15.tar.gz",), json_page=False)
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "mirror" / "simple").as_uri())
     return archive
 
 
@@ -156,7 +155,7 @@ def test_fetch_sdist_version_verifies_and_extracts(cache: Path, tmp_path: Path, 
     assert top.name == "llama_cpp_python-0.3.16" and top.is_relative_to(cache)
     path = pins.resolve_pin("0.3.16", package="llama-cpp-python", subdir="vendor/llama.cpp")
     assert (path / "include" / "llama.h").is_file()
-    with pytest.raises(SourceError, match=r"no sdist of llama-cpp-python==0\.3\.15"):
+    with pytest.raises(SourceError, match=r"sdist of llama-cpp-python==0\.3\.15 is not on .* 0\.3\.15 \(yanked\), 0\.3\.16"):
         pins.find_sdist("llama-cpp-python", "0.3.15")
     with pytest.raises(UsageError):
         pins.resolve_pin("not-a-version", package="llama-cpp-python")

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench.real import LlamaBenchArm
 from harness.errors import BenchError
 from harness.recipes import RecipeError
+from harness_plugins.llamacpp.bench import LlamaBenchArm
 
 FAKE = """#!/usr/bin/env python3
 import json, sys

@@ -15,12 +15,9 @@ from harness import hookspec
 from harness.config.facts import model_facts, quantization_from_name, size_from_name
 from harness.config.model import ModelConfig, model_config
 from harness.config.select import (
-    check_draft,
     cuda_wheel_index,
     select_engine,
-    translate_speculative,
 )
-from harness.errors import ConfigError, UnknownNameError
 from harness.types import HostInfo, MatchResult
 
 hookimpl = pluggy.HookimplMarker("harness")
@@ -39,51 +36,6 @@ def test_cuda_wheel_index(version: str | None, index: str | None) -> None:
 
 
 # -- speculative decoding ------------------------------------------------------
-
-
-def test_translate_speculative_per_engine() -> None:
-    assert translate_speculative("vllm", num_tokens=2) == {
-        "speculative_config": {"method": "mtp", "num_speculative_tokens": 2}
-    }
-    assert translate_speculative("sglang")["speculative_algorithm"] == "NEXTN"
-    assert translate_speculative("llamacpp", num_tokens=3, draft_path="/m/d.gguf") == {
-        "spec_type": "draft-mtp", "draft_max": 3, "model_draft": "/m/d.gguf"
-    }
-
-
-def test_explicit_user_config_kept_as_is() -> None:
-    user = {"method": "dflash", "model": "x", "num_speculative_tokens": 7}
-    assert translate_speculative("vllm-cpp", user_config=user) == {"speculative_config": user}
-    assert translate_speculative("sglang", user_config={"speculative_algorithm": "EAGLE"}) == {
-        "speculative_algorithm": "EAGLE"
-    }
-
-
-def test_translate_refuses_unknown_engine_and_method() -> None:
-    with pytest.raises(UnknownNameError, match="did you mean 'sglang'"):
-        translate_speculative("sglan")
-    with pytest.raises(ConfigError, match="only method 'mtp' translates"):
-        translate_speculative("sglang", method="ngram")
-    with pytest.raises(ConfigError, match="at least 1 draft token"):
-        translate_speculative("vllm", num_tokens=0)
-
-
-def test_draft_must_match_family_and_size() -> None:
-    target = {"family": "Qwen3", "size": "32B"}
-    check_draft(target, {"family": "qwen3", "size": "32b"})
-    with pytest.raises(ConfigError) as e:
-        translate_speculative("vllm", target=target, draft={"family": "Qwen3", "size": "0.6B"})
-    assert str(e.value) == (
-        "draft model size '0.6B' does not match the target's '32B'; a mismatched draft is refused, "
-        "not silently degraded. Use the target's own MTP draft"
-    )
-    with pytest.raises(ConfigError, match="family 'Llama'"):
-        check_draft(target, {"family": "Llama", "size": "32B"})
-    with pytest.raises(ConfigError, match="cannot confirm"):
-        check_draft(target, {"family": "Qwen3"})
-
-
-# -- facts -----------------------------------------------------------------------
 
 
 def test_names() -> None:
@@ -198,8 +150,34 @@ def test_select_first_accepting_or_declared() -> None:
     assert sel.chosen is None
     assert sel.reason == "backend 'cu' rejects this model: requires Linux with a CUDA device"
     sel = select_engine(config("x.gguf", backend="nope"), HOST, pm=pm)
-    assert sel.reason == "backend 'nope' is not a registered engine plugin"
+    assert sel.reason == ("backend 'nope' is not a known engine (no plugin registers it and "
+                          "no engine descriptor has that name)")
     assert sel.to_json()["chosen"] is None
+
+
+def test_an_engine_with_only_a_descriptor_is_known_but_cannot_serve() -> None:
+    pm = manager(GgufEngine())
+    sel = select_engine(config("x.gguf", backend="tiny"), HOST, pm=pm, described=["tiny", "gg"])
+    assert [r.engine for r in sel.results] == ["gg", "tiny"]
+    assert sel.chosen is None
+    assert sel.reason.startswith("backend 'tiny' rejects this model: the engine has a descriptor but no plugin")
+    # Without a declared backend the plugin's engine serves; the descriptor-only one is listed as a rejection.
+    sel = select_engine(config("x.gguf"), HOST, pm=pm, described=["tiny"])
+    assert sel.chosen is not None and sel.chosen.engine == "gg"
+    assert [(r.engine, r.ok) for r in sel.results] == [("gg", True), ("tiny", False)]
+
+
+def test_default_manager_lists_descriptor_engines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import harness.plugin as plugin
+
+    engines = tmp_path / "engines"
+    (engines / "tiny").mkdir(parents=True)
+    (engines / "tiny" / "engine.yaml").write_text("name: tiny\n")
+    monkeypatch.setenv("HARNESS_ENGINES_PATH", str(engines))
+    monkeypatch.setattr(plugin, "get_manager", lambda: manager(GgufEngine()))
+    sel = select_engine(config("x.gguf", backend="tiny"), HOST)
+    assert "tiny" in [r.engine for r in sel.results]
+    assert "no plugin yet" in sel.reason
 
 
 def test_select_survives_a_failing_plugin() -> None:

@@ -417,6 +417,7 @@ def test_validate_paths_walks_directories(tmp_path: Path) -> None:
 def test_engines_default_comes_from_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     import harness.config.validate as validate
 
+    monkeypatch.setattr(validate, "described_engines", lambda: frozenset())
     monkeypatch.setattr(validate, "known_engines_from_plugins", lambda: frozenset({"x"}))
     assert Validator().engines == frozenset({"x"})
 
@@ -425,6 +426,27 @@ def test_engines_default_comes_from_plugins(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(validate, "known_engines_from_plugins", broken)
     assert Validator().engines == frozenset()
+
+
+def test_an_engine_with_a_descriptor_is_known_before_its_plugin(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    import harness.config.validate as validate
+
+    engines = tmp_path / "engines"
+    (engines / "tiny").mkdir(parents=True)
+    (engines / "tiny" / "engine.yaml").write_text("name: tiny\n")
+    monkeypatch.setenv("HARNESS_ENGINES_PATH", str(engines))
+    monkeypatch.setattr(validate, "known_engines_from_plugins", lambda: frozenset({"x"}))
+    assert Validator().engines >= {"x", "tiny"}
+    text = "name: m\nbackend: tiny\nparameters:\n  model: m.gguf\n"
+
+    def diags() -> list[str]:
+        return [str(d) for item in Validator().validate_text(text, "m.yaml")
+                for d in (item.diagnostics if isinstance(item, Validated) else [item])]
+
+    assert not [d for d in diags() if ": error: " in d]
+    monkeypatch.delenv("HARNESS_ENGINES_PATH")
+    assert any("backend 'tiny' is not a registered engine plugin" in d for d in diags())
 
 
 def test_plugin_config_checks_add_located_diagnostics() -> None:

@@ -26,8 +26,8 @@ FAKE_CORE = Path(__file__).parents[1] / "fakes" / "backend_core.py"
 @pytest.fixture
 def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     from harness.engines import load_engine
-    from harness.models.tiny import write_tiny_llama
-    from harness.runtime.engine import _committed_fingerprint
+    from harness_plugins.llamacpp.engine import _committed_fingerprint
+    from harness_plugins.llamacpp.tiny import write_tiny_llama
 
     pin = load_engine("llamacpp").pin
     root = tmp_path / "backends"
@@ -79,7 +79,7 @@ def test_complete_names_the_signal(fake_env: dict[str, str]) -> None:
 
 
 def test_cross_variant_reports_crash_and_keeps_others(fake_env: dict[str, str]) -> None:
-    from harness.runtime.crossvariant import cross_variant
+    from harness_plugins.llamacpp.crossvariant import cross_variant
 
     r = cross_variant(Path(fake_env["FAKE_MODEL"]), variants=["crashy", "steady"])
     rows = {x["label"]: x for x in r["runs"]}

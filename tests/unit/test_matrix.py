@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import pytest
-from harness_plugins.variant_cuda import arch_satisfies
 
 from harness.errors import UnknownNameError
 from harness.matrix import buildability, load_matrix, select
 from harness.plugin import make_manager
 from harness.types import GpuInfo, HostInfo, ToolInfo
+from harness_plugins.variant_cuda import arch_satisfies
 
 
 def fake_host(**kw: object) -> HostInfo:
@@ -32,7 +32,7 @@ def _b(rows, name, host):  # type: ignore[no-untyped-def]
 def test_every_design_row_exists(rows) -> None:  # type: ignore[no-untyped-def]
     assert {r.name for r in rows} >= {"cpu", "cpu-native", "cuda", "vulkan", "metal", "mlx"}
     cpu = select(rows, "cpu")[0]
-    assert cpu.defines["GGML_BACKEND_DL"] == "ON" and cpu.defines["GGML_CPU_ALL_VARIANTS"] == "ON"
+    assert cpu.intent == {"cpu_levels": "runtime"}
 
 
 def test_cpu_builds_on_linux(rows) -> None:  # type: ignore[no-untyped-def]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HostError, ModelError, SubprocessError
-from harness.models import convert
-from harness.models.convert import (
+from harness_plugins.llamacpp import convert
+from harness_plugins.llamacpp.convert import (
     check_hf_dir,
     convert_hf_dir,
     converted_path,

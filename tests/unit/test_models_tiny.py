@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader, GGUFValueType
 
-from harness.models.tiny import (
+from harness_plugins.llamacpp.tiny import (
     BOS_ID,
     CHATML_TEMPLATE,
     EOS_ID,

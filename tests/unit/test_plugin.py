@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.plugin import BUILTIN_PLUGINS, DISABLE_AUTOLOAD_ENV, describe, hookimpl, make_manager
+from harness.plugin import DISABLE_AUTOLOAD_ENV, builtin_plugins, describe, hookimpl, make_manager
 
 
 def test_builtins_registered_in_declared_order() -> None:
     pm = make_manager(autoload=False)
     names = [n for n, _ in pm.list_name_plugin()]
-    assert names == [n for n, _ in BUILTIN_PLUGINS]
+    assert names == [n for n, _ in builtin_plugins()]
 
 
 def test_extra_plugin_registered_after_builtins_and_called_first() -> None:
@@ -23,7 +23,7 @@ def test_extra_plugin_registered_after_builtins_and_called_first() -> None:
 
     pm = make_manager(autoload=False, extra=(Late(),))
     names = [n for n, _ in pm.list_name_plugin()]
-    assert names[: len(BUILTIN_PLUGINS)] == [n for n, _ in BUILTIN_PLUGINS]
+    assert names[: len(builtin_plugins())] == [n for n, _ in builtin_plugins()]
     # pluggy calls the most recently registered implementation first
     assert pm.hook.harness_source_kinds()[0] == ["late"]
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from harness import paths, recipes
-from harness.bench import real
 from harness.build import BuildResult, artifact_dir
 from harness.errors import BenchError
 from harness.matrix import get_variant
+from harness_plugins.llamacpp import bench as real
 
 OLD_SHA = "1139dbb54509074b70893fab8554e3b079aa9f4d312058ce4018ef0019e3de12"
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import InvalidRequestError
-from harness.runtime.engine import core_params, tri_state
 from harness.runtime.requests import response_schema as _response_schema
 from harness.runtime.requests import tool_choice as _tool_choice
 from harness.runtime.sampling import Sampling
+from harness_plugins.llamacpp.engine import core_params, tri_state
 
 
 @pytest.mark.parametrize(("value", "want"), [(None, 0), (True, 1), (False, 2), (0, 0), (1, 1), (2, 2)])

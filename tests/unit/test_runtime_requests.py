@@ -96,9 +96,9 @@ def test_deep_json_is_refused_without_recursion_error() -> None:
 @pytest.fixture
 def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     from harness.engines import load_engine
-    from harness.models.tiny import write_tiny_llama
     from harness.runtime import Engine
-    from harness.runtime.engine import _committed_fingerprint
+    from harness_plugins.llamacpp.engine import _committed_fingerprint
+    from harness_plugins.llamacpp.tiny import write_tiny_llama
 
     pkg = tmp_path / "backends" / "harness_fake_steady"
     (pkg / "lib").mkdir(parents=True)
@@ -115,7 +115,7 @@ def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_fifo_model_is_refused(tmp_path: Path) -> None:
-    from harness.runtime.models import resolve_model
+    from harness_plugins.llamacpp.models import resolve_model
 
     fifo = tmp_path / "model.gguf"
     os.mkfifo(fifo)

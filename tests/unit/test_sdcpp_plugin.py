@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_plugins import engine_sdcpp as plugin
 
 from harness.abi.used import used_from
 from harness.engines import load_engine
@@ -15,6 +14,7 @@ from harness.errors import VideoError
 from harness.plugin import make_manager
 from harness.types import HostInfo
 from harness.video.job import VideoJob
+from harness_plugins import engine_sdcpp as plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 

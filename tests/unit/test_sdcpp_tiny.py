@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from harness.models.tiny_wan import (
+from harness_plugins.sdcpp.tiny_wan import (
     HEAD_DIM,
     TinyWanConfig,
     dit_tensors,

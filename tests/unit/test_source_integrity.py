@@ -16,12 +16,12 @@ import sys
 import tarfile
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
-import harness_plugins.source_pypi_sdist as sdist
 import pytest
 
 from harness import manifest, paths, pipeline, progress, source
@@ -30,6 +30,8 @@ from harness.errors import ChecksumError, IntegrityError
 from harness.plugin import make_manager
 from harness.source import download, extract_once
 from harness.types import EngineSpec, SourceSpec
+
+from .test_index import isolate_pip, write_project
 
 FILES = {
     "toy-1.0/setup.py": b"print('toy')\n",
@@ -71,9 +73,12 @@ class Toy:
 
 @pytest.fixture
 def toy(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> Toy:
-    served = tmp_path / "index" / "toy-1.0.tar.gz"
-    sha = _targz(served, FILES)
-    monkeypatch.setattr(sdist, "resolve_url", lambda spec: served.as_uri())
+    """The toy engine's sdist on a file:// simple index (the PEP 503 layout) named by PIP_INDEX_URL."""
+    sha = _targz(tmp_path / "build" / "toy-1.0.tar.gz", FILES)
+    isolate_pip(monkeypatch)
+    write_project(tmp_path / "index", "toy", {"toy-1.0.tar.gz": (tmp_path / "build" / "toy-1.0.tar.gz").read_bytes()})
+    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "index" / "simple").as_uri())
+    served = tmp_path / "index" / "files" / "toy-1.0.tar.gz"
     monkeypatch.setattr(progress, "_quiet", False)
     spec = SourceSpec(kind="pypi-sdist", package="toy", version="1.0", filename="toy-1.0.tar.gz",
                       sha256=sha, subdir="vendor/lib")
@@ -267,6 +272,9 @@ def test_wrong_again_is_refused_with_both_hashes_and_the_full_paths(toy: Toy) ->
     assert not toy.archive.exists()
 
 
+real_urlopen = urllib.request.urlopen
+
+
 class _SlowResponse(io.BytesIO):
     headers: ClassVar[dict[str, str]] = {}
 
@@ -281,12 +289,14 @@ def test_concurrent_fetches_download_once(toy: Toy, monkeypatch: pytest.MonkeyPa
     calls: list[str] = []
     data = toy.served.read_bytes()
 
-    def urlopen(req: object, timeout: float = 0) -> _SlowResponse:
-        calls.append(str(req))
+    def urlopen(req: urllib.request.Request, **kw: Any) -> object:
+        if not req.full_url.endswith(".tar.gz"):  # the index page
+            return real_urlopen(req, **kw)
+        calls.append(req.full_url)
         time.sleep(0.3)
         return _SlowResponse(data)
 
-    monkeypatch.setattr(source.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
     results: list[object] = []
 
     def run() -> None:
@@ -339,7 +349,8 @@ def test_an_interrupted_download_leaves_nothing(toy: Toy, monkeypatch: pytest.Mo
         def read(self, n: int | None = -1) -> bytes:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(source.urllib.request, "urlopen", lambda req, timeout=0: Interrupted(b""))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda req, **kw: (
+        Interrupted(b"") if req.full_url.endswith(".tar.gz") else real_urlopen(req, **kw)))
     with pytest.raises(KeyboardInterrupt):
         toy.fetch()
     assert list((toy.cache / "downloads").iterdir()) == []

@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_plugins import variant_vulkan as vk
 
+from harness import index
 from harness.errors import ChecksumError, SourceError, UnsafeArchiveError
 from harness.matrix import load_matrix, select
 from harness.types import EngineSpec, HostInfo, ToolInfo, Variant
+from harness_plugins import variant_vulkan as vk
 
 from .test_matrix import fake_host
 
@@ -59,16 +60,32 @@ def vulkan_row(**extra: Any) -> Variant:
     return dataclasses.replace(row, extra={**row.extra, **extra})
 
 
+@pytest.fixture
+def pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A file: Debian mirror named in a deb822 sources file that apt (here: a fake /etc/apt) reads;
+    returns the pool directory the test's .deb files go to."""
+    mirror = tmp_path / "mirror" / "debian"
+    pool_dir = mirror / "pool" / "main" / "v" / "vulkan-loader"
+    pool_dir.mkdir(parents=True)
+    etc = tmp_path / "etc-apt"
+    (etc / "sources.list.d").mkdir(parents=True)
+    (etc / "sources.list.d" / "debian.sources").write_text(
+        f"Types: deb\nURIs: file:{mirror}\nSuites: trixie\nComponents: main\n")
+    monkeypatch.setattr(index, "APT_ETC", etc)
+    return pool_dir
+
+
 def _pkg(deb: Path, sha: str, version: str = "1.4.309") -> dict[str, Any]:
-    return {"version": version, "url": deb.as_uri(), "sha256": sha, "members": ["usr/include/vulkan"]}
+    pool_path = deb.relative_to(next(p for p in deb.parents if p.name == "pool").parent).as_posix()
+    return {"version": version, "pool_path": pool_path, "sha256": sha, "members": ["usr/include/vulkan"]}
 
 
 GOOD = {"./usr/include/vulkan/vulkan_core.h": CORE_H.encode(), "./usr/include/vulkan/vulkan.hpp": b"// hpp\n",
         "./usr/lib/x86_64-linux-gnu/pkgconfig/vulkan.pc": b"prefix=/usr\n"}
 
 
-def test_headers_package_extracted_once_and_only_headers(cache: Path, tmp_path: Path) -> None:
-    deb = tmp_path / "libvulkan-dev.deb"
+def test_headers_package_extracted_once_and_only_headers(cache: Path, tmp_path: Path, pool: Path) -> None:
+    deb = pool / "libvulkan-dev.deb"
     pkg = _pkg(deb, make_deb(deb, GOOD))
     include = vk.ensure_headers(pkg)
     assert sorted(p.relative_to(include).as_posix() for p in include.rglob("*") if p.is_file()) == [
@@ -80,39 +97,39 @@ def test_headers_package_extracted_once_and_only_headers(cache: Path, tmp_path: 
     assert vk.ensure_headers(pkg) == include
 
 
-def test_headers_package_wrong_hash_refused(cache: Path, tmp_path: Path) -> None:
-    deb = tmp_path / "libvulkan-dev.deb"
+def test_headers_package_wrong_hash_refused(cache: Path, tmp_path: Path, pool: Path) -> None:
+    deb = pool / "libvulkan-dev.deb"
     make_deb(deb, GOOD)
     with pytest.raises(ChecksumError):
         vk.ensure_headers(_pkg(deb, "0" * 64))
     assert not vk.headers_root(_pkg(deb, "0" * 64)).exists()
 
 
-def test_headers_package_version_must_match_the_pin(cache: Path, tmp_path: Path) -> None:
-    deb = tmp_path / "libvulkan-dev.deb"
+def test_headers_package_version_must_match_the_pin(cache: Path, tmp_path: Path, pool: Path) -> None:
+    deb = pool / "libvulkan-dev.deb"
     pkg = _pkg(deb, make_deb(deb, GOOD), version="1.4.400")
     with pytest.raises(SourceError, match=r"holds Vulkan headers 1\.4\.309, the matrix row pins 1\.4\.400"):
         vk.ensure_headers(pkg)
     assert not vk.headers_root(pkg).exists()
 
 
-def test_headers_package_escaping_member_refused(cache: Path, tmp_path: Path) -> None:
-    deb = tmp_path / "evil.deb"
+def test_headers_package_escaping_member_refused(cache: Path, tmp_path: Path, pool: Path) -> None:
+    deb = pool / "evil.deb"
     sha = make_deb(deb, {"./usr/include/vulkan/../../../../escape.h": b"x"})
     with pytest.raises(UnsafeArchiveError, match="safety filter"):
         vk.ensure_headers(_pkg(deb, sha))
     assert not list(tmp_path.rglob("escape.h"))
 
 
-def test_headers_package_without_the_members(cache: Path, tmp_path: Path) -> None:
-    deb = tmp_path / "other.deb"
+def test_headers_package_without_the_members(cache: Path, tmp_path: Path, pool: Path) -> None:
+    deb = pool / "other.deb"
     sha = make_deb(deb, {"./usr/share/doc/x": b"x"})
     with pytest.raises(SourceError, match="holds nothing under usr/include/vulkan"):
         vk.ensure_headers(_pkg(deb, sha))
 
 
-def test_not_a_deb(cache: Path, tmp_path: Path) -> None:
-    deb = tmp_path / "junk.deb"
+def test_not_a_deb(cache: Path, tmp_path: Path, pool: Path) -> None:
+    deb = pool / "junk.deb"
     deb.write_bytes(b"not an ar archive")
     with pytest.raises(SourceError, match="as a Debian package"):
         vk.ensure_headers(_pkg(deb, hashlib.sha256(deb.read_bytes()).hexdigest()))
@@ -120,7 +137,34 @@ def test_not_a_deb(cache: Path, tmp_path: Path) -> None:
 
 def test_incomplete_package_spec_is_an_error() -> None:
     with pytest.raises(SourceError, match="lacks sha256, members"):
-        vk.headers_package(vulkan_row(vulkan_headers_package={"version": "1", "url": "u"}))
+        vk.headers_package(vulkan_row(vulkan_headers_package={"version": "1", "pool_path": "pool/x.deb"}))
+    with pytest.raises(SourceError, match=r"lacks pool_path, sha256, members \(a url is no longer read"):
+        vk.headers_package(vulkan_row(vulkan_headers_package={"version": "1", "url": "http://x.invalid/a.deb"}))
+
+
+def test_the_committed_row_names_a_pool_path_not_a_host() -> None:
+    pkg = vk.headers_package(vulkan_row())
+    assert pkg is not None and pkg["pool_path"].startswith("pool/main/") and "url" not in pkg
+
+
+def test_the_package_comes_from_apts_debian_mirror(cache: Path, tmp_path: Path, pool: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    deb = pool / "libvulkan-dev.deb"
+    include = vk.ensure_headers(_pkg(deb, make_deb(deb, GOOD)))
+    assert (include / "vulkan" / "vulkan_core.h").is_file()
+    assert f"from {deb.as_uri()}" in capsys.readouterr().err.replace("\n", "")
+
+
+def test_no_debian_mirror_configured(cache: Path, tmp_path: Path, pool: Path) -> None:
+    deb = pool / "libvulkan-dev.deb"
+    pkg = _pkg(deb, make_deb(deb, GOOD))
+    (index.APT_ETC / "sources.list.d" / "debian.sources").unlink()
+    with pytest.raises(index.IndexConfigError, match="no mirror of the Debian archive"):
+        vk.ensure_headers(pkg)
+    # a package already in the downloads cache needs no mirror
+    (cache / "downloads").mkdir(parents=True, exist_ok=True)
+    (cache / "downloads" / deb.name).write_bytes(deb.read_bytes())
+    assert (vk.ensure_headers(pkg) / "vulkan" / "vulkan_core.h").is_file()
 
 
 def _host(headers: str | None) -> HostInfo:
@@ -156,8 +200,8 @@ def test_missing_loader_and_spirv_headers_named(monkeypatch: pytest.MonkeyPatch)
     assert any("spirv-headers" in r and "install-system-deps.sh --vulkan" in r for r in b.reasons)
 
 
-def test_configure_points_cmake_at_the_package(cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    deb = tmp_path / "libvulkan-dev.deb"
+def test_configure_points_cmake_at_the_package(cache: Path, tmp_path: Path, pool: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deb = pool / "libvulkan-dev.deb"
     row = vulkan_row(vulkan_headers_package=_pkg(deb, make_deb(deb, GOOD)))
     engine = EngineSpec(name="llamacpp", root=tmp_path, source=None, upstream={}, cmake={}, targets=(),  # type: ignore[arg-type]
                         artifacts={}, abi={})
@@ -183,8 +227,8 @@ def test_glslc_features_from_the_last_configure() -> None:
                                       "GL_EXT_bfloat16": False}
 
 
-def test_manifest_records_headers_and_glslc_features(cache: Path, tmp_path: Path) -> None:
-    deb = tmp_path / "libvulkan-dev.deb"
+def test_manifest_records_headers_and_glslc_features(cache: Path, tmp_path: Path, pool: Path) -> None:
+    deb = pool / "libvulkan-dev.deb"
     include = vk.ensure_headers(_pkg(deb, make_deb(deb, GOOD)))
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "build.log").write_text(LOG)

@@ -1,7 +1,7 @@
 """Video rendered for real by stable-diffusion.cpp, muxed and verified by harness/video.
 
 Tiny set (CI): ``HARNESS_VIDEO_TINY=DIR`` (written there by
-``python -m harness.models.tiny_wan DIR`` when missing). Needs the backend wheel:
+``python -m harness_plugins.sdcpp.tiny_wan DIR`` when missing). Needs the backend wheel:
 ``harness build stable-diffusion.cpp --variant cpu`` and
 ``harness build-backend stable-diffusion.cpp --variant cpu``.
 
@@ -31,9 +31,8 @@ ENGINE = "stable-diffusion.cpp"
 
 
 def _backend() -> None:
-    from harness_plugins.engine_sdcpp import load_backend
-
     from harness.errors import BackendError
+    from harness_plugins.sdcpp import load_backend
 
     try:
         load_backend()
@@ -46,7 +45,7 @@ def tiny() -> Path:
     value = os.environ.get("HARNESS_VIDEO_TINY")
     if not value:
         pytest.skip("set HARNESS_VIDEO_TINY=DIR to render with the tiny Wan set (written there if missing)")
-    from harness.models.tiny_wan import CONFIG_FILE, DIT_FILE, VAE_FILE, write_tiny_wan
+    from harness_plugins.sdcpp.tiny_wan import CONFIG_FILE, DIT_FILE, VAE_FILE, write_tiny_wan
 
     d = Path(value)
     if not all((d / f).is_file() for f in (DIT_FILE, VAE_FILE, CONFIG_FILE)):
@@ -61,7 +60,7 @@ def _pipeline(models_dir: Path, options: dict[str, Any], model: dict[str, Any], 
 
 
 def _tiny_model() -> dict[str, Any]:
-    from harness.models.tiny_wan import DIT_FILE, VAE_FILE
+    from harness_plugins.sdcpp.tiny_wan import DIT_FILE, VAE_FILE
 
     return {"backend": ENGINE, "parameters": {"model": DIT_FILE}, "options": [f"video_vae:{VAE_FILE}"]}
 
@@ -120,7 +119,7 @@ def test_tiny_off_grid_frame_count_keeps_the_planned_count(tiny: Path, tmp_path:
 
 
 def test_tiny_same_seed_same_frames(tiny: Path, tmp_path: Path) -> None:
-    from harness_plugins.engine_sdcpp import load_backend
+    from harness_plugins.sdcpp import load_backend
 
     core = load_backend()
     params = {"diffusion_model": str(tiny / "tiny-wan-dit.gguf"), "vae": str(tiny / "tiny-wan-vae.gguf")}

@@ -11,7 +11,7 @@ import pytest
 
 from harness.runtime import Engine
 
-from .conftest import model_path, require_variant
+from ..conftest import model_path, require_variant
 
 REFERENCE = Path(__file__).parent / "data" / "minilm_reference.json"
 

@@ -22,6 +22,7 @@ from harness import crash
 from harness.backend import package_name
 from harness.errors import BackendError, VideoError
 from harness.plugin import hookimpl
+from harness.registry import EngineImpl
 from harness.runtime import levels
 from harness.types import HostInfo, MatchResult
 from harness.video.job import EngineOutput, VideoJob
@@ -42,6 +43,21 @@ _loaded_backends: set[str] = set()
 @hookimpl
 def harness_engine_names() -> list[str]:
     return [NAME]
+
+
+def _fixture_env() -> dict[str, str]:
+    """The tiny random-weight Wan set the video specs render with (written once, deterministic)."""
+    from harness import paths
+    from harness_plugins.sdcpp.tiny_wan import write_tiny_wan
+
+    wan = paths.models_dir() / "tiny-wan"
+    write_tiny_wan(wan)
+    return {"HARNESS_VIDEO_TINY": str(wan)}
+
+
+@hookimpl
+def harness_engine_register() -> list[EngineImpl]:
+    return [EngineImpl(name=NAME, serves=("video",), default=True, fixture_env=_fixture_env)]
 
 
 @hookimpl
@@ -195,4 +211,4 @@ def harness_e2e_specs(engine: str) -> list[Path] | None:
         return None
     from harness.paths import project_root
 
-    return [project_root() / "tests" / "e2e" / "test_video_render.py"]
+    return sorted((project_root() / "tests" / "e2e" / "sdcpp").glob("test_*.py"))

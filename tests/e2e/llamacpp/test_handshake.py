@@ -12,9 +12,9 @@ import pytest
 from harness.engines import load_engine
 from harness.errors import BackendError
 from harness.runtime import discovery
-from harness.runtime.engine import _committed_fingerprint, handshake
+from harness_plugins.llamacpp.engine import _committed_fingerprint, handshake
 
-from .conftest import require_variant
+from ..conftest import require_variant
 
 
 @pytest.fixture

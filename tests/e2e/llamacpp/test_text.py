@@ -12,7 +12,7 @@ import pytest
 
 from harness.runtime import Engine
 
-from .conftest import model_path, require_variant
+from ..conftest import model_path, require_variant
 
 GREEDY: dict[str, Any] = {"temperature": 0.0, "max_tokens": 16}
 

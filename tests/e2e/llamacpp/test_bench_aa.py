@@ -16,7 +16,7 @@ from harness.bench.arms import ArmSpec
 from harness.bench.report import write_report
 from harness.bench.stats import analyze
 
-from .conftest import model_path, require_variant
+from ..conftest import model_path, require_variant
 
 
 def test_aa_interval_contains_one(variant: str, tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ import pytest
 from harness.audit.isa import audit_library
 from harness.engines import load_engine
 from harness.runtime import discovery, levels
-from harness.runtime.engine import _committed_fingerprint
+from harness_plugins.llamacpp.engine import _committed_fingerprint
 
-from .conftest import model_path, require_variant
+from ..conftest import model_path, require_variant
 
 pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 levels")
 

@@ -12,7 +12,7 @@ import pytest
 from harness import errors
 from harness.runtime import Engine
 
-from .conftest import model_path, require_variant
+from ..conftest import model_path, require_variant
 
 
 @pytest.fixture(scope="session")

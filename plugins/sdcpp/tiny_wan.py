@@ -309,8 +309,8 @@ def model_config_yaml(diffusion_model: str = DIT_FILE, vae: str = VAE_FILE, *, n
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m harness.models.tiny_wan DIR [--seed N]``: write the set, print its paths."""
-    p = argparse.ArgumentParser(prog="python -m harness.models.tiny_wan", description=main.__doc__)
+    """``python -m harness_plugins.sdcpp.tiny_wan DIR [--seed N]``: write the set, print its paths."""
+    p = argparse.ArgumentParser(prog="python -m harness_plugins.sdcpp.tiny_wan", description=main.__doc__)
     p.add_argument("directory", type=Path)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)

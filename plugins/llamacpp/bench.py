@@ -250,7 +250,8 @@ def prepare_llama_bench(options: dict[str, Any]) -> dict[str, Any]:
         spec = recipes.resolve(engine, pin=str(options["pin"]) if "pin" in options else None,
                                rev=str(options["rev"]) if "rev" in options else None)
     except recipes.RecipeError:
-        # No recipe on record, but that pin may have been built from another checkout.
+        # No recipe on record, but that pin may have been built from another checkout (a
+        # working-tree recipe: no @commit suffix).
         built = paths.artifacts_dir() / f"{engine}-{options.get('pin')}-{variant}"
         if "rev" not in options and (built / "manifest.json").is_file():
             progress.info(f"llama-bench arm: no recipe for {engine} {options['pin']} here; using {built}")

@@ -43,8 +43,8 @@ def resolve_model(path: Path) -> Path:
             raise ModelError(f"{path} is a directory without config.json: not a Hugging Face model dir")
         if not any(path.glob("*.safetensors")):
             raise ModelError(f"{path} has config.json but no *.safetensors weights (only safetensors are converted)")
-        from harness.models.convert import convert_hf_dir
         from harness.pipeline import patched_tree
+        from harness_plugins.llamacpp.convert import convert_hf_dir
 
         return resolve_model(convert_hf_dir(path, engine_tree=patched_tree("llamacpp").path))
     if path.suffix != ".gguf":

@@ -74,7 +74,7 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
     a run that dies by a signal is reported as a crash with its signal and level.
     """
     from harness.engines import load_engine
-    from harness.runtime.engine import _committed_fingerprint
+    from harness_plugins.llamacpp.engine import _committed_fingerprint
 
     spec = load_engine("llamacpp")
     cands = [c for c in discovery.discover("llamacpp", spec.pin, _committed_fingerprint())

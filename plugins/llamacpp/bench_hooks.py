@@ -11,15 +11,15 @@ from harness.plugin import hookimpl
 @hookimpl
 def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
     if kind == "backend":
-        from harness.bench.real import BackendArm
+        from harness_plugins.llamacpp.bench import BackendArm
 
         return BackendArm(options)
     if kind == "llama-bench":
-        from harness.bench.real import LlamaBenchArm
+        from harness_plugins.llamacpp.bench import LlamaBenchArm
 
         return LlamaBenchArm(options)
     if kind == "xllamacpp":
-        from harness.bench.real import XllamacppArm
+        from harness_plugins.llamacpp.bench import XllamacppArm
 
         return XllamacppArm(options)
     return None
@@ -28,7 +28,7 @@ def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
 @hookimpl
 def harness_bench_arm_prepare(kind: str, options: dict[str, Any]) -> dict[str, Any] | None:
     if kind == "llama-bench":
-        from harness.bench.real import prepare_llama_bench
+        from harness_plugins.llamacpp.bench import prepare_llama_bench
 
         return prepare_llama_bench(options)
     return None

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from harness import errors
 from harness.runtime import Engine
 
-from .conftest import model_path, require_variant
+from ..conftest import model_path, require_variant
 
 
 @pytest.fixture(scope="module")

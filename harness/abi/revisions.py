@@ -1,0 +1,119 @@
+"""Pins for ``abi diff``: which engine they fit, and git revisions of git-sourced engines.
+
+A pin is a directory (the engine tree), a version of a ``pypi-sdist`` engine's package, or,
+for a ``git`` engine, a revision of its repository: a full commit, a branch or a tag. A git
+revision is resolved to its full commit and fetched through the source plugin, so it lands in
+the source cache (``sources/git-<commit>``) with its manifest like the engine's own pin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pluggy
+from packaging.version import InvalidVersion, Version
+
+from harness import paths
+from harness.errors import SourceError, UsageError
+from harness.types import EngineSpec
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _tree_root(pin: Path, spec: EngineSpec) -> Path:
+    sub = spec.source.subdir
+    return pin / sub if sub and (pin / sub).is_dir() else pin
+
+
+def pin_fits(pin: str, spec: EngineSpec) -> bool:
+    """Whether ``pin`` can name a tree of ``spec``'s engine: a directory holding its ABI headers,
+    a version of its sdist package, or (git sources) any revision name."""
+    p = Path(pin).expanduser()
+    if p.is_dir():
+        headers = [str(h) for h in spec.abi.get("headers", [])]
+        return bool(headers) and all((_tree_root(p, spec) / h).is_file() for h in headers)
+    if spec.source.kind == "git":
+        return True
+    if spec.source.kind == "pypi-sdist":
+        try:
+            Version(pin)
+        except InvalidVersion:
+            return False
+        return True
+    return False
+
+
+def choose_engine(pins: list[str], specs: list[EngineSpec], default: Callable[[], str | None]) -> str:
+    """The engine ``pins`` are for when ``--engine`` is not given.
+
+    The only engine every pin fits; when several fit, the default engine (``default()``, asked
+    only then) if it is one of them; otherwise :class:`UsageError` asking for ``--engine``.
+    """
+    fits = [s.name for s in specs if all(pin_fits(p, s) for p in pins)]
+    if len(fits) == 1:
+        return fits[0]
+    chosen = default() if fits else None
+    if chosen is not None and chosen in fits:
+        return chosen
+    shown = " ".join(pins)
+    if not fits:
+        msg = (f"no engine fits the pins {shown}: a pin is a directory holding the engine's ABI headers, "
+               "a version of a pypi-sdist engine's package or a revision of a git engine; name it with --engine")
+    else:
+        msg = f"the pins {shown} fit several engines ({', '.join(fits)}): name one with --engine"
+    raise UsageError(msg)
+
+
+def _ls_remote(url: str, rev: str) -> list[tuple[str, str]]:
+    argv = ["git", "ls-remote", url, rev, f"{rev}^{{}}"]  # the second pattern lists a peeled annotated tag
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        msg = f"git ls-remote {url} {rev} failed: {e}"
+        raise SourceError(msg) from e
+    if r.returncode:
+        msg = f"git ls-remote {url} {rev} failed (exit {r.returncode}): {r.stderr.strip()}"
+        raise SourceError(msg)
+    return [(line.split()[0], line.split()[1]) for line in r.stdout.splitlines() if len(line.split()) == 2]
+
+
+def resolve_revision(url: str, rev: str) -> str:
+    """The full commit ``rev`` names in ``url``: a 40-hex commit as is, else a branch or tag
+    (an annotated tag's commit, not the tag object)."""
+    if _COMMIT.match(rev):
+        return rev
+    refs = _ls_remote(url, rev)
+    peeled = [sha for sha, ref in refs if ref.endswith("^{}")]
+    found = peeled or [sha for sha, _ in refs]
+    if not found:
+        msg = (f"{rev!r} is no branch or tag of {url}; name a git revision as a full 40-hex commit, "
+               "a branch or a tag")
+        raise UsageError(msg)
+    if len(set(found)) > 1:
+        msg = f"{rev!r} names several refs of {url} ({', '.join(ref for _, ref in refs)}): spell it out"
+        raise UsageError(msg)
+    return found[0]
+
+
+def fetch_revision(spec: EngineSpec, rev: str, pm: pluggy.PluginManager) -> Path:
+    """The source tree of a git engine at ``rev`` (pristine, from the source cache)."""
+    source = dataclasses.replace(spec.source, commit=resolve_revision(spec.source.url, rev))
+    tree = pm.hook.harness_source_fetch(engine=spec.name, spec=source, cache_dir=paths.sources_dir())
+    if tree is None:
+        msg = f"no plugin fetches source kind {source.kind!r}"
+        raise SourceError(msg)
+    return Path(tree.path)
+
+
+def default_engine() -> str | None:
+    """The engine commands use when they name none, if an engine plugin declares one."""
+    try:
+        from harness import registry
+
+        return registry.default("text").name
+    except Exception:  # none declared (UsageError), or a broken engine plugin: a diff needs no plugin
+        return None
