@@ -31,7 +31,7 @@ def _install(session: nox.Session, extras: str = "test") -> None:
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff on everything, mypy --strict on harness/."""
-    _install(session, "test,lint")
+    _install(session, "all,test,lint")
     session.run("ruff", "check", "harness", "plugins", "tests", "noxfile.py", *session.posargs)
     session.run("mypy", "harness")
 
@@ -67,7 +67,7 @@ def _prepare_cpu(session: nox.Session, env: dict[str, str]) -> dict[str, str]:
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Lint, unit tests, then the pipeline for cpu (cached after the first run) and the e2e specs on it."""
-    _install(session, "test,convert,lint")
+    _install(session, "all,test,convert,lint")
     session.run("ruff", "check", "harness", "plugins", "tests", "noxfile.py")
     session.run("mypy", "harness")
     env = {"HARNESS_NO_PROGRESS": "1"}
@@ -85,7 +85,7 @@ def tests(session: nox.Session) -> None:
 @nox.parametrize("variant", ["cpu", "cpu-native", "vulkan", "cuda", "metal", "mlx"])
 def build(session: nox.Session, variant: str) -> None:
     """Build one variant of llama.cpp (cuda: compile-only here, well over 10 minutes)."""
-    _install(session, "test")
+    _install(session, "build,test")
     if variant == "cuda":
         session.install("nvidia-cublas>=13,<14")
     if variant == "vulkan":
@@ -97,7 +97,7 @@ def build(session: nox.Session, variant: str) -> None:
 @nox.session(python=PYTHON, default=False)
 def qualify(session: nox.Session) -> None:
     """The main job: fetch, patch, ABI check, build, e2e, bench, report for the default pin."""
-    _install(session, "test,convert")
+    _install(session, "all,test,convert")
     session.run("harness", "qualify", "llamacpp", *session.posargs, env={"HARNESS_NO_PROGRESS": "1"})
 
 
@@ -118,6 +118,6 @@ def update_pins(session: nox.Session) -> None:
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
     """Micro-benchmarks of the harness's own hot paths (pytest-benchmark)."""
-    _install(session)
+    _install(session, "all,test")
     session.run("pytest", "-p", "no:cacheprovider", "tests/bench", "--benchmark-only", *session.posargs,
                 env={"HARNESS_NO_PROGRESS": "1", **{k: v for k, v in os.environ.items() if k.startswith("HARNESS_")}})

@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 
 def project_root() -> Path:
-    """The checkout holding ``engines/``, ``matrix/``, ``patches/`` and ``abi/``.
+    """Where ``engines/``, ``matrix/``, ``patches/`` and ``abi/`` are.
 
-    ``HARNESS_ROOT`` overrides; otherwise the parent of the ``harness`` package.
+    ``HARNESS_ROOT`` overrides; then the checkout the ``harness`` package sits in; then
+    the data an install put in ``<prefix>/share/harness`` (``pip install .``, not editable).
     """
     env = os.environ.get("HARNESS_ROOT")
     if env:
         return Path(env).resolve()
-    return Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "engines").is_dir():
+        return checkout
+    installed = Path(sys.prefix) / "share" / "harness"
+    return installed if (installed / "engines").is_dir() else checkout
+
+
+def is_checkout() -> bool:
+    """True when running from a source checkout (reports go into it), not an installed copy."""
+    return (project_root() / "pyproject.toml").is_file()
+
+
+def reports_dir() -> Path:
+    """``reports/`` of the checkout, or of the current directory for an installed harness."""
+    return (project_root() if is_checkout() else Path.cwd()) / "reports"
 
 
 def cache_root() -> Path:

@@ -97,7 +97,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
     engine = load_engine(engine_name or registry.default("text").name)
     q = Qualification(engine=engine.name)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    report = (out or paths.project_root() / "reports") / f"{stamp}-qualify-{engine.name}"
+    report = (out or paths.reports_dir()) / f"{stamp}-qualify-{engine.name}"
     report.mkdir(parents=True, exist_ok=True)
     host = hostmod.probe()
     q.context.update({"engine": engine.name, "pin": engine.pin, "upstream": engine.upstream,

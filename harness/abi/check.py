@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from harness import paths
 from harness.abi import surface as surf
 from harness.abi.diff import diff_surfaces
-from harness.abi.snapshot import CONSTANT_PATTERN, snapshot_headers
 from harness.errors import AbiError, ConfigError
 
 if TYPE_CHECKING:
@@ -58,6 +57,8 @@ def snapshot_config(
     if not abi.get("headers"):
         msg = "the engine descriptor has no abi.headers; list the public headers (e.g. include/engine.h)"
         raise ConfigError(msg)
+    from harness.abi.snapshot import CONSTANT_PATTERN, snapshot_headers  # libclang: the build extra
+
     macro = version_macro(abi)
     if macro:
         meta = {**(meta or {}), "version_macro": macro}

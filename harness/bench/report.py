@@ -41,7 +41,7 @@ class ReportFiles:
 
 
 def default_reports_dir() -> Path:
-    return paths.project_root() / "reports"
+    return paths.reports_dir()
 
 
 def _slug(name: str) -> str:

@@ -14,7 +14,7 @@ from harness.errors import VideoError
 from harness.plugin import make_manager
 from harness.types import HostInfo
 from harness.video.job import VideoJob
-from harness_plugins import engine_sdcpp as plugin
+from harness_plugins import sdcpp as plugin
 
 ROOT = Path(__file__).resolve().parents[2]
 
