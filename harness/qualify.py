@@ -88,7 +88,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
     from harness.abi.check import check_engine
     from harness.build import build
     from harness.engines import load_engine
-    from harness.matrix import buildability, load_matrix
+    from harness.matrix import buildability, engine_support, load_matrix
     from harness.plugin import get_manager
 
     pm = get_manager()
@@ -125,7 +125,8 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
                 f"{len(r.targets)} targets) in {r.seconds:.2f} s"), {"fingerprint": r.fingerprint, "seconds": r.seconds}
 
     def s_build() -> tuple[str, dict[str, Any]]:
-        rows = [v for v in load_matrix() if v.default and (not engine.variants or v.name in engine.variants)]
+        # the matrix's default rows this engine builds (its variants: list and intent map decide)
+        rows = [v for v in load_matrix() if v.default and engine_support(engine, v) is None]
         built, skipped = [], []
         for v in rows:
             b = buildability(pm, v, host)

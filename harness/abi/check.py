@@ -138,10 +138,6 @@ def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = ""
     )
 
 
-def check_engine(spec: EngineSpec, tree: Path | None = None) -> CheckResult:
+def check_engine(spec: EngineSpec, tree: Path) -> CheckResult:
     """The pipeline's ABI stage: the patched tree of ``spec`` against ``abi/<engine>/``."""
-    if tree is None:
-        from harness.pipeline import patched_tree  # the fetch/patch stages load plugins
-
-        tree = patched_tree(spec).path
     return check_tree(spec.name, tree, spec.abi, pin=spec.pin, committed_path=spec.surface_path)

