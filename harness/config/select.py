@@ -5,7 +5,7 @@ engines with a :class:`~harness.types.MatchResult`; selection is transparent:
 ``harness select`` shows the chosen engine and variant and every rejection's
 reason. Also here: the CUDA-version -> GPU wheel index mapping used when
 installing variant wheels, and the per-engine translation of speculative
-decoding with the draft family/size rule.
+decoding with the draft family/size rule (spellings are data: ``localai.yaml``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import pluggy
 
 from harness.config.facts import model_facts
+from harness.config.localai import BackendVerdict, resolve_backend, vocabulary
 from harness.config.model import ModelConfig
 from harness.errors import ConfigError, UnknownNameError
 from harness.types import HostInfo, MatchResult
@@ -61,6 +62,8 @@ class Selection:
     results: tuple[MatchResult, ...]
     facts: dict[str, Any]
     declared: str | None = None
+    backend: BackendVerdict | None = None
+    """What ``declared`` resolves to (LocalAI's names included)."""
 
     @property
     def reason(self) -> str:
@@ -68,10 +71,15 @@ class Selection:
         if self.chosen is not None:
             return ""
         if self.declared is not None:
-            mine = [r for r in self.results if r.engine == self.declared]
+            verdict = self.backend
+            engine = verdict.engine if verdict is not None else self.declared
+            mine = [r for r in self.results if r.engine == engine]
+            if verdict is not None and verdict.kind != "engine":
+                return verdict.message
             if not mine:
                 return f"backend {self.declared!r} is not a registered engine plugin"
-            return f"backend {self.declared!r} rejects this model: {mine[0].reason}"
+            named = repr(self.declared) if engine == self.declared else f"{self.declared!r} ({engine})"
+            return f"backend {named} rejects this model: {mine[0].reason}"
         if not self.results:
             return "no engine plugin is registered"
         return "no engine can serve this model here"
@@ -81,6 +89,7 @@ class Selection:
             return {"engine": r.engine, "ok": r.ok, "variant": r.variant, "reason": r.reason}
 
         return {"chosen": one(self.chosen) if self.chosen else None, "declared": self.declared,
+                "engine": self.backend.engine if self.backend is not None else None,
                 "reason": self.reason, "results": [one(r) for r in self.results], "facts": self.facts}
 
 
@@ -130,19 +139,42 @@ def select_engine(
         pm = get_manager()
     facts = model_facts(config, models_dir)
     results = ask_engines(facts, host, pm)
-    return Selection(chosen=choose(results, config.backend), results=tuple(results), facts=facts,
-                     declared=config.backend)
+    verdict = resolve_backend(config.backend, engine_names(pm)) if config.backend else None
+    if verdict is not None and verdict.engine is None:
+        chosen = None  # a LocalAI backend this harness does not build, or an unknown name
+    else:
+        chosen = choose(results, verdict.engine if verdict is not None else None)
+    return Selection(chosen=chosen, results=tuple(results), facts=facts, declared=config.backend,
+                     backend=verdict)
 
 
 # ---------------------------------------------------------------------------
 # speculative decoding
 # ---------------------------------------------------------------------------
 
-#: Engine name -> the launch surface its speculative decoding is spelled in.
-SPECULATIVE_SURFACES: dict[str, str] = {
-    "vllm": "vllm", "vllm-cpp": "vllm", "sglang": "sglang", "llamacpp": "llamacpp",
-    "llama.cpp": "llamacpp",
-}
+
+def speculative_spelling(engine: str) -> dict[str, Any] | None:
+    """How ``engine`` (a harness engine or a LocalAI backend name) spells speculative decoding."""
+    v = vocabulary()
+    name = v.speculative_engines.get(engine)
+    if name is None:
+        entry = v.backend(engine)
+        name = entry.speculative if entry is not None else None
+    return v.speculative_spellings.get(name) if name else None
+
+
+def speculative_names() -> list[str]:
+    """Every engine / backend name whose speculative decoding is known."""
+    v = vocabulary()
+    return [*v.speculative_engines, *(n for n in v.backends if speculative_spelling(n) is not None)]
+
+
+def _fill(template: Any, values: dict[str, Any]) -> Any:
+    if isinstance(template, dict):
+        return {k: _fill(v, values) for k, v in template.items()}
+    if isinstance(template, str) and template.startswith("{") and template.endswith("}"):
+        return values.get(template[1:-1], template)
+    return template
 
 
 def _norm(value: Any) -> str | None:
@@ -177,35 +209,30 @@ def translate_speculative(
 ) -> dict[str, Any]:
     """Launch arguments enabling speculative decoding on ``engine``.
 
-    vLLM: ``speculative_config {method: mtp, ...}``; SGLang: ``NEXTN``; llama.cpp:
-    ``draft-mtp``. An explicit ``user_config`` is the engine's own spelling and is
-    kept as is. When ``draft`` facts are given they must match ``target``'s family
+    The spelling per engine is data (``speculative_spellings`` in ``localai.yaml``: a
+    nested ``speculative_config {method: mtp, ...}``, an EAGLE-style ``NEXTN``, a
+    ``draft-mtp`` spec type). An explicit ``user_config`` is the engine's own spelling
+    and is kept as is. When ``draft`` facts are given they must match ``target``'s family
     and size, else :class:`ConfigError`. Measure before enabling: it pays only when
     a draft step is cheap next to a target step.
     """
-    surface = SPECULATIVE_SURFACES.get(engine)
-    if surface is None:
-        raise UnknownNameError("engine for speculative decoding", engine, SPECULATIVE_SURFACES)
+    spelling = speculative_spelling(engine)
+    if spelling is None:
+        raise UnknownNameError("engine for speculative decoding", engine, speculative_names())
     if draft is not None:
         check_draft(target or {}, draft)
     if num_tokens < 1:
         msg = f"speculative decoding needs at least 1 draft token, found {num_tokens}"
         raise ConfigError(msg)
+    wrap = spelling.get("wrap")
     if user_config is not None:
-        return {"speculative_config": dict(user_config)} if surface == "vllm" else dict(user_config)
-    if surface == "vllm":
-        cfg: dict[str, Any] = {"method": method, "num_speculative_tokens": num_tokens}
-        if draft_path:
-            cfg["model"] = draft_path
-        return {"speculative_config": cfg}
-    if method != "mtp":
+        return {wrap: dict(user_config)} if wrap else dict(user_config)
+    if method != "mtp" and spelling.get("methods") != "any":
         msg = (f"{engine}: only method 'mtp' translates automatically, found {method!r}; "
                "give the engine's own speculative settings explicitly")
         raise ConfigError(msg)
-    if surface == "sglang":
-        return {"speculative_algorithm": "NEXTN", "speculative_num_steps": num_tokens,
-                "speculative_eagle_topk": 1, "speculative_num_draft_tokens": num_tokens + 1}
-    out: dict[str, Any] = {"spec_type": "draft-mtp", "draft_max": num_tokens}
-    if draft_path:
-        out["model_draft"] = draft_path
-    return out
+    out: dict[str, Any] = _fill(spelling["mtp"], {"method": method, "tokens": num_tokens,
+                                                  "tokens_plus_one": num_tokens + 1})
+    if draft_path and spelling.get("draft"):
+        out[spelling["draft"]] = draft_path
+    return {wrap: out} if wrap else out

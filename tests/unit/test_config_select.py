@@ -198,7 +198,8 @@ def test_select_first_accepting_or_declared() -> None:
     assert sel.chosen is None
     assert sel.reason == "backend 'cu' rejects this model: requires Linux with a CUDA device"
     sel = select_engine(config("x.gguf", backend="nope"), HOST, pm=pm)
-    assert sel.reason == "backend 'nope' is not a registered engine plugin"
+    assert sel.reason == ("backend 'nope' is neither a registered engine plugin nor a LocalAI backend; "
+                          "engines here: cu, gg, silent")
     assert sel.to_json()["chosen"] is None
 
 
