@@ -7,6 +7,7 @@ Default sessions: lint, tests. Others are opt-in (``default=False``):
 - ``generate_schema``: regenerate committed JSON Schemas.
 - ``update_pins``: move an engine pin (compares before writing).
 - ``bench``: pytest-benchmark micro-benchmarks of the harness's own hot paths.
+- ``localai_corpus``: validate a held-out corpus of real LocalAI model configs (errors fail).
 
 Posargs pass through to the underlying tool.
 """
@@ -113,6 +114,17 @@ def update_pins(session: nox.Session) -> None:
     """Move an engine pin: nox -s update_pins -- llamacpp 0.3.37 (compares before writing)."""
     _install(session)
     session.run("python", "scripts/update_pins.py", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def localai_corpus(session: nox.Session) -> None:
+    """Validate real LocalAI configs: nox -s localai_corpus -- DIR (or $HARNESS_LOCALAI_CORPUS)."""
+    _install(session)
+    corpus = session.posargs or [os.environ.get("HARNESS_LOCALAI_CORPUS", "")]
+    if not corpus[0]:
+        session.error("give the corpus directory: nox -s localai_corpus -- DIR")
+    session.run("harness", "validate", *corpus, env={"HARNESS_NO_PROGRESS": "1"})
+    session.run("harness", "validate", "tests/data/localai", env={"HARNESS_NO_PROGRESS": "1"})
 
 
 @nox.session(python=PYTHON, default=False)

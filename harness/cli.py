@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -62,8 +63,19 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
 
+def json_safe(data: Any) -> Any:
+    """``data`` with NaN and infinities as strings: what ``--json`` prints is always valid JSON."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return str(data)
+    if isinstance(data, dict):
+        return {k: json_safe(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [json_safe(v) for v in data]
+    return data
+
+
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    json.dump(json_safe(data), sys.stdout, indent=2, sort_keys=False, default=str, allow_nan=False)
     sys.stdout.write("\n")
 
 

@@ -185,7 +185,19 @@ def harness_report_write(
 
 @hookspec
 def harness_config_check(config: Any, context: Any) -> list[Any] | None:
-    """Extra semantic checks on a model config; return diagnostics."""
+    """An engine's own rules for a model config; return diagnostics.
+
+    Called for every config, valid or not: answer only when ``context.engine`` is one of
+    this plugin's engines (LocalAI's backend names are resolved to it already).
+
+    :param config: the typed :class:`~harness.config.model.ModelConfig`, values the schema
+        refuses left out (``name`` / ``parameters.model`` are "" when missing, as in a
+        gallery template: ``context.template``).
+    :param context: a :class:`~harness.config.rules.CheckContext`: the document (locate
+        findings with ``context.error(path, ...)`` / ``context.warn``), resolved options,
+        the models directory, the engine the backend resolves to.
+    :return: diagnostics, or None when the config is not this plugin's engine's.
+    """
 
 
 # -------------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""Subcommands for model configs: ``validate``, ``config show``, ``select``.
+"""Subcommands for model configs: ``validate``, ``config show``, ``config schema``, ``select``.
 
 Wire with ``harness.config.cli.register(subparsers)``. Diagnostics go to stdout
-one per line (``file:line:col: error|warning: message``), like a linter's;
-summaries go to stderr; ``--json`` prints one JSON document on stdout.
+one per line (``file:line:col: error|warning: message``), like a linter's, or as
+GitHub annotations (``--format github``); summaries go to stderr; ``--json``
+prints one JSON document on stdout. ``config show`` and ``select`` answer for an
+imperfect config too: its diagnostics first, then everything still determined,
+and an exit code that says the config is invalid.
 """
 
 from __future__ import annotations
@@ -20,13 +23,17 @@ from harness import progress
 from harness.cli import add_json_flag, print_json
 from harness.config.effective import TRISTATE_MEANING, Effective, cpu_count, effective
 from harness.config.loader import Diagnostic
-from harness.config.model import model_config, option_specs
+from harness.config.model import option_specs
+from harness.config.schema import SCHEMA_PATH, dumps, generate
 from harness.config.select import cuda_wheel_index, select_engine
 from harness.config.validate import Validated, Validator
-from harness.errors import ConfigError, UsageError
+from harness.errors import UsageError
 from harness.types import HostInfo
 
 MODELS_DIR_ENV = "HARNESS_MODELS_DIR"
+FORMATS = ("text", "json", "github")
+#: Longest value shown in a `config show` table cell (templates are long); --json has all of it.
+CELL_CHARS = 80
 
 
 def register(subparsers: Any) -> None:
@@ -36,6 +43,12 @@ def register(subparsers: Any) -> None:
                     "Exit 1 on any error, or on warnings with --strict.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="config file or directory")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
+    p.add_argument("--template", action="store_true",
+                   help="the files are LocalAI gallery template bodies (config_file): name and "
+                        "parameters.model come from the gallery entry, not required here "
+                        "(a file with a config_file: key is checked that way anyway)")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="text (file:line:col, default), json, or github (workflow annotations)")
     _models_dir_flag(p, "model paths are checked for existence only when it is given")
     add_json_flag(p)
     p.set_defaults(func=cmd_validate)
@@ -45,12 +58,21 @@ def register(subparsers: Any) -> None:
     show = csub.add_parser(
         "show", help="effective engine parameters of a config, and where each comes from",
         description="Resolve every precedence rule and default; each value names its source "
-                    "(default, model header, context_size, parameters, options, engine_args).")
+                    "(default, model header, context_size, parameters, options, engine_args). "
+                    "A config with errors gets its diagnostics, then what can still be resolved.")
     show.add_argument("file", metavar="FILE", type=Path)
     show.add_argument("--name", help="which config, when FILE holds several")
     _models_dir_flag(show, "default: the config file's directory (files not required there)")
     add_json_flag(show)
     show.set_defaults(func=cmd_config_show)
+
+    schema = csub.add_parser("schema", help="the model-config JSON Schema, for editors",
+                             description="Print the JSON Schema (draft 2020-12) model configs are "
+                                         "checked against, or with --path where it is installed "
+                                         "(for yaml-language-server: # yaml-language-server: "
+                                         "$schema=PATH).")
+    schema.add_argument("--path", action="store_true", help="print the installed schema file's path")
+    schema.set_defaults(func=cmd_config_schema)
 
     sel = subparsers.add_parser(
         "select", help="which engine and variant serve a config here, and why the others do not")
@@ -74,9 +96,20 @@ def _models_dir(arg: Path | None, fallback: Path | None = None) -> Path | None:
     return chosen
 
 
-def _print_diagnostics(diags: list[Diagnostic]) -> None:
+def _github_escape(text: str, *, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return text.replace(":", "%3A").replace(",", "%2C") if prop else text
+
+
+def github_annotation(d: Diagnostic) -> str:
+    """A GitHub Actions workflow command that annotates the file at the finding."""
+    return (f"::{d.severity} file={_github_escape(d.file, prop=True)},line={d.line},col={d.col},"
+            f"title=harness validate::{_github_escape(d.message)}")
+
+
+def _print_diagnostics(diags: list[Diagnostic] | tuple[Diagnostic, ...], fmt: str = "text") -> None:
     for d in diags:
-        print(str(d))
+        print(github_annotation(d) if fmt == "github" else str(d))
 
 
 # ---------------------------------------------------------------------------
@@ -85,25 +118,30 @@ def _print_diagnostics(diags: list[Diagnostic]) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    report = Validator(models_dir=_models_dir(args.models_dir)).validate_paths(args.paths)
+    fmt = args.format or ("json" if args.json else "text")
+    validator = Validator(models_dir=_models_dir(args.models_dir), template=args.template)
+    report = validator.validate_paths(args.paths)
     code = report.exit_code(strict=args.strict)
-    if args.json:
+    if fmt == "json":
         print_json(report.to_json(strict=args.strict))
         return code
-    _print_diagnostics(report.diagnostics)
+    _print_diagnostics(report.diagnostics, fmt)
     verdict = "ok" if code == 0 else "failed"
     progress.info(f"{report.files} files, {report.configs} configs: {report.errors} errors, "
                   f"{report.warnings} warnings ({verdict})")
     return code
 
 
-def _load_one(args: argparse.Namespace) -> tuple[Validated | None, Path | None]:
-    """The one config of FILE (or --name), validated; prints diagnostics on errors."""
+def _load_one(args: argparse.Namespace) -> tuple[Validated | None, list[Diagnostic], Path | None]:
+    """The one config of FILE (or --name), validated, with every diagnostic of it and its file."""
     file: Path = args.file
     explicit = _models_dir(args.models_dir)
     # Existence is enforced only for a models dir the user named (as in validate); the
     # config's own directory (LocalAI's layout) is still where facts are looked up.
     models_dir = explicit or (file.parent if file.parent.is_dir() else None)
+    if file.is_dir():
+        msg = f"{file} is a directory: give one config file (harness validate takes directories)"
+        raise UsageError(msg)
     if not file.is_file():
         msg = f"{file}: no such config file"
         raise UsageError(msg)
@@ -119,26 +157,30 @@ def _load_one(args: argparse.Namespace) -> tuple[Validated | None, Path | None]:
         configs = [c for c in configs if isinstance(c.document.data, dict)
                    and c.document.data.get("name") == args.name]
     if len(configs) > 1:
-        names = [str(c.document.data.get("name")) for c in configs if isinstance(c.document.data, dict)]
+        names = [_config_label(c, i) for i, c in enumerate(configs, 1)]
         msg = f"{file} holds {len(configs)} configs ({', '.join(names)}); pick one with --name"
         raise UsageError(msg)
     diags = problems + [d for c in configs for d in c.diagnostics]
-    errors = [d for d in diags if d.severity == "error"]
-    if errors or not configs:
-        if args.json:
-            print_json({"ok": False, "diagnostics": [d.to_json() for d in diags]})
-        else:
-            _print_diagnostics(diags)
-            if not diags:
-                print(f"{file}:1:1: error: no config named {args.name!r}")
-        return None, models_dir
-    if not args.json:
-        _print_diagnostics(diags)  # warnings
-    return configs[0], models_dir
+    if not configs and args.name:
+        diags.append(Diagnostic(file=str(file), line=1, col=1, severity="error",
+                                message=f"no config named {args.name!r}"))
+    return (configs[0] if configs else None), diags, models_dir
+
+
+def _config_label(c: Validated, index: int) -> str:
+    name = c.document.data.get("name") if isinstance(c.document.data, dict) else None
+    return repr(name) if isinstance(name, str) and name else f"#{index} (no name)"
+
+
+def _report(diags: list[Diagnostic], *, as_json: bool) -> bool:
+    """Print the diagnostics (text); True when any is an error."""
+    if not as_json:
+        _print_diagnostics(diags)
+    return any(d.severity == "error" for d in diags)
 
 
 # ---------------------------------------------------------------------------
-# config show
+# config show / schema
 # ---------------------------------------------------------------------------
 
 
@@ -146,28 +188,48 @@ def _show_value(key: str, value: Any) -> str:
     spec = option_specs().get(key)
     if spec is not None and spec.tristate and isinstance(value, int):
         return f"{value} ({TRISTATE_MEANING.get(value, '?')})"
-    return "-" if value is None else str(value)
+    text = "-" if value is None else str(value)
+    line = text.splitlines()[0] if text.strip() else text
+    if line != text or len(line) > CELL_CHARS:
+        return line[:CELL_CHARS] + " ..."
+    return text
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
-    validated, models_dir = _load_one(args)
-    if validated is None:
+    validated, diags, models_dir = _load_one(args)
+    failed = _report(diags, as_json=args.json)
+    if validated is None or validated.config is None:
+        if args.json:
+            print_json({"ok": False, "diagnostics": [d.to_json() for d in diags]})
         return 1
-    eff: Effective = effective(validated.document.data, validated.options, models_dir=models_dir,
-                               cpus=cpu_count())
+    eff: Effective = effective(validated.config, validated.options, models_dir=models_dir,
+                               cpus=cpu_count(), engine=validated.engine)
     if args.json:
-        print_json(eff.to_json())
-        return 0
-    t = Table(title=f"{eff.name} ({eff.backend or 'backend chosen by harness select'})")
+        print_json({"ok": not failed, **eff.to_json(), "diagnostics": [d.to_json() for d in diags]})
+        return 1 if failed else 0
+    title = eff.name or ("(gallery template: named by its entry)" if validated.template else "(no name)")
+    backend = eff.backend or "backend chosen by harness select"
+    if eff.backend and validated.engine and validated.engine != eff.backend:
+        backend = f"{eff.backend}: engine {validated.engine}"
+    t = Table(title=f"{title} ({backend})" + (" -- INVALID, values as far as they resolve" if failed else ""))
     for col in ("parameter", "value", "source"):
         t.add_column(col)
     for key, s in eff.params.items():
         t.add_row(key, _show_value(key, s.value), s.source)
     for key, s in eff.ignored.items():
-        t.add_row(key, str(s.value), f"{s.source} (ignored: unknown key)", style="dim")
+        t.add_row(key, _show_value(key, s.value), f"{s.source} (ignored: unknown key)", style="dim")
     Console(soft_wrap=False, width=140).print(t)
     for note in eff.notes:
         progress.info(f"note: {note}")
+    return 1 if failed else 0
+
+
+def cmd_config_schema(args: argparse.Namespace) -> int:
+    if args.path:
+        print(SCHEMA_PATH)
+        return 0
+    text = SCHEMA_PATH.read_text(encoding="utf-8") if SCHEMA_PATH.is_file() else dumps(generate())
+    print(text, end="")
     return 0
 
 
@@ -187,22 +249,32 @@ def probe_host() -> HostInfo:
                         microarch="", simd=(), cores=cpu_count(), memory_bytes=0)
 
 
+def wheel_index(host: HostInfo) -> tuple[str | None, str]:
+    """The GPU wheel index for this host and why: a CUDA toolkit without a CUDA device gets none."""
+    if not host.has_gpu("cuda"):
+        toolkit = f" (CUDA toolkit {host.cuda_version} found)" if host.cuda_version else ""
+        return None, f"none, CPU index: no CUDA device{toolkit}"
+    index = cuda_wheel_index(host.cuda_version)
+    return index, index or f"none, CPU index (CUDA {host.cuda_version or 'version unknown'})"
+
+
 def cmd_select(args: argparse.Namespace) -> int:
-    validated, models_dir = _load_one(args)
-    if validated is None:
+    validated, diags, models_dir = _load_one(args)
+    failed = _report(diags, as_json=args.json)
+    if validated is None or validated.config is None:
+        if args.json:
+            print_json({"ok": False, "diagnostics": [d.to_json() for d in diags]})
         return 1
-    try:
-        config = model_config(validated.document.data)
-    except (TypeError, ValueError) as e:
-        msg = f"{args.file}: cannot build the config: {e}"
-        raise ConfigError(msg) from e
+    config = validated.config
     host = probe_host()
     sel = select_engine(config, host, models_dir=models_dir)
-    wheel = cuda_wheel_index(host.cuda_version)
+    wheel, wheel_text = wheel_index(host)
+    code = 1 if failed or sel.chosen is None else 0
     if args.json:
-        print_json({**sel.to_json(), "wheel_index": wheel or "cpu"})
-        return 0 if sel.chosen else 1
-    t = Table(title=f"engines for {config.name} ({sel.facts.get('format')}, "
+        print_json({"ok": code == 0, **sel.to_json(), "wheel_index": wheel or "cpu",
+                    "diagnostics": [d.to_json() for d in diags]})
+        return code
+    t = Table(title=f"engines for {config.name or '(no name)'} ({sel.facts.get('format')}, "
                     f"{sel.facts.get('architecture') or 'architecture unknown'})")
     for col in ("engine", "verdict", "variant", "reason"):
         t.add_column(col)
@@ -213,5 +285,5 @@ def cmd_select(args: argparse.Namespace) -> int:
         print(f"no engine selected: {sel.reason}")
         return 1
     print(f"selected {sel.chosen.engine}" + (f" variant {sel.chosen.variant}" if sel.chosen.variant else "")
-          + f" (GPU wheel index: {wheel or 'none, CPU index'})")
-    return 0
+          + f" (GPU wheel index: {wheel_text})" + (" -- but the config is invalid" if failed else ""))
+    return code

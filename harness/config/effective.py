@@ -2,8 +2,9 @@
 
 Every value carries its source, in increasing precedence: ``default`` (engine
 default or derived from the host), ``model header`` (the GGUF's context
-length), the config's own top-level key (``context_size``, ``threads``,
-``gpu_layers``), ``parameters`` (sampling defaults), ``options`` and finally
+length), the config's own key (``context_size``, ``max_model_len``, ``threads``,
+``gpu_layers``, ``mmap``, ``stopwords``, ... -- LocalAI's names, see
+``localai.yaml``), ``parameters`` (sampling defaults), ``options`` and finally
 ``engine_args``. Tri-state booleans are shown as the engine receives them:
 unset = 0, true = 1, explicit false = 2 (force off).
 """
@@ -17,10 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config.facts import read_gguf_header
-from harness.config.model import ModelConfig, model_config, nested_specs, option_specs
+from harness.config.facts import abilities, read_gguf_header
+from harness.config.localai import remote_scheme
+from harness.config.model import ModelConfig, Template, model_config, nested_specs, option_specs
 from harness.config.options import ResolvedOptions, Setting
-from harness.config.rules import resolve_draft
+from harness.config.rules import path_problem, resolve_draft
+from harness.video.families import VideoFamily, family_for
 
 #: Sampling defaults when neither parameters nor options set them (GPT4All's, per SPEC.md 5).
 SAMPLING_DEFAULTS: dict[str, Any] = {
@@ -30,6 +33,15 @@ SAMPLING_DEFAULTS: dict[str, Any] = {
 }
 TRISTATE_MEANING = {0: "engine default", 1: "on", 2: "force off"}
 MAX_DEFAULT_PARALLEL = 8
+#: Top-level LocalAI keys that set one engine parameter (loses to options and engine_args):
+#: config field -> (parameter, default).
+TOP_LEVEL: dict[str, tuple[str, Any]] = {
+    "mmap": ("mmap", True), "mmlock": ("mlock", False), "f16": ("f16", None),
+    "low_vram": ("low_vram", False), "no_kv_offloading": ("no_kv_offloading", False),
+    "system_prompt": ("system_prompt", None),
+}
+#: flash_attention's spellings -> the tri-state (auto = engine default).
+FLASH = {"on": True, "true": True, "off": False, "false": False, "auto": None}
 
 
 def cpu_count() -> int:
@@ -66,9 +78,9 @@ class Effective:
 
 class _Resolve:
     def __init__(self, config: ModelConfig, opts: ResolvedOptions, models_dir: Path | None,
-                 cpus: int, header: Callable[[Path], dict[str, Any] | None]) -> None:
+                 cpus: int, header: Callable[[Path], dict[str, Any] | None], engine: str | None) -> None:
         self.config, self.opts, self.models_dir = config, opts, models_dir
-        self.cpus, self.header = cpus, header
+        self.cpus, self.header, self.engine = cpus, header, engine
         self.params: dict[str, Setting] = {}
         self.notes: list[str] = []
 
@@ -82,13 +94,19 @@ class _Resolve:
                 return Setting(value=value, source=source)
         return Setting(value=None, source="default")
 
-    def resolve_path(self, ref: str) -> str:
-        return str(self.models_dir / ref) if self.models_dir is not None else ref
+    def resolve_path(self, ref: str, source: str) -> Setting:
+        """A models-dir path, resolved; a remote URI or a refused path stays as written."""
+        scheme = remote_scheme(ref)
+        if scheme is not None:
+            return Setting(value=ref, source=f"{source} (remote: fetched by LocalAI)")
+        if self.models_dir is None or not ref or path_problem(source, ref):
+            return Setting(value=ref, source=source)
+        return Setting(value=str(self.models_dir / ref), source=source)
 
     def run(self) -> dict[str, Setting]:
         c = self.config
         p = self.params
-        p["model"] = Setting(value=self.resolve_path(c.parameters.model), source="parameters")
+        p["model"] = self.resolve_path(c.parameters.model, "parameters")
         p["n_ctx"] = self.n_ctx()
         p["n_parallel"] = self.chain("n_parallel", (min(MAX_DEFAULT_PARALLEL, self.cpus), "default"))
         p["threads"] = self.chain("threads", (c.threads, "threads"), (self.cpus, "default"))
@@ -98,25 +116,46 @@ class _Resolve:
         for key, spec in option_specs().items():
             if key in done or spec.video:
                 continue
-            s = self.chain(key, (spec.default, "default"))
+            s = self.chain(key, *self.top_level(key), (spec.default, "default"))
+            if key == "flash_attn" and s.source == "default" and self.top_level(key):
+                s = Setting(value=None, source="flash_attention")  # auto: the config says so
             p[key] = Setting(value=tristate(s.value), source=s.source) if spec.tristate else s
+        for field_name, (param, default) in TOP_LEVEL.items():
+            value = getattr(c, field_name)
+            p[param] = Setting(value=value, source=field_name) if value is not None else Setting(
+                value=default, source="default")
         self.sampling()
+        self.template()
+        source = ", ".join(k for k in ("known_usecases", "embeddings", "reranking") if getattr(c, k))
+        p["abilities"] = Setting(value=abilities(c), source=source or "default")
         if c.mmproj:
-            p["mmproj"] = Setting(value=self.resolve_path(c.mmproj), source="mmproj")
+            p["mmproj"] = self.resolve_path(c.mmproj, "mmproj")
         if c.draft_model:
             p["draft_model"] = Setting(value=self.draft(c.draft_model), source="draft_model")
         if self.opts.video_engaged:
             self.video()
         return p
 
+    def top_level(self, key: str) -> list[tuple[Any, str]]:
+        """The config's own LocalAI key for an option (``flash_attention`` for flash_attn), if set."""
+        c = self.config
+        if key == "flash_attn" and c.flash_attention is not None and "flash_attn" not in self.opts.values:
+            return [(FLASH.get(str(c.flash_attention).lower()), "flash_attention")]
+        if key in ("cache_type_k", "cache_type_v") and getattr(c, key) is not None:
+            return [(getattr(c, key), key)]
+        return []
+
     def n_ctx(self) -> Setting:
         opt = self.opts.values.get("max_model_len")
         if opt is not None:
             return Setting(value=opt.value, source=opt.source)
+        if self.config.max_model_len is not None:
+            return Setting(value=self.config.max_model_len, source="max_model_len")
         if self.config.context_size is not None:
             return Setting(value=self.config.context_size, source="context_size")
         model = self.config.parameters.model
-        if self.models_dir is not None and model.endswith(".gguf"):
+        if (self.models_dir is not None and model.endswith(".gguf") and not remote_scheme(model)
+                and not path_problem("model", model)):
             path = self.models_dir / model
             header = self.header(path) if path.is_file() else None
             if header is not None:
@@ -138,45 +177,73 @@ class _Resolve:
                 self.params[f"sampling.{key}"] = Setting(value=from_params, source="parameters")
             else:
                 self.params[f"sampling.{key}"] = Setting(value=SAMPLING_DEFAULTS.get(key), source="default")
-        stop = self.config.parameters.stop
-        self.params["sampling.stop"] = Setting(value=list(stop), source="parameters" if stop else "default")
+        stop, words = self.config.parameters.stop, self.config.stopwords
+        merged = [*stop, *(w for w in words if w not in stop)]
+        source = " + ".join(n for n, v in (("parameters", stop), ("stopwords", words)) if v) or "default"
+        self.params["sampling.stop"] = Setting(value=merged, source=source)
+
+    def template(self) -> None:
+        t = self.config.template or Template()
+        for key in Template.__dataclass_fields__:
+            value = getattr(t, key)
+            if value is not None:
+                self.params[f"template.{key}"] = Setting(value=value, source="template")
 
     def draft(self, ref: str) -> str:
-        if self.models_dir is None:
+        if self.models_dir is None or remote_scheme(ref):
             return ref
         found, _ = resolve_draft(ref, self.models_dir)
         return str(found) if found is not None else ref
 
+    def family(self) -> VideoFamily | None:
+        declared = self.opts.get("video_family")
+        try:
+            return family_for(declared if isinstance(declared, str) else None,
+                              self.engine or self.config.backend)
+        except Exception:  # an unknown family was reported by validation
+            return None
+
     def video(self) -> None:
+        family = self.family()
+        family_defaults = {} if family is None else {
+            "video_width": family.width, "video_height": family.height, "video_num_frames": family.frames,
+            "video_steps": family.steps, "video_fps": family.fps, "video_family": family.name}
+        label = f"default ({family.name})" if family is not None else "default"
         specs = {k: s for k, s in option_specs().items() if s.video}
         for key, spec in specs.items():
-            s = self.chain(key, (spec.default, "default"))
+            default = family_defaults.get(key, spec.default)
+            s = self.chain(key, (default, label if key in family_defaults else "default"))
             if spec.path and isinstance(s.value, str):
-                s = Setting(value=self.resolve_path(s.value), source=s.source)
+                s = Setting(value=self.resolve_path(s.value, s.source).value, source=s.source)
             if spec.tristate:
                 s = Setting(value=tristate(s.value), source=s.source)
             self.params[key] = s
-        for weights, config in (("video_vae", "video_vae_config"), ("audio_vae", "audio_vae_config")):
-            w = self.opts.values.get(weights)
-            if config not in self.opts.values and w is not None and isinstance(w.value, str):
-                beside = posixpath.join(posixpath.dirname(w.value), "config.json")
-                self.params[config] = Setting(value=self.resolve_path(beside),
-                                              source=f"default (beside {weights})")
+        if family is None or family.vae_config:
+            for weights, config in (("video_vae", "video_vae_config"), ("audio_vae", "audio_vae_config")):
+                w = self.opts.values.get(weights)
+                if config not in self.opts.values and w is not None and isinstance(w.value, str):
+                    beside = posixpath.join(posixpath.dirname(w.value), "config.json")
+                    self.params[config] = Setting(value=self.resolve_path(beside, config).value,
+                                                  source=f"default (beside {weights})")
         if "video_partition" not in self.opts.values:
             self.params["video_partition"] = Setting(value="fl2va", source="default (assumed)")
 
 
 def effective(
-    data: dict[str, Any],
+    data: dict[str, Any] | ModelConfig,
     opts: ResolvedOptions,
     *,
     models_dir: Path | None = None,
     cpus: int | None = None,
     header: Callable[[Path], dict[str, Any] | None] = read_gguf_header,
+    engine: str | None = None,
 ) -> Effective:
-    """Effective parameters of a *validated* config mapping and its resolved options."""
-    config = model_config(data)
-    r = _Resolve(config, opts, models_dir, cpus or cpu_count(), header)
+    """Effective parameters of a config (a validated mapping, or the typed best-effort config).
+
+    :param engine: the registered engine the config's backend resolves to (its video family).
+    """
+    config = data if isinstance(data, ModelConfig) else model_config(data)
+    r = _Resolve(config, opts, models_dir, cpus or cpu_count(), header, engine)
     params = r.run()
     return Effective(name=config.name, backend=config.backend, params=params,
                      ignored=dict(opts.unknown), notes=tuple(r.notes))

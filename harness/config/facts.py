@@ -19,29 +19,44 @@ import re
 from pathlib import Path
 from typing import Any
 
+from harness.config.localai import remote_scheme
 from harness.config.model import ModelConfig
+from harness.config.rules import path_problem
 
 _QUANT = re.compile(r"(?i)(?:^|[-_.])((?:I?Q[1-8](?:_[0-9A-Z]+)*)|F16|BF16|F32)(?=[-_.]|$)")
 _SIZE = re.compile(r"(?i)(?:^|[-_ ])(\d+(?:\.\d+)?[BM](?:-A\d+(?:\.\d+)?[BM])?)(?=[-_ .]|$)")
 
 
-def read_gguf_header(path: Path) -> dict[str, Any] | None:
-    """Key/value metadata of a GGUF file (scalars and strings only), or None when unreadable."""
+def gguf_header(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """Key/value metadata of a GGUF file (scalars and strings only), or (None, why it is unreadable)."""
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        return None, f"cannot read {path.name}: {e.strerror or e}"
+    if magic != b"GGUF":
+        return None, f"{path.name} is not a GGUF file (it starts with {magic!r}, not b'GGUF')"
     try:
         from gguf import GGUFReader
 
         reader = GGUFReader(path)
         out: dict[str, Any] = {}
-        for key, f in reader.fields.items():
+        for key, field in reader.fields.items():
             try:
-                value = f.contents()
+                value = field.contents()
             except Exception:  # an exotic field type must not hide the rest of the header
                 continue
             if isinstance(value, str | int | float | bool):
                 out[key] = value
-        return out
-    except Exception:  # corrupt, truncated or not a GGUF at all
-        return None
+        return out, ""
+    except Exception as e:  # corrupt or truncated
+        return None, (f"{path.name} is not a readable GGUF file (truncated or corrupt: "
+                      f"{type(e).__name__}: {str(e)[:160]})")
+
+
+def read_gguf_header(path: Path) -> dict[str, Any] | None:
+    """Key/value metadata of a GGUF file (scalars and strings only), or None when unreadable."""
+    return gguf_header(path)[0]
 
 
 def _file_type_name(code: Any) -> str | None:
@@ -65,17 +80,24 @@ def size_from_name(name: str) -> str | None:
     return m.group(1).upper() if m else None
 
 
-def _abilities(config: ModelConfig) -> list[str]:
-    if config.known_usecases:
-        return list(config.known_usecases)
-    return ["embeddings"] if config.embeddings else ["chat", "completion"]
+def abilities(config: ModelConfig) -> list[str]:
+    """What the model is for (LocalAI's known_usecases, embeddings, reranking); default chat, completion."""
+    out: list[str] = []
+    for case in config.known_usecases:
+        # LocalAI's `llm` is chat + completion + edit.
+        out += [c for c in (("chat", "completion", "edit") if case == "llm" else (case,)) if c not in out]
+    if config.embeddings and "embeddings" not in out:
+        out.append("embeddings")
+    if config.reranking and "rerank" not in out:
+        out.append("rerank")
+    return out or ["chat", "completion"]
 
 
 def gguf_facts(path: Path) -> dict[str, Any]:
     """Facts from a GGUF header: architecture, context length, quantization, family, size."""
-    header = read_gguf_header(path)
+    header, error = gguf_header(path)
     if header is None:
-        return {"format": "ggufv2", "readable": False}
+        return {"format": "ggufv2", "readable": False, "error": error}
     arch = header.get("general.architecture")
     version = header.get("GGUF.version")
     facts: dict[str, Any] = {
@@ -121,12 +143,12 @@ def model_facts(config: ModelConfig, models_dir: Path | None) -> dict[str, Any]:
     """Everything engines need to decide whether they can serve ``config``'s model."""
     ref = config.parameters.model
     facts: dict[str, Any] = {
-        "name": config.name, "model": ref, "abilities": _abilities(config),
+        "name": config.name, "model": ref, "abilities": abilities(config),
         "cuda": bool(config.cuda), "format": "ggufv2" if ref.endswith(".gguf") else "unknown",
         "quantization": quantization_from_name(ref), "size": size_from_name(ref),
-        "path": None, "exists": False,
+        "path": None, "exists": False, "remote": remote_scheme(ref),
     }
-    if models_dir is None:
+    if models_dir is None or not ref or facts["remote"] or path_problem("parameters.model", ref):
         return facts
     full = models_dir / ref
     facts["path"] = str(full)

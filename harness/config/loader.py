@@ -8,6 +8,8 @@ with the text itself becomes a located :class:`Diagnostic`, never an exception.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,8 +20,29 @@ Severity = Literal["error", "warning"]
 Path_ = tuple[str | int, ...]
 
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-#: Alias expansion is bounded: a few anchors must not blow up into millions of nodes.
-MAX_NODES = 100_000
+#: Alias expansion is bounded: a few anchors must not blow up into millions of nodes. Only
+#: nodes reached again through an alias count; a long plain document is bounded by its size.
+MAX_ALIAS_NODES = 100_000
+#: The deepest nesting read: a config is a few levels deep (LocalAI's deepest block, about 8).
+MAX_DEPTH = 100
+#: The largest model-config text read (a config is kilobytes; a long stop list, megabytes).
+MAX_TEXT_BYTES = 64 * 2**20
+
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def dotted(path: Iterable[Any]) -> str:
+    """``parameters.top_p``, ``options[3]``; odd keys quoted (one line, whatever they hold)."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY.match(str(part)):
+            out += f".{part}" if out else str(part)
+        else:
+            out += f"[{str(part)!r}]"
+    return out or "the config"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +92,7 @@ class _Builder:
     def __init__(self, loader: yaml.SafeLoader, doc: Document, problems: list[Diagnostic]) -> None:
         self.loader, self.doc, self.problems = loader, doc, problems
         self.count = 0
+        self.distinct: set[int] = set()
         self.stack: set[int] = set()
 
     def _problem(self, node: Node, message: str) -> None:
@@ -78,8 +102,13 @@ class _Builder:
 
     def build(self, node: Node, path: Path_) -> Any:
         self.count += 1
-        if self.count > MAX_NODES:
-            msg = f"document too large after alias expansion (more than {MAX_NODES} nodes)"
+        if len(path) > MAX_DEPTH:
+            msg = f"nested deeper than {MAX_DEPTH} levels (the depth limit for a model config)"
+            raise _TooLarge(msg, node.start_mark.line + 1, node.start_mark.column + 1)
+        self.distinct.add(id(node))
+        if self.count - len(self.distinct) > MAX_ALIAS_NODES:
+            msg = (f"YAML aliases expand this document by more than {MAX_ALIAS_NODES} nodes (the alias "
+                   "expansion limit); write the repeated parts out or use fewer nested aliases")
             raise _TooLarge(msg)
         self.doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
         if id(node) in self.stack:
@@ -128,7 +157,9 @@ class _Builder:
 
 
 class _TooLarge(Exception):
-    pass
+    def __init__(self, message: str, line: int = 1, col: int = 1) -> None:
+        super().__init__(message)
+        self.line, self.col = line, col
 
 
 def _yaml_problem(file: str, e: yaml.YAMLError) -> Diagnostic:
@@ -143,6 +174,10 @@ def _yaml_problem(file: str, e: yaml.YAMLError) -> Diagnostic:
 def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagnostic]]:
     """Parse every document of a YAML text; problems come back as diagnostics."""
     problems: list[Diagnostic] = []
+    if len(text) > MAX_TEXT_BYTES:
+        msg = (f"file is {len(text)} bytes, above the size limit for a model config "
+               f"({MAX_TEXT_BYTES} bytes, 64 MiB)")
+        return [], [Diagnostic(file=file, line=1, col=1, severity="error", message=msg)]
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8-sig")
@@ -162,7 +197,7 @@ def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagno
     except yaml.YAMLError as e:
         problems.append(_yaml_problem(file, e))
     except _TooLarge as e:
-        problems.append(Diagnostic(file=file, line=1, col=1, severity="error", message=str(e)))
+        problems.append(Diagnostic(file=file, line=e.line, col=e.col, severity="error", message=str(e)))
     except (RecursionError, ValueError) as e:
         msg = f"cannot read YAML: {type(e).__name__}: {e}"
         problems.append(Diagnostic(file=file, line=1, col=1, severity="error", message=msg))

@@ -21,12 +21,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from harness.config.documentation import field_docs
+from harness.config.localai import vocabulary
+from harness.video.families import default_family, family_names
+from harness.video.limits import DEFAULT_LIMITS as VIDEO
 
-#: What a model is used for (LocalAI's ``known_usecases`` names).
-Usecase = Literal[
-    "chat", "completion", "edit", "embeddings", "rerank", "image", "video", "tts",
-    "transcript", "sound_generation", "tokenize", "vad", "detection",
-]
+#: What a model is used for: one of LocalAI's ``known_usecases`` names (``localai.yaml``).
+Usecase = str
+USECASES: tuple[str, ...] = vocabulary().usecases
+#: The largest count or size the engines take (a C ``int``).
+INT_MAX = 2**31 - 1
+#: Video render defaults: the default family's (``harness/video/families.yaml``).
+_VIDEO_DEFAULTS = default_family()
+#: The largest seed (LocalAI decodes it into a Go ``int``); engines narrow it.
+SEED_MAX = 2**63 - 1
 Partition = Literal["t2va", "fl2va", "ref2va"]
 VideoDevice = Literal["cpu", "cuda", "gpu"]
 SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
@@ -58,22 +65,22 @@ class Parameters:
     top_p: float | None = _c(minimum=0, maximum=1)
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
 
-    top_k: int | None = _c(minimum=0)
+    top_k: int | None = _c(minimum=0, maximum=INT_MAX)
     """Keep only the k most likely tokens; 0 disables the filter."""
 
     min_p: float | None = _c(minimum=0, maximum=1)
     """Drop tokens whose probability is below min_p times the top token's."""
 
-    max_tokens: int | None = _c(minimum=0)
+    max_tokens: int | None = _c(minimum=0, maximum=INT_MAX)
     """Most tokens to generate; 0 means up to the context size."""
 
-    seed: int | None = None
+    seed: int | None = _c(minimum=-1, maximum=SEED_MAX)
     """Sampling seed; -1 picks a random seed per request."""
 
     repeat_penalty: float | None = _c(minimum=0)
     """Penalty for repeating one of the last repeat_last_n tokens (1.0 disables)."""
 
-    repeat_last_n: int | None = _c(minimum=-1)
+    repeat_last_n: int | None = _c(minimum=-1, maximum=INT_MAX)
     """How many recent tokens the repeat penalty looks at (-1: the whole context)."""
 
     presence_penalty: float | None = None
@@ -86,7 +93,7 @@ class Parameters:
     """Keep generating past the end-of-sequence token."""
 
     stop: tuple[str, ...] = ()
-    """Stop sequences; generation ends before the first one produced."""
+    """Stop sequences (the harness's key; LocalAI's is the top-level stopwords, merged with it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,6 +121,15 @@ class Template:
     join_chat_messages_by_character: str | None = None
     """String placed between rendered chat messages."""
 
+    multimodal: str | None = None
+    """Go-template placing images/audio markers in a prompt."""
+
+    reply_prefix: str | None = None
+    """Text the model's reply is prefixed with (prefilled in the prompt)."""
+
+    system_messages_after_first: str | None = None
+    """What happens to system messages after the first: "" / error (pass), merge, user."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
@@ -128,14 +144,17 @@ class ModelConfig:
     description: str | None = None
     """Free text shown in listings."""
 
-    context_size: int | None = _c(minimum=1)
-    """Sequence length; options max_model_len and then engine_args.max_model_len override it."""
+    context_size: int | None = _c(minimum=1, maximum=INT_MAX)
+    """Sequence length; max_model_len, then options max_model_len and engine_args.max_model_len override it."""
 
-    threads: int | None = _c(minimum=1)
+    max_model_len: int | None = _c(minimum=1, maximum=INT_MAX)
+    """Sequence length (LocalAI's top-level key); beats context_size, loses to options and engine_args."""
+
+    threads: int | None = _c(minimum=1, maximum=INT_MAX)
     """CPU threads for prompt processing and generation; unset uses the CPU count."""
 
-    gpu_layers: int | None = _c(minimum=-1)
-    """Layers offloaded to the GPU (-1: all)."""
+    gpu_layers: int | None = _c(minimum=-1, maximum=INT_MAX)
+    """Layers offloaded to the GPU (-1, or more than the model has: all)."""
 
     f16: bool | None = None
     """Keep the KV cache in 16-bit floats."""
@@ -143,8 +162,35 @@ class ModelConfig:
     mmap: bool | None = None
     """Memory-map the model file (false: read it into memory)."""
 
+    mmlock: bool | None = None
+    """Lock the model in memory (mlock), so it is never swapped out."""
+
+    low_vram: bool | None = None
+    """Trade speed for GPU memory (engines that have such a mode)."""
+
+    no_kv_offloading: bool | None = None
+    """Keep the KV cache in host memory even when layers are offloaded."""
+
+    flash_attention: str | bool | None = _c(enum=["on", "off", "auto", True, False, None])
+    """Flash attention: on, off or auto (true/false accepted); options flash_attn wins."""
+
+    cache_type_k: str | None = None
+    """KV-cache type for keys (f16, q8_0, ...); options cache_type_k wins."""
+
+    cache_type_v: str | None = None
+    """KV-cache type for values (f16, q8_0, ...); options cache_type_v wins."""
+
+    system_prompt: str | None = None
+    """Default system prompt put before a chat that has none."""
+
+    stopwords: tuple[str, ...] = ()
+    """Stop sequences (LocalAI's key), merged with parameters.stop."""
+
     embeddings: bool | None = None
     """Serve embeddings from this model."""
+
+    reranking: bool | None = None
+    """Serve reranking from this model."""
 
     parameters: Parameters
     """The model file and default sampling settings."""
@@ -155,8 +201,9 @@ class ModelConfig:
     engine_args: dict[str, Any] = field(default_factory=dict)
     """Engine arguments spelled like vLLM's CLI flags; applied after options, so they win."""
 
-    known_usecases: tuple[Usecase, ...] = ()
-    """What the model is for (chat, completion, embeddings, video, ...)."""
+    known_usecases: tuple[Usecase, ...] = field(
+        default=(), metadata={"schema": {"items": {"type": "string", "enum": list(USECASES)}}})
+    """What the model is for: LocalAI's names (chat, completion, embeddings, rerank, image, video, ...)."""
 
     cuda: bool | None = None
     """The model needs a CUDA device."""
@@ -164,7 +211,7 @@ class ModelConfig:
     draft_model: str | None = None
     """Draft model for speculative decoding: a path, a models-dir name or a reference."""
 
-    n_draft: int | None = _c(minimum=1)
+    n_draft: int | None = _c(minimum=1, maximum=INT_MAX)
     """Tokens the draft model proposes per step."""
 
     mmproj: str | None = None
@@ -183,19 +230,19 @@ class ModelConfig:
 class EngineOptions:
     """Known keys of ``options:`` and ``engine_args:`` for text engines, with engine defaults."""
 
-    block_size: int = _c(32, minimum=1)
+    block_size: int = _c(32, minimum=1, maximum=INT_MAX)
     """Tokens per KV-cache block."""
 
-    num_blocks: int = _c(256, minimum=1)
+    num_blocks: int = _c(256, minimum=1, maximum=INT_MAX)
     """KV-cache blocks to allocate."""
 
-    n_parallel: int | None = _c(minimum=1)
+    n_parallel: int | None = _c(minimum=1, maximum=INT_MAX)
     """Concurrent sequences (alias max_num_seqs); unset: min(8, CPU count)."""
 
-    max_num_batched_tokens: int = _c(0, minimum=0)
+    max_num_batched_tokens: int = _c(0, minimum=0, maximum=INT_MAX)
     """Token budget per chunked-prefill step; 0 keeps the engine's per-architecture default."""
 
-    max_model_len: int | None = _c(minimum=1)
+    max_model_len: int | None = _c(minimum=1, maximum=INT_MAX)
     """Sequence length; beats context_size, loses to engine_args.max_model_len."""
 
     scheduling_policy: SchedulingPolicy = "fcfs"
@@ -225,19 +272,19 @@ class EngineOptions:
     flash_attn: bool | None = field(default=None, metadata=TRISTATE)
     """Flash attention; unset: the engine decides."""
 
-    threads: int | None = _c(minimum=1)
+    threads: int | None = _c(minimum=1, maximum=INT_MAX)
     """Generation threads; unset: the config's threads, else the CPU count."""
 
-    threads_batch: int | None = _c(minimum=1)
+    threads_batch: int | None = _c(minimum=1, maximum=INT_MAX)
     """Prompt-processing threads; unset: same as threads."""
 
-    n_batch: int = _c(2048, minimum=1)
+    n_batch: int = _c(2048, minimum=1, maximum=INT_MAX)
     """Logical batch size for prompt processing."""
 
-    n_ubatch: int = _c(512, minimum=1)
+    n_ubatch: int = _c(512, minimum=1, maximum=INT_MAX)
     """Physical batch size for prompt processing."""
 
-    n_gpu_layers: int | None = _c(minimum=-1)
+    n_gpu_layers: int | None = _c(minimum=-1, maximum=INT_MAX)
     """Layers offloaded to the GPU (-1: all); beats the config's gpu_layers."""
 
     cache_type_k: str = "f16"
@@ -272,6 +319,9 @@ class VideoOptions:
     video_prompt_embeds: str | None = field(default=None, metadata=MODELS_PATH)
     """Precomputed f32 prompt embeddings, the conditioning used without an encoder."""
 
+    video_family: str | None = _c(enum=[*family_names(), None])
+    """Which video family the checkpoint set is (its frame and pixel grids, audio or not); unset: the backend's."""
+
     video_partition: Partition | None = None
     """Which DiT checkpoint this is: t2va/fl2va (the FL2VA file) or ref2va; undeclared: FL2VA, with a warning."""
 
@@ -284,22 +334,22 @@ class VideoOptions:
     video_fp4_resident: bool | None = field(default=None, metadata=TRISTATE)
     """Keep FP4 weights resident in device memory."""
 
-    video_width: int = _c(1344, minimum=1)
-    """Default canvas width; the engine truncates it to the 32-pixel grid."""
+    video_width: int = _c(_VIDEO_DEFAULTS.width, minimum=1, maximum=VIDEO.max_side)
+    """Default canvas width; off the family's pixel grid the engine rounds it."""
 
-    video_height: int = _c(768, minimum=1)
-    """Default canvas height; the engine truncates it to the 32-pixel grid."""
+    video_height: int = _c(_VIDEO_DEFAULTS.height, minimum=1, maximum=VIDEO.max_side)
+    """Default canvas height; off the family's pixel grid the engine rounds it."""
 
     video_canvas: str | None = _c(pattern=r"^\s*[0-9]+\s*[xX]\s*[0-9]+\s*$")
     """Canvas as WIDTHxHEIGHT, instead of video_width and video_height."""
 
-    video_num_frames: int = _c(124, minimum=1)
-    """Default frame count; off the 17n+5 grid it is rounded up."""
+    video_num_frames: int = _c(_VIDEO_DEFAULTS.frames, minimum=1, maximum=VIDEO.max_frames)
+    """Default frame count; off the family's frame grid (17n+5, 4n+1) it is rounded up."""
 
-    video_steps: int = _c(50, minimum=1)
+    video_steps: int = _c(_VIDEO_DEFAULTS.steps, minimum=1, maximum=VIDEO.max_steps)
     """Default denoising steps."""
 
-    video_fps: float = _c(24.0, exclusiveMinimum=0)
+    video_fps: float = _c(_VIDEO_DEFAULTS.fps, exclusiveMinimum=0, maximum=VIDEO.max_fps)
     """The engine's native frame rate; requests asking for another rate are warned."""
 
     video_workdir: str | None = None
@@ -365,6 +415,8 @@ def _specs(cls: type, *, video: bool = False) -> dict[str, OptionSpec]:
     for f in dataclasses.fields(cls):
         kind, choices = _kind(hints[f.name])
         bounds = f.metadata.get("schema", {})
+        if "enum" in bounds:
+            choices = tuple(str(c) for c in bounds["enum"] if isinstance(c, str))
         default = f.default if f.default is not dataclasses.MISSING else None
         out[f.name] = OptionSpec(
             key=f.name, kind=kind, default=default, doc=docs.get(f.name, ""), choices=choices,
@@ -399,11 +451,21 @@ _OPTION_SPECS: dict[str, OptionSpec] | None = None
 # ---------------------------------------------------------------------------
 
 
+_HINTS: dict[type, tuple[dict[str, Any], tuple[dataclasses.Field[Any], ...]]] = {}
+
+
+def _hints(cls: type) -> tuple[dict[str, Any], tuple[dataclasses.Field[Any], ...]]:
+    """A dataclass's resolved type hints and fields (resolving them is most of from_mapping's time)."""
+    if cls not in _HINTS:
+        _HINTS[cls] = (typing.get_type_hints(cls), dataclasses.fields(cls))
+    return _HINTS[cls]
+
+
 def from_mapping(cls: type[Any], data: dict[str, Any]) -> Any:
     """Build ``cls`` from a schema-valid mapping (nested dataclasses and tuples included)."""
-    hints = typing.get_type_hints(cls)
+    hints, fields = _hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
+    for f in fields:
         if f.name in data and data[f.name] is not None:
             kwargs[f.name] = _convert(hints[f.name], data[f.name])
     return cls(**kwargs)

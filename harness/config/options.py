@@ -1,10 +1,12 @@
 """``options:`` and ``engine_args:``: parse, type, and merge them with provenance.
 
 ``options:`` items are ``key:value`` strings split on the *first* colon, so JSON
-values (``speculative_config:{"method":"mtp"}``) survive. ``engine_args:`` is a
-typed map applied afterwards, so it wins. Dotted keys (``sampling.top_k``) set
-nested parameters. Unknown keys are kept but warned about: they may belong to
-another engine.
+values (``speculative_config:{"method":"mtp"}``) survive; an item without a colon is
+a flag (some backends take those; whether this one does is its engine plugin's rule).
+``engine_args:`` is a typed map applied afterwards, so it wins. Dotted keys
+(``sampling.top_k``) set nested parameters. Unknown keys are kept but warned about:
+they may belong to another engine; the keys LocalAI's backend of the config takes are
+only collected (accepted, not used by this harness).
 """
 
 from __future__ import annotations
@@ -51,6 +53,12 @@ class ResolvedOptions:
 
     unknown: dict[str, Setting] = field(default_factory=dict)
     """Keys no engine option of ours knows; passed through, ignored by our engines."""
+
+    localai: dict[str, Path_] = field(default_factory=dict)
+    """Keys of LocalAI's backend of this config (accepted, not used here) -> where given."""
+
+    items: list[tuple[int, str, str | None]] = field(default_factory=list)
+    """``options:`` as written: (index, key, value; None for a flag without a colon)."""
 
     given: set[str] = field(default_factory=set)
     """Canonical keys that appeared at all, valid or not."""
@@ -148,8 +156,9 @@ def convert(label: str, spec: OptionSpec, value: Any) -> tuple[Any, str | None]:
 
 
 class _Resolver:
-    def __init__(self, doc: Document) -> None:
+    def __init__(self, doc: Document, localai: frozenset[str] = frozenset()) -> None:
         self.doc = doc
+        self.localai = localai
         self.out = ResolvedOptions()
         self.specs = option_specs()
         # engine_args keys the JSON Schema types itself: do not report their types twice.
@@ -182,6 +191,10 @@ class _Resolver:
             return
         spec = self.specs.get(name)
         self.out.given.add(name)
+        if spec is None and (key in self.localai or name in self.localai):
+            self.out.localai.setdefault(key, path)
+            self.out.unknown[name] = Setting(value=value, source=source, path=path)
+            return
         if spec is None:
             self.warn(path, f"unknown {noun} key {key!r}: ignored (it may belong to another engine)"
                             f"{did_you_mean(name, _known_names())}", key=True)
@@ -207,13 +220,13 @@ class _Resolver:
             if not isinstance(item, str):
                 continue  # the schema reports it
             key, colon, raw = item.partition(":")
-            if not colon:
-                self.error(("options", i), f"option {item!r} is not key:value "
-                                           "(the key ends at the first colon)")
-            elif not key.strip():
-                self.error(("options", i), f"option {item!r} has an empty key")
-            else:
+            self.out.items.append((i, key.strip(), raw if colon else None))
+            if not key.strip():
+                continue  # the engine plugin says whether that is wrong
+            if colon:
                 self.set(key.strip(), raw, "options", ("options", i))
+            elif key.strip() in self.localai:
+                self.out.localai.setdefault(key.strip(), ("options", i))
 
     def engine_args(self, args: Any) -> None:
         if not isinstance(args, dict):
@@ -227,9 +240,12 @@ class _Resolver:
                 self.set(key, value, "engine_args", path, report=key not in self.schema_typed)
 
 
-def resolve_options(doc: Document) -> ResolvedOptions:
-    """Merge ``options:`` then ``engine_args:`` (which wins) of a config document."""
-    r = _Resolver(doc)
+def resolve_options(doc: Document, *, localai: frozenset[str] = frozenset()) -> ResolvedOptions:
+    """Merge ``options:`` then ``engine_args:`` (which wins) of a config document.
+
+    :param localai: option keys of the config's LocalAI backend: collected, not warned about.
+    """
+    r = _Resolver(doc, localai)
     data = doc.data if isinstance(doc.data, dict) else {}
     r.options(data.get("options"))
     r.engine_args(data.get("engine_args"))

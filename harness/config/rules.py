@@ -1,27 +1,32 @@
-"""Semantic rules of a model config beyond its schema (SPEC.md sections 4 and 6).
+"""Semantic rules every model config gets, whatever its backend (SPEC.md section 4).
 
-Each rule reads the document's plain data (it may be schema-invalid, so every
-access is type-guarded) plus the resolved options, and returns diagnostics.
-File existence is checked only when a models directory is known.
+The core checks what LocalAI itself would refuse for any backend: the backend name,
+paths that leave the models directory, files that are not there (when a models
+directory is known), non-finite numbers, draft references. Rules that belong to one
+engine (which files it loads, how its options are spelled, a video family's grids and
+checkpoints) are that engine plugin's ``harness_config_check``; a backend no plugin
+claims gets only these and the schema.
+
+Each rule reads the document's plain data (it may be schema-invalid, so every access
+is type-guarded) plus the resolved options, and returns diagnostics.
 """
 
 from __future__ import annotations
 
+import math
 import posixpath
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.config.loader import Diagnostic, Document, Path_
+from harness.config.loader import Diagnostic, Document, Path_, Severity, dotted
+from harness.config.localai import remote_scheme, resolve_backend
 from harness.config.model import option_specs
 from harness.config.options import ResolvedOptions
-from harness.errors import did_you_mean
 
-#: Weight-file suffixes that are plainly not the .gguf file or model directory the engine loads.
-NOT_LOADABLE = frozenset({".bin", ".safetensors", ".pt", ".pth", ".onnx", ".ggml", ".ckpt", ".h5"})
-CANVAS_GRID = 32
 DRAFT_CONFIG_KEYS = ("model", "draft_model")
+REMOTE_NOTE = "fetched by LocalAI, not checked here"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,16 +35,42 @@ class Context:
 
     engines: frozenset[str]
     models_dir: Path | None = None
+    template: bool = False
+    """A gallery template body: ``name`` and ``parameters.model`` come from the gallery entry."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class CheckContext:
-    """The ``context`` of ``harness_config_check``: locate findings with ``document.diag(path, ...)``."""
+    """The ``context`` of ``harness_config_check``: locate findings with :meth:`error` / :meth:`warn`.
+
+    ``engine`` is the registered engine the config's ``backend`` resolves to (LocalAI's
+    backend names included, through ``localai.yaml``), None when the backend is unset or
+    served by no registered engine: a plugin checks the configs of its own engine only.
+    """
 
     document: Document
     options: ResolvedOptions
     engines: frozenset[str]
     models_dir: Path | None = None
+    engine: str | None = None
+    template: bool = False
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.document.data if isinstance(self.document.data, dict) else {}
+
+    def error(self, path: Path_, message: str, *, key: bool = False) -> Diagnostic:
+        return self.document.diag(path, "error", message, key=key)
+
+    def warn(self, path: Path_, message: str, *, key: bool = False) -> Diagnostic:
+        return self.document.diag(path, "warning", message, key=key)
+
+    def local_file(self, value: str) -> Path | None:
+        """``value`` resolved in the models directory when it names something there, else None."""
+        if self.models_dir is None or remote_scheme(value) or path_problem("x", value):
+            return None
+        full = self.models_dir / value
+        return full if full.exists() else None
 
 
 def path_problem(label: str, value: str) -> str | None:
@@ -53,18 +84,6 @@ def path_problem(label: str, value: str) -> str | None:
     if norm == ".." or norm.startswith("../"):
         return f"{label} {value!r} escapes the models directory with '..'"
     return None
-
-
-def frame_grid(n: int) -> int:
-    """The smallest frame count on the 17n+5 grid that is >= ``n``."""
-    if n <= 5:
-        return 5
-    return 5 + -(-(n - 5) // 17) * 17
-
-
-def canvas_grid(n: int) -> int:
-    """The canvas size the engine uses: truncated to the 32-pixel grid (at least 32)."""
-    return max(CANVAS_GRID, n // CANVAS_GRID * CANVAS_GRID)
 
 
 def resolve_draft(ref: str, models_dir: Path) -> tuple[Path | None, list[Path]]:
@@ -81,11 +100,25 @@ def resolve_draft(ref: str, models_dir: Path) -> tuple[Path | None, list[Path]]:
     return None, looked
 
 
-def _str_at(data: dict[str, Any], *keys: str) -> str | None:
+def str_at(data: Any, *keys: str) -> str | None:
+    """The string at ``data[k1][k2]...``, else None (any level may be of the wrong type)."""
     cur: Any = data
     for k in keys:
         cur = cur.get(k) if isinstance(cur, dict) else None
     return cur if isinstance(cur, str) else None
+
+
+def non_finite(data: Any) -> Iterator[tuple[Path_, float]]:
+    """Every NaN or infinity in ``data`` (YAML's ``.nan`` / ``.inf``), with its path."""
+    stack: list[tuple[Path_, Any]] = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            yield path, value
+        elif isinstance(value, dict):
+            stack.extend(((*path, k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*path, i), v) for i, v in enumerate(value))
 
 
 class Rules:
@@ -94,170 +127,94 @@ class Rules:
         self.data: dict[str, Any] = doc.data if isinstance(doc.data, dict) else {}
         self.out: list[Diagnostic] = []
 
-    def error(self, path: Path_, msg: str) -> None:
-        self.out.append(self.doc.diag(path, "error", msg))
-
-    def warn(self, path: Path_, msg: str) -> None:
-        self.out.append(self.doc.diag(path, "warning", msg))
+    def add(self, path: Path_, severity: Severity, msg: str, *, key: bool = False) -> None:
+        self.out.append(self.doc.diag(path, severity, msg, key=key))
 
     def run(self) -> list[Diagnostic]:
+        self.numbers()
         self.backend()
         self.model_path()
         self.mmproj()
         self.option_paths()
         self.draft()
-        self.usecases()
-        if self.opts.video_engaged:
-            self.video()
         return self.out
 
     # -- rules ---------------------------------------------------------------
 
-    def backend(self) -> None:
-        backend = _str_at(self.data, "backend")
-        if backend is None or backend in self.ctx.engines:
-            return
-        known = sorted(self.ctx.engines)
-        self.error(("backend",), f"backend {backend!r} is not a registered engine plugin"
-                                 f"{did_you_mean(backend, known)}; known: {', '.join(known) or 'none'}")
+    def numbers(self) -> None:
+        for path, value in sorted(non_finite(self.data), key=lambda p: self.doc.where(p[0])):
+            where = dotted(path)
+            self.add(path, "error", f"{where}: expected a finite number, found {value!r} "
+                                    "(NaN and infinity are never valid settings)")
 
-    def _check_path(self, path: Path_, label: str, value: str, *, kind: str) -> Path | None:
-        """Shape and existence of a models-dir path; ``kind`` is model, gguf or any."""
+    def backend(self) -> None:
+        backend = str_at(self.data, "backend")
+        if backend is None:
+            return
+        verdict = resolve_backend(backend, self.ctx.engines)
+        if verdict.kind == "localai":
+            self.add(("backend",), "warning", verdict.message)
+        elif verdict.kind == "unknown":
+            self.add(("backend",), "error", verdict.message)
+
+    def _check_path(self, path: Path_, label: str, value: str) -> None:
+        """Shape and existence of a models-dir path; a remote URI is only noted."""
+        scheme = remote_scheme(value)
+        if scheme is not None:
+            self.add(path, "warning", f"{label} {value!r} is a remote model ({scheme}): {REMOTE_NOTE}")
+            return
         problem = path_problem(label, value)
         if problem:
-            self.error(path, problem)
-            return None
-        suffix = Path(value).suffix.lower()
-        if kind == "model" and suffix in NOT_LOADABLE:
-            self.error(path, f"{label} {value!r} must be a .gguf file or a directory with "
-                             f"config.json, not a {suffix} file")
-            return None
-        if self.ctx.models_dir is None:
-            return None
-        full = self.ctx.models_dir / value
-        if not full.exists():
-            self.error(path, f"{label} {value!r} not found in the models directory {self.ctx.models_dir}")
-            return None
-        if kind == "model":
-            if full.is_dir() and not (full / "config.json").is_file():
-                self.error(path, f"{label} {value!r} is a directory without config.json; "
-                                 "the engine loads a .gguf file or a model directory with config.json")
-            elif full.is_file() and suffix != ".gguf":
-                self.error(path, f"{label} {value!r} must be a .gguf file or a directory with config.json")
-        elif kind == "gguf" and (not full.is_file() or suffix != ".gguf"):
-            self.error(path, f"{label} {value!r} must be a .gguf file")
-        return full
+            self.add(path, "error", problem)
+        elif self.ctx.models_dir is not None and not (self.ctx.models_dir / value).exists():
+            self.add(path, "error", f"{label} {value!r} not found in the models directory {self.ctx.models_dir}")
 
     def model_path(self) -> None:
-        model = _str_at(self.data, "parameters", "model")
+        model = str_at(self.data, "parameters", "model")
         if model is not None:
-            self._check_path(("parameters", "model"), "parameters.model", model, kind="model")
+            self._check_path(("parameters", "model"), "parameters.model", model)
 
     def mmproj(self) -> None:
-        mmproj = _str_at(self.data, "mmproj")
+        mmproj = str_at(self.data, "mmproj")
         if mmproj is not None:
-            self._check_path(("mmproj",), "mmproj", mmproj, kind="gguf")
+            self._check_path(("mmproj",), "mmproj", mmproj)
 
     def option_paths(self) -> None:
         specs = option_specs()
         for key, s in self.opts.values.items():
             if specs[key].path and isinstance(s.value, str) and s.path is not None:
-                self._check_path(s.path, key, s.value, kind="any")
+                self._check_path(s.path, key, s.value)
 
     def draft(self) -> None:
         refs: list[tuple[Path_, str]] = []
-        top = _str_at(self.data, "draft_model")
+        top = str_at(self.data, "draft_model")
         if top is not None:
             refs.append((("draft_model",), top))
         spec = self.opts.values.get("speculative_config")
         if spec is not None and isinstance(spec.value, dict) and spec.path is not None:
-            for key in DRAFT_CONFIG_KEYS:
-                if isinstance(spec.value.get(key), str):
-                    refs.append((spec.path, spec.value[key]))
+            refs += [(spec.path, spec.value[k]) for k in DRAFT_CONFIG_KEYS if isinstance(spec.value.get(k), str)]
         models_dir = self.ctx.models_dir
         for path, ref in refs:
             if not ref.strip():
-                self.error(path, "draft model reference is empty")
+                self.add(path, "error", "draft model reference is empty")
+            elif remote_scheme(ref):
+                self.add(path, "warning", f"draft model {ref!r} is a remote model: {REMOTE_NOTE}")
             elif models_dir is not None and resolve_draft(ref, models_dir)[0] is None:
                 looked = resolve_draft(ref, models_dir)[1]
-                self.error(path, f"draft model {ref!r} not found; looked in: "
-                                 f"{', '.join(str(p) for p in looked)}")
-
-    def usecases(self) -> None:
-        cases = self.data.get("known_usecases")
-        if isinstance(cases, list) and "video" in cases and not self.opts.video_engaged:
-            self.warn(("known_usecases",), "known_usecases includes video but no video_* option "
-                                           "names the checkpoint set (video_vae, audio_vae, ...)")
-
-    def video(self) -> None:
-        v: dict[str, Any] = {**dict.fromkeys(self.opts.given), **self.opts.values}
-        at: Path_ = ("options",) if "options" in self.data else ()
-        key_at = "options" in self.data
-        for key in ("video_vae", "audio_vae"):
-            if key not in v:
-                self.out.append(self.doc.diag(at, "error", f"video options need {key}: both the "
-                                              "video and the audio VAE are required", key=key_at))
-        if "video_encoder" not in v and "video_prompt_embeds" not in v:
-            self.out.append(self.doc.diag(at, "error", "video options need video_encoder or "
-                                          "video_prompt_embeds to condition on a prompt", key=key_at))
-        encoder = self.opts.values.get("video_encoder")
-        if encoder is not None and "video_tokenizer" not in v:
-            self.error(encoder.path or at, "video_encoder needs video_tokenizer "
-                                                      "(the encoder's tokenizer.json)")
-        for weights, config in (("video_vae", "video_vae_config"), ("audio_vae", "audio_vae_config")):
-            self._vae_config(weights, config)
-        if "video_partition" not in v:
-            self.out.append(self.doc.diag(at, "warning", "video_partition is not declared; assuming "
-                                          "fl2va (the FL2VA and Ref2VA checkpoints cannot be told "
-                                          "apart: declare video_partition:fl2va or ref2va)", key=key_at))
-        self._canvas()
-        frames = self.opts.values.get("video_num_frames")
-        if frames is not None and isinstance(frames.value, int) and frame_grid(frames.value) != frames.value:
-            self.warn(frames.path or at, f"video_num_frames {frames.value} is not on the 17n+5 grid; "
-                                         f"the engine will use {frame_grid(frames.value)}")
-
-    def _vae_config(self, weights: str, config: str) -> None:
-        v = self.opts.values
-        w = v.get(weights)
-        if config in v or w is None or not isinstance(w.value, str) or self.ctx.models_dir is None:
-            return
-        beside = self.ctx.models_dir / posixpath.dirname(w.value) / "config.json"
-        if not beside.is_file():
-            self.error(w.path or ("options",), f"{config} is not set and there is no config.json "
-                                               f"beside {weights} (looked at {beside})")
-
-    def _canvas(self) -> None:
-        v = self.opts.values
-        canvas = v.get("video_canvas")
-        sizes: list[tuple[str, int, Path_]] = []
-        if canvas is not None and isinstance(canvas.value, str) and canvas.path is not None:
-            if "video_width" in v or "video_height" in v:
-                self.error(canvas.path, "video_canvas and video_width/video_height both set the "
-                                        "canvas; keep one")
-            w, _, h = canvas.value.lower().partition("x")
-            if w.strip().isdigit() and h.strip().isdigit():
-                sizes += [("video_canvas width", int(w), canvas.path),
-                          ("video_canvas height", int(h), canvas.path)]
-            else:
-                self.error(canvas.path, f"video_canvas expects WIDTHxHEIGHT, found {canvas.value!r}")
-        for key in ("video_width", "video_height"):
-            s = v.get(key)
-            if s is not None and isinstance(s.value, int) and s.path is not None:
-                sizes.append((key, s.value, s.path))
-        for label, n, path in sizes:
-            if n % CANVAS_GRID:
-                self.warn(path, f"{label} {n} is not on the {CANVAS_GRID}-pixel grid; "
-                                f"the engine will use {canvas_grid(n)}")
+                self.add(path, "error", f"draft model {ref!r} not found; looked in: "
+                                        f"{', '.join(str(p) for p in looked)}")
 
 
 def check(doc: Document, opts: ResolvedOptions, ctx: Context) -> list[Diagnostic]:
-    """All semantic rules for one config document."""
+    """The core rules for one config document."""
     return Rules(doc, opts, ctx).run()
 
 
-def known_engines_from_plugins() -> frozenset[str]:
+def known_engines_from_plugins(pm: Any = None) -> frozenset[str]:
     """Engine names the registered plugins implement."""
-    from harness.plugin import get_manager
+    if pm is None:
+        from harness.plugin import get_manager
 
-    names: Collection[list[str]] = get_manager().hook.harness_engine_names()
+        pm = get_manager()
+    names: Collection[list[str]] = pm.hook.harness_engine_names()
     return frozenset(n for group in names if group for n in group)

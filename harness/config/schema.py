@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from harness.config import model
 from harness.config.documentation import field_docs
+from harness.config.localai import vocabulary
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "model-config.schema.json"
 SCHEMA_ID = "https://harness.invalid/model-config.schema.json"
@@ -43,7 +44,11 @@ def type_schema(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if origin in (types.UnionType, typing.Union):
         rest = [a for a in args if a is not type(None)]
         if len(rest) != 1:
-            return {"anyOf": [type_schema(a, defs) for a in args]}
+            parts = [type_schema(a, defs) for a in rest]
+            if all(set(p) == {"type"} and isinstance(p["type"], str) for p in parts):
+                kinds = [p["type"] for p in parts]
+                return {"type": [*kinds, "null"] if len(rest) < len(args) else kinds}
+            return {"anyOf": parts + ([{"type": "null"}] if len(rest) < len(args) else [])}
         inner = type_schema(rest[0], defs)
         # Scalars accept null (an empty YAML value means "unset"); sections do not.
         if isinstance(inner.get("type"), str) and "$ref" not in inner:
@@ -128,10 +133,28 @@ def _option_examples() -> list[str]:
     return out
 
 
+#: Where LocalAI's unused keys of each vocabulary section go in the schema.
+_SECTION_CLASSES = {"config": model.ModelConfig, "parameters": model.Parameters, "template": model.Template}
+UNUSED_DESCRIPTION = "LocalAI key: accepted, not used by this harness."
+
+
+def _localai_unused(root: dict[str, Any], defs: dict[str, Any]) -> None:
+    """Add LocalAI's accepted-but-unused keys (``localai.yaml``) to the object schemas."""
+    vocab = vocabulary()
+    for section, cls in _SECTION_CLASSES.items():
+        target = root if cls is model.ModelConfig else defs[cls.__name__]
+        for key, kind in sorted(vocab.unused(section).items()):
+            prop: dict[str, Any] = {"description": UNUSED_DESCRIPTION}
+            if kind != "any":
+                prop = {"type": [kind, "null"], **prop}
+            target["properties"].setdefault(key, prop)
+
+
 def generate() -> dict[str, Any]:
     """The model-config JSON Schema."""
     defs: dict[str, Any] = {}
     root = dataclass_schema(model.ModelConfig, defs)
+    _localai_unused(root, defs)
     props = root["properties"]
     props["options"]["items"]["examples"] = _option_examples()
     props["engine_args"] = {**_engine_keys(defs), "description": props["engine_args"]["description"]}
@@ -167,6 +190,7 @@ def write(path: Path = SCHEMA_PATH) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.config.schema", description=__doc__)
     parser.add_argument("--check", action="store_true", help="only compare; exit 1 when stale")
+    parser.add_argument("--write", action="store_true", help="write the file (the default action)")
     parser.add_argument("--output", type=Path, default=SCHEMA_PATH, help="where to write")
     args = parser.parse_args(argv)
     if args.check:

@@ -4,8 +4,7 @@ Each plugin answers ``harness_engine_match(engine, model, host)`` for its own
 engines with a :class:`~harness.types.MatchResult`; selection is transparent:
 ``harness select`` shows the chosen engine and variant and every rejection's
 reason. Also here: the CUDA-version -> GPU wheel index mapping used when
-installing variant wheels, and the per-engine translation of speculative
-decoding with the draft family/size rule.
+installing variant wheels. LocalAI backend names resolve through ``localai.yaml``.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from typing import Any
 import pluggy
 
 from harness.config.facts import model_facts
+from harness.config.localai import BackendVerdict, resolve_backend
 from harness.config.model import ModelConfig
 from harness.types import HostInfo, MatchResult
 
@@ -60,6 +60,8 @@ class Selection:
     results: tuple[MatchResult, ...]
     facts: dict[str, Any]
     declared: str | None = None
+    backend: BackendVerdict | None = None
+    """What ``declared`` resolves to (LocalAI's names included)."""
 
     @property
     def reason(self) -> str:
@@ -67,11 +69,16 @@ class Selection:
         if self.chosen is not None:
             return ""
         if self.declared is not None:
-            mine = [r for r in self.results if r.engine == self.declared]
+            verdict = self.backend
+            engine = verdict.engine if verdict is not None else self.declared
+            mine = [r for r in self.results if r.engine == engine]
+            if verdict is not None and verdict.kind != "engine":
+                return verdict.message
             if not mine:
                 return (f"backend {self.declared!r} is not a known engine (no plugin registers it and "
                         "no engine descriptor has that name)")
-            return f"backend {self.declared!r} rejects this model: {mine[0].reason}"
+            named = repr(self.declared) if engine == self.declared else f"{self.declared!r} ({engine})"
+            return f"backend {named} rejects this model: {mine[0].reason}"
         if not self.results:
             return "no engine plugin is registered"
         return "no engine can serve this model here"
@@ -81,6 +88,7 @@ class Selection:
             return {"engine": r.engine, "ok": r.ok, "variant": r.variant, "reason": r.reason}
 
         return {"chosen": one(self.chosen) if self.chosen else None, "declared": self.declared,
+                "engine": self.backend.engine if self.backend is not None else None,
                 "reason": self.reason, "results": [one(r) for r in self.results], "facts": self.facts}
 
 
@@ -149,5 +157,10 @@ def select_engine(
         described = descriptor_names() if described is None else described
     facts = model_facts(config, models_dir)
     results = ask_engines(facts, host, pm, described or ())
-    return Selection(chosen=choose(results, config.backend), results=tuple(results), facts=facts,
-                     declared=config.backend)
+    verdict = resolve_backend(config.backend, engine_names(pm, described or ())) if config.backend else None
+    if verdict is not None and verdict.engine is None:
+        chosen = None  # a LocalAI backend this harness does not build, or an unknown name
+    else:
+        chosen = choose(results, verdict.engine if verdict is not None else None)
+    return Selection(chosen=chosen, results=tuple(results), facts=facts, declared=config.backend,
+                     backend=verdict)

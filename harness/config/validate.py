@@ -7,7 +7,9 @@ offending key or value in the YAML text. Nothing a user can write raises.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 import os
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,10 +21,20 @@ import pluggy
 from jsonschema.exceptions import ValidationError
 
 from harness.config import schema as schema_mod
-from harness.config.loader import Diagnostic, Document, load_text
-from harness.config.model import model_config
+from harness.config.gallery import body_documents, is_gallery_file
+from harness.config.lenient import best_effort
+from harness.config.loader import Diagnostic, Document, Path_, dotted, load_text
+from harness.config.localai import backend_options, resolve_backend, vocabulary
+from harness.config.model import ModelConfig
 from harness.config.options import ResolvedOptions, resolve_options
-from harness.config.rules import CheckContext, Context, check, known_engines_from_plugins
+from harness.config.rules import (
+    CheckContext,
+    Context,
+    check,
+    known_engines_from_plugins,
+    non_finite,
+    str_at,
+)
 from harness.errors import did_you_mean
 
 __all__ = ["CheckContext", "Diagnostic", "Report", "Validated", "Validator", "iter_config_files"]
@@ -68,25 +80,51 @@ def _found(value: Any) -> str:
     return f"{kind} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
-def _dotted(path: Iterable[Any]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "the config"
+#: Keys a gallery template leaves to its gallery entry.
+TEMPLATE_KEYS = {(): ("name", "parameters"), ("parameters",): ("model",)}
+_TEMPLATE_HINT = {
+    "name": " (a gallery template's config_file body gets it from its gallery entry: check "
+            "such bodies with --template)",
+    "parameters": " (parameters.model names the model file; a gallery template gets it from its "
+                  "gallery entry: check such bodies with --template)",
+    "model": " (the model file; a gallery template gets it from its gallery entry: check such "
+             "bodies with --template)",
+}
 
 
-def schema_diagnostics(doc: Document) -> list[Diagnostic]:
+@dataclass(frozen=True)
+class _SchemaResult:
+    diagnostics: list[Diagnostic]
+    bad: list[Path_]
+    """Paths whose values the schema refuses: left out of the best-effort config."""
+
+
+def schema_diagnostics(doc: Document, *, template: bool = False) -> list[Diagnostic]:
     """JSON Schema errors of one document, each mapped back to its YAML mark."""
+    return _schema(doc, template=template).diagnostics
+
+
+def _schema(doc: Document, *, template: bool) -> _SchemaResult:
     out: list[Diagnostic] = []
+    bad: list[Path_] = []
     errors = sorted(_validator().iter_errors(doc.data), key=lambda e: list(map(str, e.absolute_path)))
     for e in errors:
-        out.extend(_schema_error(doc, e))
-    return out
+        path = tuple(e.absolute_path)
+        if isinstance(e.instance, float) and not math.isfinite(e.instance):
+            bad.append(path)  # the finite-number rule says what is wrong with it
+            continue
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            props = e.schema.get("properties", {}) if isinstance(e.schema, dict) else {}
+            bad += [(*path, k) for k in e.instance if k not in props]
+        elif e.validator != "required":
+            bad.append(path)
+        out.extend(_schema_error(doc, e, template=template))
+    return _SchemaResult(diagnostics=out, bad=bad)
 
 
-def _schema_error(doc: Document, e: ValidationError) -> list[Diagnostic]:
+def _schema_error(doc: Document, e: ValidationError, *, template: bool = False) -> list[Diagnostic]:
     path = tuple(e.absolute_path)
-    where = _dotted(path)
+    where = dotted(path)
     v = e.validator
     if v == "additionalProperties" and isinstance(e.instance, dict):
         props = e.schema.get("properties", {}) if isinstance(e.schema, dict) else {}
@@ -95,15 +133,20 @@ def _schema_error(doc: Document, e: ValidationError) -> list[Diagnostic]:
         return [doc.diag((*path, k), "error", f"unknown key {k!r}{inside}{did_you_mean(str(k), props)}",
                          key=True) for k in extra]
     if v == "required" and isinstance(e.validator_value, list) and isinstance(e.instance, dict):
-        missing = [k for k in e.validator_value if k not in e.instance]
+        # jsonschema reports one error per missing key, each carrying the whole list.
+        missing = [k for k in e.validator_value if k not in e.instance and repr(k) in e.message]
+        if template:
+            missing = [k for k in missing if k not in TEMPLATE_KEYS.get(path, ())]
         label = "the config" if not path else where
-        return [doc.diag(path, "error", f"{label} is missing the required key {k!r}") for k in missing]
+        hints = _TEMPLATE_HINT if path in TEMPLATE_KEYS else {}
+        return [doc.diag(path, "error", f"{label} is missing the required key {k!r}{hints.get(k, '')}")
+                for k in missing]
     if v == "type":
         wanted = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
         names = " or ".join(_TYPE_NAMES.get(str(t), str(t)) for t in wanted if t != "null")
         msg = f"{where}: expected {names}, found {_found(e.instance)}"
     elif v == "enum":
-        choices = [str(c) for c in e.validator_value if c is not None]
+        choices = [str(c).lower() if isinstance(c, bool) else str(c) for c in e.validator_value if c is not None]
         msg = (f"{where}: expected one of {', '.join(choices)}, found {_found(e.instance)}"
                f"{did_you_mean(str(e.instance), choices)}")
     elif v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
@@ -116,13 +159,25 @@ def _schema_error(doc: Document, e: ValidationError) -> list[Diagnostic]:
     return [doc.diag(path, "error", msg)]
 
 
+# ---------------------------------------------------------------------------
+# results
+# ---------------------------------------------------------------------------
+
+
 @dataclass(frozen=True, kw_only=True)
 class Validated:
-    """One config document after validation."""
+    """One config document after validation, with everything that could still be determined."""
 
     document: Document
     options: ResolvedOptions
     diagnostics: tuple[Diagnostic, ...]
+    config: ModelConfig | None = None
+    """The typed config, refused values left out (None when the document is not a mapping)."""
+    engine: str | None = None
+    """The registered engine the backend resolves to."""
+    template: bool = False
+    unused: tuple[tuple[str, Path_], ...] = ()
+    """LocalAI keys given that this harness does not use (dotted name, where)."""
 
     @property
     def ok(self) -> bool:
@@ -154,6 +209,14 @@ class Report:
                 "diagnostics": [d.to_json() for d in self.diagnostics]}
 
 
+def _config_files(directory: Path) -> list[Path]:
+    found: list[Path] = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(root, f) for f in files if f.endswith(YAML_SUFFIXES) and not f.startswith(".")]
+    return sorted(found)
+
+
 def iter_config_files(paths: Iterable[str | Path]) -> Iterator[tuple[str, Path | None]]:
     """YAML files under ``paths`` (directories recursively, hidden ones skipped), sorted.
 
@@ -162,17 +225,35 @@ def iter_config_files(paths: Iterable[str | Path]) -> Iterator[tuple[str, Path |
     for arg in paths:
         p = Path(arg)
         if p.is_dir():
-            found: list[Path] = []
-            for root, dirs, files in os.walk(p):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                found += [Path(root, f) for f in files
-                          if f.endswith(YAML_SUFFIXES) and not f.startswith(".")]
-            for f in sorted(found):
+            for f in _config_files(p):
                 yield str(f), f
         elif p.exists():
             yield str(p), p
         else:
             yield str(p), None
+
+
+def _unused_keys(doc: Document) -> list[tuple[str, Path_]]:
+    """LocalAI keys of the document that this harness accepts without using."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    vocab = vocabulary()
+    out: list[tuple[str, Path_]] = [(k, (k,)) for k in data if k in vocab.unused("config")]
+    for section in ("parameters", "template"):
+        sub = data.get(section)
+        if isinstance(sub, dict):
+            out += [(f"{section}.{k}", (section, k)) for k in sub if k in vocab.unused(section)]
+    return out
+
+
+def _dedupe(diags: Iterable[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[int, int, str, str]] = set()
+    out = []
+    for d in diags:
+        key = (d.line, d.col, d.severity, d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
 
 
 class Validator:
@@ -182,14 +263,17 @@ class Validator:
         engine with a descriptor (``engines/<name>/engine.yaml``): an engine whose plugin is not
         written yet is known, and its configs get the shared schema's rules.
     :param models_dir: where model paths resolve; None checks paths by shape only.
-    :param pm: plugin manager whose ``harness_config_check`` hooks add diagnostics to
-        schema-valid configs; default: the process-wide one when ``engines`` is not given.
+    :param pm: plugin manager whose ``harness_config_check`` hooks add each engine's rules;
+        default: the process-wide one when ``engines`` is not given.
+    :param template: check gallery template bodies: ``name`` and ``parameters.model`` are
+        the gallery entry's, not required here.
     """
 
     def __init__(self, *, engines: Collection[str] | None = None, models_dir: Path | None = None,
-                 pm: pluggy.PluginManager | None = None) -> None:
+                 pm: pluggy.PluginManager | None = None, template: bool = False) -> None:
         self._engines = frozenset(engines) if engines is not None else None
         self.models_dir = models_dir
+        self.template = template
         self._pm = pm
         self._use_default_pm = engines is None and pm is None
 
@@ -197,29 +281,42 @@ class Validator:
     def engines(self) -> frozenset[str]:
         if self._engines is None:
             try:
-                plugins = known_engines_from_plugins()
+                plugins = (known_engines_from_plugins() if self._pm is None
+                           else known_engines_from_plugins(self._pm))
             except Exception:  # a broken third-party plugin must not hide config errors
                 plugins = frozenset()
             self._engines = plugins | described_engines()
         return self._engines
 
-    def validate_document(self, doc: Document) -> Validated:
+    def validate_document(self, doc: Document, *, template: bool | None = None) -> Validated:
+        template = self.template if template is None else template
         if not isinstance(doc.data, dict):
             found = _found(doc.data)
             diag = doc.diag((), "error", f"a model config is a mapping (name:, backend:, parameters: ...), "
                                          f"found {found}")
-            return Validated(document=doc, options=ResolvedOptions(), diagnostics=(diag,))
-        diags = schema_diagnostics(doc)
-        opts = resolve_options(doc)
+            return Validated(document=doc, options=ResolvedOptions(), diagnostics=(diag,), template=template)
+        schema = _schema(doc, template=template)
+        diags = list(schema.diagnostics)
+        backend = str_at(doc.data, "backend")
+        verdict = resolve_backend(backend, self.engines) if backend is not None else None
+        engine = verdict.engine if verdict is not None else None
+        # A backend no engine here serves gets only the shared schema: its options are its own.
+        opts = (ResolvedOptions() if verdict is not None and engine is None
+                else resolve_options(doc, localai=backend_options(backend or engine)))
         diags += opts.diagnostics
-        ctx = Context(engines=self.engines, models_dir=self.models_dir)
+        ctx = Context(engines=self.engines, models_dir=self.models_dir, template=template)
         diags += check(doc, opts, ctx)
-        if not any(d.severity == "error" for d in diags):
-            diags += self._plugin_checks(doc, opts, ctx)
-        diags.sort(key=lambda d: (d.line, d.col))
-        return Validated(document=doc, options=opts, diagnostics=tuple(diags))
+        bad = schema.bad + [p for p, _ in non_finite(doc.data)]
+        config = best_effort(doc.data, bad)
+        check_ctx = CheckContext(document=doc, options=opts, engines=self.engines,
+                                 models_dir=self.models_dir, engine=engine, template=template)
+        diags += self._plugin_checks(doc, config, check_ctx)
+        diags = _dedupe(sorted(diags, key=lambda d: (d.line, d.col)))
+        unused = _unused_keys(doc) + [(f"options {k}", p) for k, p in opts.localai.items()]
+        return Validated(document=doc, options=opts, diagnostics=tuple(diags), config=config,
+                         engine=engine, template=template, unused=tuple(unused))
 
-    def _plugin_checks(self, doc: Document, opts: ResolvedOptions, ctx: Context) -> list[Diagnostic]:
+    def _plugin_checks(self, doc: Document, config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
         pm = self._pm
         if pm is None and self._use_default_pm:
             try:
@@ -230,10 +327,8 @@ class Validator:
                 self._use_default_pm = False
         if pm is None:
             return []
-        check_ctx = CheckContext(document=doc, options=opts, engines=ctx.engines,
-                                 models_dir=ctx.models_dir)
         try:
-            answers = pm.hook.harness_config_check(config=model_config(doc.data), context=check_ctx)
+            answers = pm.hook.harness_config_check(config=config, context=context)
         except Exception as e:  # report, do not crash: the config may still be fine
             return [doc.diag((), "warning", f"a plugin's config check failed: {type(e).__name__}: {e}")]
         out: list[Diagnostic] = []
@@ -246,7 +341,11 @@ class Validator:
         return out
 
     def validate_text(self, text: str | bytes, file: str = "<string>") -> list[Validated | Diagnostic]:
-        """Validate every document of a YAML text; text-level problems come back as diagnostics."""
+        """Validate every document of a YAML text; text-level problems come back as diagnostics.
+
+        A list of configs (LocalAI's config-file form) gives one result per item; a gallery
+        file (``config_file:`` body) gives its body's configs, checked as templates.
+        """
         docs, problems = load_text(text, file)
         out: list[Validated | Diagnostic] = list(problems)
         if not docs and not problems:
@@ -255,40 +354,59 @@ class Validator:
         for doc in docs:
             if isinstance(doc.data, list):  # LocalAI's config-file form: a list of configs
                 for i, item in enumerate(doc.data):
-                    sub = _subdocument(doc, i, item)
-                    out.append(self.validate_document(sub))
+                    out.append(self.validate_document(_subdocument(doc, i, item)))
+            elif is_gallery_file(doc.data):
+                body_docs, body_problems = body_documents(doc, text if isinstance(text, str)
+                                                          else text.decode("utf-8-sig", "replace"))
+                out += body_problems
+                out += [self.validate_document(d, template=True) for d in body_docs]
             else:
                 out.append(self.validate_document(doc))
-        return out
+        return _one_unused_warning(out, file)
 
     def validate_paths(self, paths: Iterable[str | Path]) -> Report:
         report = Report()
         names: dict[str, Diagnostic] = {}
-        for display, path in iter_config_files(paths):
-            if path is None:
-                report.diagnostics.append(Diagnostic(file=display, line=1, col=1, severity="error",
-                                                     message="no such file or directory"))
-                continue
-            report.files += 1
-            try:
-                text = path.read_bytes()
-            except OSError as e:
-                report.diagnostics.append(Diagnostic(file=display, line=1, col=1, severity="error",
-                                                     message=f"cannot read: {e.strerror or e}"))
-                continue
-            for item in self.validate_text(text, display):
-                if isinstance(item, Diagnostic):
-                    report.diagnostics.append(item)
-                    continue
-                report.configs += 1
-                report.diagnostics.extend(item.diagnostics)
-                self._unique_name(item.document, names, report)
+        for arg in paths:
+            p = Path(arg)
+            files: list[tuple[str, Path | None]]
+            if p.is_dir():
+                files = [(str(f), f) for f in _config_files(p)]
+                if not files:
+                    report.diagnostics.append(Diagnostic(
+                        file=str(p), line=1, col=1, severity="error",
+                        message="no model configs here: the directory holds no *.yaml or *.yml file"))
+            else:
+                files = [(str(p), p if p.exists() else None)]
+            for display, path in files:
+                self._validate_file(display, path, report, names)
         return report
+
+    def _validate_file(self, display: str, path: Path | None, report: Report,
+                       names: dict[str, Diagnostic]) -> None:
+        if path is None:
+            report.diagnostics.append(Diagnostic(file=display, line=1, col=1, severity="error",
+                                                 message="no such file or directory"))
+            return
+        report.files += 1
+        try:
+            text = path.read_bytes()
+        except OSError as e:
+            report.diagnostics.append(Diagnostic(file=display, line=1, col=1, severity="error",
+                                                 message=f"cannot read: {e.strerror or e}"))
+            return
+        for item in self.validate_text(text, display):
+            if isinstance(item, Diagnostic):
+                report.diagnostics.append(item)
+                continue
+            report.configs += 1
+            report.diagnostics.extend(item.diagnostics)
+            self._unique_name(item.document, names, report)
 
     @staticmethod
     def _unique_name(doc: Document, names: dict[str, Diagnostic], report: Report) -> None:
         name = doc.data.get("name") if isinstance(doc.data, dict) else None
-        if not isinstance(name, str):
+        if not isinstance(name, str) or not name:
             return
         here = doc.diag(("name",), "error", "")
         first = names.setdefault(name, here)
@@ -298,10 +416,26 @@ class Validator:
                 f"model name {name!r} is already used at {first.file}:{first.line}:{first.col}"))
 
 
+def _one_unused_warning(items: list[Validated | Diagnostic], file: str) -> list[Validated | Diagnostic]:
+    """One warning per file naming every LocalAI key it gives that the harness does not use."""
+    validated = [i for i in items if isinstance(i, Validated) and i.unused]
+    if not validated:
+        return items
+    names: list[str] = []
+    for v in validated:
+        names += [n for n, _ in v.unused if n not in names]
+    first = validated[0]
+    where = first.document.diag(first.unused[0][1], "warning",
+                                f"accepted for LocalAI, not used by this harness: {', '.join(names)}",
+                                key=True)
+    merged = dataclasses.replace(
+        first, diagnostics=tuple(sorted((*first.diagnostics, where), key=lambda d: (d.line, d.col))))
+    return [merged if i is first else i for i in items]
+
+
 def _subdocument(doc: Document, index: int, data: Any) -> Document:
     """One item of a list-of-configs file, with its marks re-rooted."""
-    n = len((index,))
     sub = Document(file=doc.file, data=data)
-    sub.values = {p[n:]: m for p, m in doc.values.items() if p[:n] == (index,)}
-    sub.keys = {p[n:]: m for p, m in doc.keys.items() if p[:n] == (index,)}
+    sub.values = {p[1:]: m for p, m in doc.values.items() if p[:1] == (index,)}
+    sub.keys = {p[1:]: m for p, m in doc.keys.items() if p[:1] == (index,)}
     return sub

@@ -25,7 +25,7 @@ from harness.video.request import load_request
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    video = sub.add_parser("video", help="generate or check video requests (text/keyframes to video with audio)")
+    video = sub.add_parser("video", help="generate or check video requests (video and audio DiT checkpoint sets)")
     vsub = video.add_subparsers(dest="video_command", metavar="ACTION")
 
     p = vsub.add_parser("generate", help="render a request into a verified MP4 (H.264 + AAC)",
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--end-image", help="last keyframe: PNG/JPEG path or data: URL")
     p.add_argument("--width", type=int, help="canvas width (truncated to the 32-px grid)")
     p.add_argument("--height", type=int, help="canvas height (truncated to the 32-px grid)")
-    p.add_argument("--frames", type=int, dest="num_frames", help="frame count (17n+5 grid)")
+    p.add_argument("--frames", type=int, dest="num_frames", help="frame count (rounded up to the frame grid, 17n+5)")
     p.add_argument("--steps", type=int, help="denoising steps")
     p.add_argument("--seed", type=int, help="seed (default: random, reported)")
     p.add_argument("--crf", type=int, help="H.264 CRF 0..51")
@@ -83,6 +83,18 @@ def _media_dir(args: argparse.Namespace) -> Path:
     return request.resolve().parent if request is not None else Path.cwd()
 
 
+def _engine_of(backend: str) -> str:
+    """The registered engine a ``backend:`` names (LocalAI's names resolved), else the name itself."""
+    from harness.config.localai import resolve_backend
+    from harness.config.rules import known_engines_from_plugins
+
+    try:
+        engines = known_engines_from_plugins()
+    except Exception:  # no plugins to ask: the name is all there is
+        return backend
+    return resolve_backend(backend, engines).engine or backend
+
+
 def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
     """(engine, video options, raw config) from a model YAML.
 
@@ -104,6 +116,7 @@ def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
     if not engine:
         msg = f"{path}: no 'backend:' naming the engine that renders video"
         raise ConfigError(msg)
+    engine = _engine_of(engine)
     mapping: dict[str, Any] = {}
     for item in data.get("options") or []:
         key, sep, value = str(item).partition(":")

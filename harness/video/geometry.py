@@ -1,7 +1,8 @@
 """Canvas and frame-count grids, mirroring the engine's shape planner.
 
-The engine truncates the canvas to a 32-pixel grid and rounds frame counts up to
-the 17n+5 grid (the video VAE's temporal packing). Resolving both here, with the
+The engine truncates the canvas to a pixel grid and rounds frame counts up to its
+frame grid (the video VAE's temporal packing): the default video family's, 32 pixels
+and 17n+5 (``harness/video/families.yaml``). Resolving both here, with the
 same rules, means the keyframe PPMs we hand over are exactly the resolution the
 engine will render, and the user is told about any change before the render.
 """
@@ -12,13 +13,12 @@ import math
 from dataclasses import dataclass
 
 from harness.errors import VideoError
+from harness.video.families import default_family
 from harness.video.options import DEFAULT_HEIGHT, DEFAULT_WIDTH
 
-GRID = 32
+GRID = default_family().pixel_grid
 #: Short side of a canvas derived from a keyframe's aspect ratio.
 KEYFRAME_SHORT_SIDE = 768
-FRAME_STEP = 17
-FRAME_OFFSET = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,8 +119,7 @@ def align_frame_count(frames: int) -> int:
     if frames < 1:
         msg = f"frame count must be positive, found {frames}"
         raise VideoError(msg)
-    n = max(0, -(-(frames - FRAME_OFFSET) // FRAME_STEP))
-    return FRAME_STEP * n + FRAME_OFFSET
+    return default_family().align_frames(frames)
 
 
 def resolve_frames(requested: int | None, default: int) -> tuple[int, list[str]]:

@@ -14,18 +14,20 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from harness.errors import ConfigError, did_you_mean
+from harness.video.families import default_family, family_names
 
 #: Partitions a video DiT can be declared as. ``t2va`` names the FL2VA checkpoint
 #: used text-only: the same file serves t2va and fl2va, so it gets the FL2VA rules.
 PARTITIONS: tuple[str, ...] = ("t2va", "fl2va", "ref2va")
 DEVICES: tuple[str, ...] = ("cpu", "cuda", "gpu")
 
-DEFAULT_WIDTH = 1344
-DEFAULT_HEIGHT = 768
-DEFAULT_FRAMES = 124
-DEFAULT_STEPS = 50
-#: MiniMax-H3 renders video and audio jointly at one fixed rate.
-DEFAULT_FPS = 24.0
+# The built-in defaults are the default video family's (harness/video/families.yaml).
+DEFAULT_WIDTH = default_family().width
+DEFAULT_HEIGHT = default_family().height
+DEFAULT_FRAMES = default_family().frames
+DEFAULT_STEPS = default_family().steps
+#: The family renders at one fixed rate (video and audio jointly, when it has audio).
+DEFAULT_FPS = default_family().fps
 #: libx264's "visually lossless" point; the rendered frames are worth keeping.
 DEFAULT_CRF = 18
 
@@ -41,6 +43,9 @@ CHECKPOINT_KEYS: frozenset[str] = frozenset({
 class VideoOptions:
     """Per-model video settings; every field has a default so an empty mapping works."""
 
+    family: str | None = None
+    """Declared video family (video_family); None: the backend's family (see families.yaml)."""
+
     partition: str | None = None
     """Declared DiT partition (t2va, fl2va, ref2va); None means undeclared (FL2VA assumed, with a warning)."""
 
@@ -54,7 +59,7 @@ class VideoOptions:
     """Default canvas height; None lets a keyframe's aspect ratio or the built-in 768 decide."""
 
     num_frames: int = DEFAULT_FRAMES
-    """Default frame count (on the 17n+5 grid)."""
+    """Default frame count (on the family's frame grid)."""
 
     steps: int = DEFAULT_STEPS
     """Default denoising steps."""
@@ -82,6 +87,7 @@ class VideoOptions:
 
 #: field -> accepted keys, the ``options:`` spelling first.
 _KEYS: dict[str, tuple[str, ...]] = {
+    "family": ("video_family", "family"),
     "partition": ("video_partition", "partition"),
     "device": ("video_device", "device"),
     "width": ("video_width", "width"),
@@ -170,7 +176,9 @@ def _parse(data: Mapping[str, Any]) -> dict[str, Any]:
         if hit is None:
             continue
         key, raw = hit
-        if name == "partition":
+        if name == "family":
+            values[name] = _as_choice(key, raw, family_names())
+        elif name == "partition":
             values[name] = _as_choice(key, raw, PARTITIONS)
         elif name == "device":
             values[name] = _as_choice(key, raw, DEVICES)

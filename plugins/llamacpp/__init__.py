@@ -5,22 +5,40 @@ Everything llama.cpp-specific in Python lives in this package: the runtime glue
 model (:mod:`.tiny`), bench arms (:mod:`.bench`: our backend, the xllamacpp peer,
 llama-bench) and the cross-variant check (:mod:`.crossvariant`). The core reaches them
 through the :class:`~harness.registry.EngineImpl` registered below.
+
+It also owns llama.cpp's config rules (``harness_config_check``): the model is a .gguf file
+or a directory with config.json, the projector a .gguf, every option ``key:value``, numbers
+inside what the runtime takes, and (when the file is there) a GGUF header whose architecture
+the pinned llama.cpp knows. LocalAI calls this backend ``llama-cpp`` (``llama``, ``llama.cpp``).
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
 from typing import Any
 
 from harness import paths
+from harness.config.facts import gguf_header
+from harness.config.loader import Diagnostic, Path_
+from harness.config.localai import remote_scheme
+from harness.config.model import ModelConfig
+from harness.config.rules import CheckContext, path_problem
+from harness.errors import did_you_mean
 from harness.plugin import hookimpl
 from harness.registry import EngineImpl
 from harness.types import HostInfo, MatchResult
 
 NAME = "llamacpp"
 FORMATS = ("ggufv2", "safetensors")
-#: Architectures the pinned llama.cpp loads (general.architecture); the engine has the final word.
 UNSUPPORTED_QUANT = ("gptq", "awq", "fp8")
+#: Weight-file suffixes that are plainly not the .gguf file or model directory llama.cpp loads.
+NOT_LOADABLE = frozenset({".bin", ".safetensors", ".pt", ".pth", ".onnx", ".ggml", ".ckpt", ".h5"})
+#: Where the pinned source names every architecture it loads (general.architecture values).
+ARCH_SOURCE = "src/llama-arch.cpp"
+_ARCH_NAMES = re.compile(r"LLM_ARCH_NAMES\s*=\s*\{(?P<body>.*?)\n\};", re.S)
+_ARCH_ENTRY = re.compile(r'\{\s*LLM_ARCH_\w+\s*,\s*"([^"]+)"\s*\}')
 
 
 @hookimpl
@@ -69,6 +87,65 @@ def harness_engine_register() -> list[EngineImpl]:
                        cross_variant=_cross_variant, old_pin_bench_arm="llama-bench")]
 
 
+# ---------------------------------------------------------------------------
+# architectures the pinned source knows
+# ---------------------------------------------------------------------------
+
+
+def architectures_from_source(text: str) -> frozenset[str]:
+    """The names in ``LLM_ARCH_NAMES`` of a ``llama-arch.cpp`` (empty when there is none)."""
+    m = _ARCH_NAMES.search(text)
+    return frozenset(_ARCH_ENTRY.findall(m.group("body"))) if m else frozenset()
+
+
+def pinned_source_file(relative: str) -> Path | None:
+    """``relative`` in the pinned source tree when it is in the cache (never fetched here)."""
+    from harness import paths
+    from harness.engines import load_engine
+
+    try:
+        src = load_engine(NAME).source
+        roots = [paths.cache_root() / "sources" / key for key in (src.sha256, f"git-{src.commit}") if key]
+    except Exception:  # no descriptor, no cache: nothing to read
+        return None
+    for root in roots:
+        tree = root / "tree"
+        if not tree.is_dir():
+            continue
+        tops = [p for p in tree.iterdir() if not p.name.startswith(".")]
+        top = tops[0] if len(tops) == 1 and tops[0].is_dir() else tree
+        candidate = (top / src.subdir if src.subdir else top) / relative
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.cache
+def pinned_architectures() -> frozenset[str] | None:
+    """Architectures the pinned llama.cpp loads, read from its source; None when it is not fetched."""
+    path = pinned_source_file(ARCH_SOURCE)
+    if path is None:
+        return None
+    names = architectures_from_source(path.read_text(encoding="utf-8", errors="replace"))
+    return names or None
+
+
+def architecture_problem(arch: Any) -> str | None:
+    """Why the pinned llama.cpp cannot load ``arch``; None when it can (or it cannot be told)."""
+    known = pinned_architectures()
+    if known is None or not isinstance(arch, str):
+        return None
+    if arch in known:
+        return None
+    return (f"architecture {arch!r} is not one the pinned llama.cpp loads ({len(known)} known, "
+            f"read from its {ARCH_SOURCE}){did_you_mean(arch, sorted(known))}")
+
+
+# ---------------------------------------------------------------------------
+# selection
+# ---------------------------------------------------------------------------
+
+
 @hookimpl
 def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult | None:
     if engine != NAME:
@@ -77,16 +154,128 @@ def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> 
     if fmt in UNSUPPORTED_QUANT or fmt not in FORMATS:
         return MatchResult(engine=NAME, ok=False,
                            reason=f"llama.cpp engine only supports ggufv2 format (or safetensors, converted); model is {fmt}")
+    if fmt == "ggufv2" and model.get("exists") and not model.get("readable", True):
+        return MatchResult(engine=NAME, ok=False, reason=str(model.get("error") or "the GGUF file is unreadable"))
     version = model.get("gguf_version")
     if fmt == "ggufv2" and isinstance(version, int) and version > 3:
         return MatchResult(engine=NAME, ok=False, reason=f"GGUF version {version} is newer than the supported 3")
+    problem = architecture_problem(model.get("architecture")) if fmt == "ggufv2" else None
+    if problem:
+        return MatchResult(engine=NAME, ok=False, reason=problem)
     if host.os == "darwin" and host.arch == "arm64":
         variant = "metal"
     elif host.has_gpu("cuda"):
         variant = "cuda"
     else:
         variant = "cpu"
-    return MatchResult(engine=NAME, ok=True, variant=variant)
+    note = ""
+    if fmt == "ggufv2" and model.get("architecture") and pinned_architectures() is None:
+        note = "architecture not checked: the pinned source is not fetched (harness fetch llamacpp)"
+    return MatchResult(engine=NAME, ok=True, variant=variant, reason=note)
+
+
+# ---------------------------------------------------------------------------
+# config rules
+# ---------------------------------------------------------------------------
+
+
+def _runtime_bounds() -> dict[str, tuple[int, int]]:
+    """What the runtime takes for each core parameter (:mod:`harness_plugins.llamacpp.engine`)."""
+    from harness_plugins.llamacpp.engine import _INT_ARGS
+
+    return dict(_INT_ARGS)
+
+
+class _Rules:
+    def __init__(self, config: ModelConfig, context: CheckContext) -> None:
+        self.config, self.ctx = config, context
+        self.out: list[Diagnostic] = []
+
+    def error(self, path: Path_, message: str, *, key: bool = False) -> None:
+        self.out.append(self.ctx.error(path, message, key=key))
+
+    def run(self) -> list[Diagnostic]:
+        self.options()
+        self.model()
+        self.mmproj()
+        self.numbers()
+        return self.out
+
+    def options(self) -> None:
+        for i, key, value in self.ctx.options.items:
+            item = f"{key}:{value}" if value is not None else key
+            if value is None:
+                self.error(("options", i), f"option {item!r} is not key:value (llama.cpp options are "
+                                           "key:value; the key ends at the first colon)")
+            elif not key:
+                self.error(("options", i), f"option {item!r} has an empty key")
+
+    def model(self) -> None:
+        ref = self.config.parameters.model
+        at: Path_ = ("parameters", "model")
+        if not ref or remote_scheme(ref) or path_problem("parameters.model", ref):
+            return  # the core's rules say what is wrong with it
+        suffix = Path(ref).suffix.lower()
+        if suffix in NOT_LOADABLE:
+            self.error(at, f"parameters.model {ref!r} must be a .gguf file or a directory with "
+                           f"config.json, not a {suffix} file (llama.cpp)")
+            return
+        full = self.ctx.local_file(ref)
+        if full is None:
+            return
+        if full.is_dir():
+            if not (full / "config.json").is_file():
+                self.error(at, f"parameters.model {ref!r} is a directory without config.json; "
+                               "llama.cpp loads a .gguf file or a model directory with config.json")
+        elif suffix != ".gguf":
+            self.error(at, f"parameters.model {ref!r} must be a .gguf file or a directory with config.json")
+        else:
+            header, why = gguf_header(full)
+            if header is None:
+                self.error(at, f"parameters.model: {why}")
+            else:
+                problem = architecture_problem(header.get("general.architecture"))
+                if problem:
+                    self.error(at, f"parameters.model {ref!r}: {problem}")
+
+    def mmproj(self) -> None:
+        ref = self.config.mmproj
+        if not ref or remote_scheme(ref) or path_problem("mmproj", ref):
+            return
+        full = self.ctx.local_file(ref)
+        if Path(ref).suffix.lower() != ".gguf" or (full is not None and not full.is_file()):
+            self.error(("mmproj",), f"mmproj {ref!r} must be a .gguf file (llama.cpp's multimodal projector)")
+
+    def numbers(self) -> None:
+        from harness.runtime.requests import LIMITS
+
+        bounds = _runtime_bounds()
+        c, p = self.config, self.config.parameters
+        checks: list[tuple[Path_, str, int | None, tuple[int, int]]] = [
+            (("context_size",), "context_size", c.context_size, bounds["n_ctx"]),
+            (("max_model_len",), "max_model_len", c.max_model_len, bounds["n_ctx"]),
+            (("threads",), "threads", c.threads, bounds["n_threads"]),
+            (("parameters", "seed"), "parameters.seed", p.seed, bounds["seed"]),
+            (("parameters", "max_tokens"), "parameters.max_tokens", p.max_tokens, (0, LIMITS.max_tokens)),
+            (("parameters", "top_k"), "parameters.top_k", p.top_k, (0, LIMITS.top_k)),
+        ]
+        opts = self.ctx.options.values
+        for key, arg in (("n_parallel", "max_num_seqs"), ("threads", "n_threads"),
+                         ("threads_batch", "n_threads_batch"), ("n_batch", "n_batch"),
+                         ("n_ubatch", "n_ubatch"), ("max_model_len", "n_ctx")):
+            s = opts.get(key)
+            if s is not None and s.path is not None and isinstance(s.value, int):
+                checks.append((s.path, f"{s.source} {key}", s.value, bounds[arg]))
+        for path, label, value, (low, high) in checks:
+            if isinstance(value, int) and not low <= value <= high:
+                self.error(path, f"{label} {value} is outside what llama.cpp takes here ({low}..{high})")
+
+
+@hookimpl
+def harness_config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic] | None:
+    if context.engine != NAME:
+        return None
+    return _Rules(config, context).run()
 
 
 @hookimpl

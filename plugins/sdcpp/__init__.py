@@ -1,5 +1,10 @@
 """Engine plugin ``stable-diffusion.cpp``: Wan video checkpoints rendered by the pybind11 backend.
 
+Its config rules (``harness_config_check``) are its video family's (``video_family``,
+else ``wan``: 4n+1 frames, a 16-pixel grid, no audio; see harness/video/families.yaml).
+LocalAI calls this backend ``stablediffusion-ggml``; those configs are checked here too,
+and their options may be flags (``diffusion_model``), as LocalAI's backend takes them.
+
 The checkpoint set comes from the model config: ``parameters.model`` is the DiT,
 ``video_vae`` the video VAE, ``video_encoder`` the umt5 text encoder (optional:
 without one the engine renders unconditioned, which the tiny CI set relies on).
@@ -20,6 +25,10 @@ from typing import Any
 
 from harness import crash
 from harness.backend import package_name
+from harness.config.loader import Diagnostic
+from harness.config.model import ModelConfig
+from harness.config.rules import CheckContext
+from harness.config.video_rules import check_video
 from harness.errors import BackendError, VideoError
 from harness.plugin import hookimpl
 from harness.registry import EngineImpl
@@ -74,6 +83,18 @@ def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> 
         return MatchResult(engine=NAME, ok=False,
                            reason=f"stable-diffusion.cpp engine loads GGUF or safetensors checkpoints; model is {fmt}")
     return MatchResult(engine=NAME, ok=True, variant="cpu")
+
+
+@hookimpl
+def harness_config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic] | None:
+    if context.engine != NAME:
+        return None
+    if context.options.video_engaged:
+        return check_video(context)
+    if "video" in config.known_usecases:
+        return [context.warn(("known_usecases",), "known_usecases includes video but no video_* option "
+                                                  "names the checkpoint set (video_vae, ...)")]
+    return []
 
 
 def _options(model: Mapping[str, Any]) -> dict[str, str]:

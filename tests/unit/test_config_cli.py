@@ -15,13 +15,14 @@ import harness.config.cli as config_cli
 import harness.config.validate as validate
 import harness.plugin
 from harness import hookspec
-from harness.types import HostInfo, MatchResult
+from harness.types import GpuInfo, HostInfo, MatchResult
+from tests.unit.test_config_validate import tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "models"
 ENGINES = frozenset({"llamacpp", "stable-diffusion.cpp"})
 HOST = HostInfo(os="linux", arch="x86_64", cpu_model="t", microarch="x", simd=(), cores=4,
-                memory_bytes=1 << 30, cuda_version="12.8")
+                memory_bytes=1 << 30, cuda_version="12.8", gpus=(GpuInfo(api="cuda", name="t"),))
 BASE = "name: m\nbackend: llamacpp\nparameters:\n  model: m.gguf\n"
 hookimpl = pluggy.HookimplMarker("harness")
 
@@ -39,7 +40,8 @@ def cli(*argv: str | Path) -> int:
 
 def test_examples_have_the_schema_comment() -> None:
     files = sorted(EXAMPLES.glob("*.yaml"))
-    assert [f.name for f in files] == ["minilm-embed.yaml", "smollm2-chat.yaml", "wan-video.yaml"]
+    assert [f.name for f in files] == ["minilm-embed.yaml", "minimax-h3-video.yaml", "smollm2-chat.yaml",
+                                       "wan-video.yaml"]
     for f in files:
         first = f.read_text().splitlines()[0]
         assert first == "# yaml-language-server: $schema=../../harness/schemas/model-config.schema.json"
@@ -48,12 +50,14 @@ def test_examples_have_the_schema_comment() -> None:
 
 def make_models(models: Path) -> None:
     """The files the examples reference (the models themselves are not in the repo)."""
-    for f in ["SmolLM2-135M-Instruct.Q4_1.gguf", "wan/Wan2.1-T2V-1.3B-Q4_K_M.gguf",
-              "wan/umt5-xxl-encoder-Q4_K_M.gguf", "wan/tokenizer.json", "wan/video_vae.safetensors",
-              "wan/video_vae_config.json", "wan/audio_vae.safetensors", "wan/audio_vae_config.json",
+    for f in ["wan/Wan2.1-T2V-1.3B-Q4_K_M.gguf", "wan/umt5-xxl-encoder-Q4_K_M.gguf",
+              "wan/wan_2.1_vae.safetensors", "h3/minimax-h3-fl2va-dit.safetensors",
+              "h3/text-encoder-Q4_K_M.gguf", "h3/tokenizer.json", "h3/video_vae.safetensors",
+              "h3/video_vae_config.json", "h3/audio_vae.safetensors", "h3/audio_vae_config.json",
               "all-MiniLM-L6-v2/config.json"]:
         (models / f).parent.mkdir(parents=True, exist_ok=True)
         (models / f).write_bytes(b"{}")
+    tiny_gguf(models / "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def test_examples_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,7 +66,7 @@ def test_examples_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out == ""
     assert cli("validate", "--json", "--strict", EXAMPLES) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report == {"ok": True, "files": 3, "configs": 3, "errors": 0, "warnings": 0, "diagnostics": []}
+    assert report == {"ok": True, "files": 4, "configs": 4, "errors": 0, "warnings": 0, "diagnostics": []}
 
 
 def test_examples_fail_without_model_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

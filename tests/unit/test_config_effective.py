@@ -153,10 +153,23 @@ def test_video_defaults() -> None:
     assert val(e, "video_vae_config") == ("h3/config.json", "default (beside video_vae)")
     assert val(e, "audio_vae_config") == ("h3/a/config.json", "default (beside audio_vae)")
     assert val(e, "video_partition") == ("fl2va", "default (assumed)")
-    assert val(e, "video_width") == (1344, "default")
+    assert val(e, "video_width") == (1344, "default (minimax-h3)")
+    assert val(e, "video_family") == ("minimax-h3", "default (minimax-h3)")
     assert val(e, "video_num_frames") == (141, "options")
     assert val(e, "video_dequant_bf16") == (0, "default")
     assert "video_width" not in show(BASE).params
+
+
+def test_video_defaults_follow_the_engines_family() -> None:
+    """stable-diffusion.cpp renders Wan: its defaults, and no VAE config beside the weights."""
+    text = BASE.replace("llamacpp", "stable-diffusion.cpp") + "options: [video_vae:wan/vae.gguf]\n"
+    [item] = Validator(engines=ENGINES).validate_text(text, "m.yaml")
+    assert isinstance(item, Validated)
+    e = effective(item.document.data, item.options, cpus=4, engine="stable-diffusion.cpp")
+    assert val(e, "video_family") == ("wan", "default (wan)")
+    assert (val(e, "video_width"), val(e, "video_height")) == ((832, "default (wan)"), (480, "default (wan)"))
+    assert val(e, "video_num_frames") == (81, "default (wan)")
+    assert val(e, "video_vae_config") == (None, "default")
 
 
 @pytest.mark.parametrize("cpus", [1, 8, 9])

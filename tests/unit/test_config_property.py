@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -18,18 +19,24 @@ import harness.cli
 import harness.config.validate as validate
 from harness.config.loader import Diagnostic
 from harness.config.validate import Validated, Validator
+from harness.plugin import make_manager
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
-TEXTS = [p.read_text() for p in sorted(EXAMPLES.glob("*.yaml"))]
+LOCALAI = Path(__file__).resolve().parents[2] / "tests" / "data" / "localai"
+TEXTS = [p.read_text() for p in sorted([*EXAMPLES.glob("*.yaml"), *LOCALAI.glob("*.yaml")])]
 DOCS: list[dict[str, Any]] = [yaml.safe_load(t) for t in TEXTS]
 LINE = re.compile(r"^(?P<file>[^\n]+):(?P<line>\d+):(?P<col>\d+): (error|warning): [^\n]+$")
-VALIDATOR = Validator(engines={"llamacpp", "stable-diffusion.cpp"})
+#: With the built-in plugins: each engine's own rules are fuzzed too.
+VALIDATOR = Validator(engines={"llamacpp", "stable-diffusion.cpp"}, pm=make_manager(autoload=False))
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.floats(allow_nan=True),
-    st.text(max_size=20), st.sampled_from(["", ":", "a:b", "../x", "/abs", "x.gguf", "{", "video_vae:v"]),
+    st.none(), st.booleans(), st.integers(-10**6, 10**6), st.integers(-2**70, 2**70),
+    st.floats(allow_nan=True), st.text(max_size=20),
+    st.sampled_from(["", ":", "a:b", "../x", "/abs", "x.gguf", "{", "video_vae:v", "llama-cpp", "whisper",
+                     "stable-diffusion.cpp", "stablediffusion-ggml", "huggingface://a/b.gguf",
+                     "name: x\nbackend: llamacpp\n", "video_family:wan"]),
 )
 values = st.recursive(
     scalars,
@@ -40,7 +47,8 @@ values = st.recursive(
 keys = st.one_of(
     st.sampled_from(["name", "backend", "context_size", "parameters", "options", "engine_args",
                      "known_usecases", "cuda", "draft_model", "mmproj", "template", "threads",
-                     "model", "temperature", "top_p", "stop", "contex_size"]),
+                     "model", "temperature", "top_p", "stop", "contex_size", "stopwords", "roles",
+                     "function", "max_model_len", "flash_attention", "config_file", "seed"]),
     st.text(max_size=12),
 )
 option_items = st.one_of(
@@ -48,7 +56,8 @@ option_items = st.one_of(
     st.builds(lambda k, v: f"{k}:{v}",
               st.sampled_from(["block_size", "video_vae", "audio_vae", "video_partition",
                                "speculative_config", "enable_prefix_caching", "sampling.top_k",
-                               "video_num_frames", "video_width", "scheduling_policy", "bogus"]),
+                               "video_num_frames", "video_width", "scheduling_policy", "bogus",
+                               "video_family", "clip_l_path", "n_parallel", "video_canvas"]),
               st.one_of(st.text(max_size=12), st.integers(-5, 2000).map(str))),
 )
 
@@ -167,3 +176,30 @@ def test_cli_exit_codes(workdir: Path, monkeypatch: pytest.MonkeyPatch, text: st
         lines = out.getvalue().splitlines()
         assert all(LINE.match(line) for line in lines)
         assert (code == 1) == any(": error: " in line for line in lines)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.one_of(mutated_text(), mutated().map(yaml.safe_dump)), st.sampled_from(["show", "select"]),
+       st.booleans())
+def test_show_and_select_always_answer(workdir: Path, monkeypatch: pytest.MonkeyPatch, text: str, cmd: str,
+                                       as_json: bool) -> None:
+    """Any config: diagnostics and what can be resolved, never a traceback; --json is valid JSON."""
+    import harness.config.cli as config_cli
+    import harness.plugin
+    from harness.types import HostInfo
+
+    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.config.cli",))
+    monkeypatch.setattr(harness.plugin, "get_manager", lambda: VALIDATOR._pm)
+    monkeypatch.setattr(config_cli, "probe_host", lambda: HostInfo(
+        os="linux", arch="x86_64", cpu_model="t", microarch="x", simd=(), cores=2, memory_bytes=1))
+    f = workdir / "c.yaml"
+    f.write_text(text, encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    argv = [*(["config", "show"] if cmd == "show" else ["select"]), *(["--json"] if as_json else []), str(f)]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = harness.cli.main(argv)
+    assert code in (0, 1, 2)
+    assert "Traceback" not in out.getvalue() + err.getvalue()
+    if as_json and code != 2:
+        json.loads(out.getvalue(), parse_constant=lambda c: pytest.fail(f"bare {c} in --json output"))

@@ -150,8 +150,8 @@ def test_select_first_accepting_or_declared() -> None:
     assert sel.chosen is None
     assert sel.reason == "backend 'cu' rejects this model: requires Linux with a CUDA device"
     sel = select_engine(config("x.gguf", backend="nope"), HOST, pm=pm)
-    assert sel.reason == ("backend 'nope' is not a known engine (no plugin registers it and "
-                          "no engine descriptor has that name)")
+    assert sel.reason == ("backend 'nope' is neither a known engine (plugin or descriptor) nor a LocalAI backend; "
+                          "engines here: cu, gg, silent")
     assert sel.to_json()["chosen"] is None
 
 

@@ -5,13 +5,19 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import gguf
+import numpy as np
 import pytest
 
 from harness.config.loader import Diagnostic
-from harness.config.rules import canvas_grid, frame_grid, path_problem
+from harness.config.rules import path_problem
 from harness.config.validate import Validated, Validator
+from harness.plugin import make_manager
+from harness.video.families import get_family
 
 ENGINES = {"llamacpp", "stable-diffusion.cpp"}
+#: The built-in plugins: each engine's own config rules run.
+PM = make_manager(autoload=False)
 BASE = """\
 name: m
 backend: llamacpp
@@ -21,15 +27,28 @@ parameters:
 
 
 def run(text: str, models_dir: Path | None = None) -> list[str]:
-    v = Validator(engines=ENGINES, models_dir=models_dir)
+    v = Validator(engines=ENGINES, models_dir=models_dir, pm=PM)
     out: list[str] = []
     for item in v.validate_text(textwrap.dedent(text), "m.yaml"):
         out += [str(d) for d in (item.diagnostics if isinstance(item, Validated) else [item])]
     return out
 
 
-def with_options(*items: str, extra: str = "") -> str:
-    return BASE + "options:\n" + "".join(f"  - {i}\n" for i in items) + extra
+def with_options(*items: str, extra: str = "", base: str = BASE) -> str:
+    return base + "options:\n" + "".join(f"  - {i}\n" for i in items) + extra
+
+
+def tiny_gguf(path: Path, arch: str = "llama") -> Path:
+    """A real (tiny) GGUF file: what llama.cpp's rules read the header of."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(2048)
+    w.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
 
 
 def test_minimal_config_is_clean() -> None:
@@ -77,14 +96,16 @@ def test_alias_bomb_is_bounded() -> None:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 7)]
     out = run("\n".join(lines) + "\n")
-    assert any("document too large" in o for o in out)
+    assert out == ["m.yaml:1:1: error: YAML aliases expand this document by more than 100000 nodes "
+                   "(the alias expansion limit); write the repeated parts out or use fewer nested aliases"]
 
 
 def test_list_of_configs_file() -> None:
-    text = "- " + BASE.replace("\n", "\n  ").rstrip() + "\n- name: m2\n  parameters: {model: x.bin}\n"
+    text = ("- " + BASE.replace("\n", "\n  ").rstrip()
+            + "\n- name: m2\n  backend: llamacpp\n  parameters: {model: x.bin}\n")
     assert run(text) == [
-        "m.yaml:6:23: error: parameters.model 'x.bin' must be a .gguf file or a directory "
-        "with config.json, not a .bin file"
+        "m.yaml:7:23: error: parameters.model 'x.bin' must be a .gguf file or a directory "
+        "with config.json, not a .bin file (llama.cpp)"
     ]
 
 
@@ -103,9 +124,13 @@ def test_unknown_nested_key() -> None:
 
 
 def test_missing_required() -> None:
-    assert run("name: m\n") == ["m.yaml:1:1: error: the config is missing the required key 'parameters'"]
+    assert run("name: m\n") == [
+        "m.yaml:1:1: error: the config is missing the required key 'parameters' (parameters.model "
+        "names the model file; a gallery template gets it from its gallery entry: check such bodies "
+        "with --template)"]
     assert run("name: m\nparameters: {}\n") == [
-        "m.yaml:2:13: error: parameters is missing the required key 'model'"
+        "m.yaml:2:13: error: parameters is missing the required key 'model' (the model file; a gallery "
+        "template gets it from its gallery entry: check such bodies with --template)"
     ]
 
 
@@ -116,11 +141,10 @@ def test_type_error_message() -> None:
 
 
 def test_enum_error_message() -> None:
-    assert run(BASE + "known_usecases: [chat, embedings]\n") == [
-        "m.yaml:5:24: error: known_usecases[1]: expected one of chat, completion, edit, embeddings, "
-        "rerank, image, video, tts, transcript, sound_generation, tokenize, vad, detection, found "
-        "string 'embedings' (did you mean 'embeddings'?)"
-    ]
+    [msg] = run(BASE + "known_usecases: [chat, embedings]\n")
+    assert msg.startswith("m.yaml:5:24: error: known_usecases[1]: expected one of chat, completion, edit, "
+                          "embeddings, rerank, image, transcript, tts, ")
+    assert msg.endswith(", found string 'embedings' (did you mean 'embeddings'?)")
 
 
 @pytest.mark.parametrize("field", ["context_size: 0", "threads: 0", "n_draft: 0"])
@@ -144,11 +168,11 @@ def test_null_scalar_means_unset() -> None:
 # -- backend -----------------------------------------------------------------
 
 
-def test_backend_must_be_registered() -> None:
-    out = run(BASE.replace("backend: llamacpp", "backend: llama-cpp"))
+def test_backend_must_be_known() -> None:
+    out = run(BASE.replace("backend: llamacpp", "backend: lama-cpp"))
     assert out == [
-        "m.yaml:2:10: error: backend 'llama-cpp' is not a registered engine plugin "
-        "(did you mean 'llamacpp'?); known: llamacpp, stable-diffusion.cpp"
+        "m.yaml:2:10: error: backend 'lama-cpp' is neither a known engine (plugin or descriptor) nor a LocalAI "
+        "backend (did you mean 'llama-cpp'?); engines here: llamacpp, stable-diffusion.cpp"
     ]
 
 
@@ -177,7 +201,7 @@ def test_path_problem_allows_inner_dotdot() -> None:
 
 
 def test_model_path_against_models_dir(tmp_path: Path) -> None:
-    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    tiny_gguf(tmp_path / "m.gguf")
     (tmp_path / "dir-ok").mkdir()
     (tmp_path / "dir-ok" / "config.json").write_text("{}")
     (tmp_path / "dir-bad").mkdir()
@@ -186,7 +210,7 @@ def test_model_path_against_models_dir(tmp_path: Path) -> None:
     assert run(BASE.replace("m.gguf", "dir-ok"), tmp_path) == []
     assert run(BASE.replace("m.gguf", "dir-bad"), tmp_path) == [
         "m.yaml:4:10: error: parameters.model 'dir-bad' is a directory without config.json; "
-        "the engine loads a .gguf file or a model directory with config.json"
+        "llama.cpp loads a .gguf file or a model directory with config.json"
     ]
     assert run(BASE.replace("m.gguf", "w.txt"), tmp_path) == [
         "m.yaml:4:10: error: parameters.model 'w.txt' must be a .gguf file or a directory with config.json"
@@ -197,10 +221,10 @@ def test_model_path_against_models_dir(tmp_path: Path) -> None:
 
 
 def test_mmproj_must_be_gguf(tmp_path: Path) -> None:
-    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    tiny_gguf(tmp_path / "m.gguf")
     (tmp_path / "proj.bin").write_bytes(b"x")
     assert run(BASE + "mmproj: proj.bin\n", tmp_path) == [
-        "m.yaml:5:9: error: mmproj 'proj.bin' must be a .gguf file"
+        "m.yaml:5:9: error: mmproj 'proj.bin' must be a .gguf file (llama.cpp's multimodal projector)"
     ]
 
 
@@ -209,7 +233,8 @@ def test_mmproj_must_be_gguf(tmp_path: Path) -> None:
 
 def test_option_without_colon() -> None:
     assert run(with_options("max_num_seqs")) == [
-        "m.yaml:6:5: error: option 'max_num_seqs' is not key:value (the key ends at the first colon)"
+        "m.yaml:6:5: error: option 'max_num_seqs' is not key:value (llama.cpp options are key:value; "
+        "the key ends at the first colon)"
     ]
 
 
@@ -291,7 +316,7 @@ def test_video_device_auto_refused() -> None:
 
 
 def test_draft_model_resolution(tmp_path: Path) -> None:
-    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    tiny_gguf(tmp_path / "m.gguf")
     (tmp_path / "Qwen3-0.6B").mkdir()
     (tmp_path / "org" / "Draft").mkdir(parents=True)
     assert run(BASE + "draft_model: some/where/Qwen3-0.6B\n", tmp_path) == []
@@ -304,7 +329,7 @@ def test_draft_model_resolution(tmp_path: Path) -> None:
 
 
 def test_draft_in_speculative_config(tmp_path: Path) -> None:
-    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    tiny_gguf(tmp_path / "m.gguf")
     out = run(with_options('speculative_config:{"method":"dflash","model":"z/dr"}'), tmp_path)
     assert out == [
         f"m.yaml:6:5: error: draft model 'z/dr' not found; looked in: z/dr, {tmp_path / 'dr'}, "
@@ -312,60 +337,99 @@ def test_draft_in_speculative_config(tmp_path: Path) -> None:
     ]
 
 
-# -- video -------------------------------------------------------------------------
+# -- video (the stable-diffusion.cpp plugin applies the config's video family) ------------
 
+VIDEO_BASE = BASE.replace("backend: llamacpp", "backend: stable-diffusion.cpp")
 VIDEO = [
-    "video_encoder:h3/enc.gguf", "video_tokenizer:h3/tokenizer.json", "video_vae:h3/vae.safetensors",
-    "audio_vae:h3/audio.safetensors", "video_partition:fl2va",
+    "video_family:minimax-h3", "video_encoder:h3/enc.gguf", "video_tokenizer:h3/tokenizer.json",
+    "video_vae:h3/vae.safetensors", "audio_vae:h3/audio.safetensors", "video_partition:fl2va",
 ]
 
 
+def video(*items: str) -> list[str]:
+    return run(with_options(*items, base=VIDEO_BASE))
+
+
 def test_video_full_set_is_clean() -> None:
-    assert run(with_options(*VIDEO)) == []
+    assert video(*VIDEO) == []
 
 
 def test_video_needs_both_vaes() -> None:
-    out = run(with_options(*[o for o in VIDEO if not o.startswith("audio_vae")]))
-    assert out == ["m.yaml:5:1: error: video options need audio_vae: both the video and the audio "
-                   "VAE are required"]
+    out = video(*[o for o in VIDEO if not o.startswith("audio_vae")])
+    assert out == ["m.yaml:5:1: error: video options need audio_vae (the minimax-h3 family): both the "
+                   "video and the audio VAE are required"]
 
 
 def test_video_needs_encoder_or_embeds() -> None:
     opts = [o for o in VIDEO if not o.startswith(("video_encoder", "video_tokenizer"))]
-    assert run(with_options(*opts)) == [
-        "m.yaml:5:1: error: video options need video_encoder or video_prompt_embeds to condition on a prompt"
+    assert video(*opts) == [
+        "m.yaml:5:1: error: video options need video_encoder or video_prompt_embeds to condition on a "
+        "prompt (the minimax-h3 family)"
     ]
-    assert run(with_options(*opts, "video_prompt_embeds:h3/embeds.bin")) == []
+    assert video(*opts, "video_prompt_embeds:h3/embeds.bin") == []
 
 
 def test_video_encoder_needs_tokenizer() -> None:
-    out = run(with_options(*[o for o in VIDEO if not o.startswith("video_tokenizer")]))
-    assert out == ["m.yaml:6:5: error: video_encoder needs video_tokenizer (the encoder's tokenizer.json)"]
+    out = video(*[o for o in VIDEO if not o.startswith("video_tokenizer")])
+    assert out == ["m.yaml:7:5: error: video_encoder needs video_tokenizer (the encoder's tokenizer.json)"]
 
 
 def test_video_partition_undeclared_warns() -> None:
-    out = run(with_options(*VIDEO[:-1]))
+    out = video(*VIDEO[:-1])
     assert out == ["m.yaml:5:1: warning: video_partition is not declared; assuming fl2va (the FL2VA and "
                    "Ref2VA checkpoints cannot be told apart: declare video_partition:fl2va or ref2va)"]
-    assert run(with_options(*VIDEO[:-1], "video_partition:t2vx"))[0].endswith(
+    assert video(*VIDEO[:-1], "video_partition:t2vx")[0].endswith(
         "error: option video_partition must be one of t2va, fl2va, ref2va, found 't2vx' "
         "(did you mean 't2va'?)")
 
 
 def test_video_grids_warn_with_engine_value() -> None:
-    out = run(with_options(*VIDEO, "video_width:1000", "video_height:768", "video_num_frames:100"))
+    out = video(*VIDEO, "video_width:1000", "video_height:768", "video_num_frames:100")
     assert out == [
-        "m.yaml:11:5: warning: video_width 1000 is not on the 32-pixel grid; the engine will use 992",
-        "m.yaml:13:5: warning: video_num_frames 100 is not on the 17n+5 grid; the engine will use 107",
+        "m.yaml:12:5: warning: video_width 1000 is not on the minimax-h3 family's 32-pixel grid; "
+        "the engine will use 992",
+        "m.yaml:14:5: warning: video_num_frames 100 is not on the 17n+5 grid (minimax-h3); "
+        "the engine will use 107",
     ]
-    assert run(with_options(*VIDEO, "video_canvas:1350x768")) == [
-        "m.yaml:11:5: warning: video_canvas width 1350 is not on the 32-pixel grid; the engine will use 1344"
+    assert video(*VIDEO, "video_canvas:1350x768") == [
+        "m.yaml:12:5: warning: video_canvas width 1350 is not on the minimax-h3 family's 32-pixel grid; "
+        "the engine will use 1344"
     ]
+
+
+def test_wan_family_is_the_engines_default() -> None:
+    """stable-diffusion.cpp renders Wan: 4n+1 frames, a 16-pixel grid up, no audio, no encoder needed."""
+    assert video("video_vae:wan/vae.safetensors", "video_num_frames:81", "video_width:832") == []
+    out = video("video_vae:wan/vae.safetensors", "audio_vae:wan/audio.safetensors",
+                "video_num_frames:22", "video_width:100")
+    assert out == [
+        "m.yaml:7:5: warning: audio_vae is not used: the wan family renders no audio (the MP4 is video-only)",
+        "m.yaml:8:5: warning: video_num_frames 22 is not on the 4n+1 grid (wan); the engine will use 25",
+        "m.yaml:9:5: warning: video_width 100 is not on the wan family's 16-pixel grid; the engine will use 112",
+    ]
+    assert video("video_encoder:wan/umt5.gguf") == [
+        "m.yaml:5:1: error: video options need video_vae (the wan family): it is required"]
+    assert video("video_vae:v.gguf", "video_partition:ref2va") == [
+        "m.yaml:7:5: error: video_partition ref2va is not one of the wan family's: t2va, fl2va"]
+
+
+def test_unknown_video_family() -> None:
+    [msg] = video(*VIDEO[1:], "video_family:minimax")  # no family: no family rules
+    assert msg == ("m.yaml:11:5: error: option video_family must be one of minimax-h3, wan, found "
+                   "'minimax' (did you mean 'minimax-h3'?)")
+
+
+def test_video_rules_are_the_video_engines_only() -> None:
+    """A text engine's config with video_* keys gets no video family rules (only typing)."""
+    assert run(with_options("video_vae:v.gguf")) == []
 
 
 def test_grid_helpers() -> None:
-    assert [frame_grid(n) for n in (1, 5, 6, 22, 23, 124, 125)] == [5, 5, 22, 22, 39, 124, 141]
-    assert [canvas_grid(n) for n in (1344, 1000, 31, 768)] == [1344, 992, 32, 768]
+    h3, wan = get_family("minimax-h3"), get_family("wan")
+    assert [h3.align_frames(n) for n in (1, 5, 6, 22, 23, 124, 125)] == [5, 5, 22, 22, 39, 124, 141]
+    assert [h3.align_side(n) for n in (1344, 1000, 31, 768)] == [1344, 992, 32, 768]
+    assert [wan.align_frames(n) for n in (1, 5, 6, 81, 82)] == [1, 5, 9, 81, 85]
+    assert [wan.align_side(n) for n in (832, 100, 1)] == [832, 112, 16]
 
 
 def test_video_vae_config_defaults_beside_weights(tmp_path: Path) -> None:
@@ -373,25 +437,25 @@ def test_video_vae_config_defaults_beside_weights(tmp_path: Path) -> None:
     for f in files:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_bytes(b"x")
-    assert run(with_options(*VIDEO), tmp_path) == [
-        f"m.yaml:8:5: error: video_vae_config is not set and there is no config.json beside video_vae "
+    assert run(with_options(*VIDEO, base=VIDEO_BASE), tmp_path) == [
+        f"m.yaml:9:5: error: video_vae_config is not set and there is no config.json beside video_vae "
         f"(looked at {tmp_path / 'h3/config.json'})",
-        f"m.yaml:9:5: error: audio_vae_config is not set and there is no config.json beside audio_vae "
+        f"m.yaml:10:5: error: audio_vae_config is not set and there is no config.json beside audio_vae "
         f"(looked at {tmp_path / 'h3/config.json'})",
     ]
     (tmp_path / "h3" / "config.json").write_text("{}")
-    assert run(with_options(*VIDEO), tmp_path) == []
+    assert run(with_options(*VIDEO, base=VIDEO_BASE), tmp_path) == []
 
 
 def test_video_paths_refused_outside_models_dir() -> None:
-    out = run(with_options(*VIDEO, "video_vae_config:../x.json"))
-    assert out == ["m.yaml:11:5: error: video_vae_config '../x.json' escapes the models directory with '..'"]
+    out = video(*VIDEO, "video_vae_config:../x.json")
+    assert out == ["m.yaml:12:5: error: video_vae_config '../x.json' escapes the models directory with '..'"]
 
 
 def test_video_usecase_without_video_options_warns() -> None:
-    assert run(BASE + "known_usecases: [video]\n") == [
+    assert run(VIDEO_BASE + "known_usecases: [video]\n") == [
         "m.yaml:5:17: warning: known_usecases includes video but no video_* option names the "
-        "checkpoint set (video_vae, audio_vae, ...)"
+        "checkpoint set (video_vae, ...)"
     ]
 
 
@@ -446,7 +510,7 @@ def test_an_engine_with_a_descriptor_is_known_before_its_plugin(monkeypatch: pyt
 
     assert not [d for d in diags() if ": error: " in d]
     monkeypatch.delenv("HARNESS_ENGINES_PATH")
-    assert any("backend 'tiny' is not a registered engine plugin" in d for d in diags())
+    assert any("backend 'tiny' is neither a known engine" in d for d in diags())
 
 
 def test_plugin_config_checks_add_located_diagnostics() -> None:

@@ -24,8 +24,14 @@ def test_options_list_spelling_with_string_values() -> None:
         "video_workdir": "/tmp/w", "video_encoder": "enc.gguf", "max_num_seqs": "8",
     })
     assert o.to_dict() == {
-        "partition": "fl2va", "device": "cuda", "width": 1344, "height": 768, "num_frames": 124,
+        "family": None, "partition": "fl2va", "device": "cuda", "width": 1344, "height": 768, "num_frames": 124,
         "steps": 30, "fps": 25.0, "crf": 20, "ffmpeg": "/usr/bin/ffmpeg", "workdir": "/tmp/w"}
+
+
+def test_family_is_declared_by_name() -> None:
+    assert VideoOptions.from_mapping({"video_family": "wan"}).family == "wan"
+    with pytest.raises(ConfigError, match="expected one of minimax-h3, wan, found 'wann'"):
+        VideoOptions.from_mapping({"video_family": "wann"})
 
 
 @pytest.mark.parametrize(("value", "size"), [

@@ -1,0 +1,160 @@
+"""LocalAI's model-config vocabulary and backend names (``localai.yaml``), read once.
+
+The data says, for every key LocalAI's loader accepts, whether the harness uses it
+(and which parameter it feeds) or accepts it without using it; which backend names
+LocalAI has and which harness engine serves each; which model references are remote
+URIs LocalAI downloads itself. The code here only answers questions about that table.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+
+from harness.errors import did_you_mean
+
+DATA_FILE = "localai.yaml"
+#: Sections of the vocabulary: the top level and the two nested mappings the harness types.
+SECTIONS = ("config", "parameters", "template")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Key:
+    """One LocalAI key: the harness parameter it feeds (``use``) or, unused, its JSON type."""
+
+    name: str
+    use: str | None = None
+    unused: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backend:
+    """One LocalAI backend name."""
+
+    name: str
+    engine: str | None = None
+    """The harness engine that serves it (when that engine is registered)."""
+    alias_of: str | None = None
+    options: frozenset[str] = frozenset()
+    """Its own ``options:`` keys: accepted, not used by this harness."""
+    speculative: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Vocabulary:
+    source: dict[str, Any]
+    keys: dict[str, dict[str, Key]]
+    harness_keys: dict[str, frozenset[str]]
+    usecases: tuple[str, ...]
+    remote_schemes: tuple[str, ...]
+    backends: dict[str, Backend]
+    speculative_engines: dict[str, str]
+    speculative_spellings: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def unused(self, section: str) -> dict[str, str]:
+        """Keys of ``section`` accepted and not used, with the JSON type LocalAI decodes them into."""
+        return _split(self, section)[1]
+
+    def used(self, section: str) -> dict[str, str]:
+        """Keys of ``section`` the harness reads -> the parameter each feeds."""
+        return _split(self, section)[0]
+
+    def backend(self, name: str) -> Backend | None:
+        """The backend entry for ``name``, aliases followed (None: not a LocalAI name)."""
+        b = self.backends.get(name)
+        seen: set[str] = set()
+        while b is not None and b.alias_of and b.alias_of not in seen:
+            seen.add(b.name)
+            b = self.backends.get(b.alias_of)
+        return b
+
+
+@functools.cache
+def _split(vocab: Vocabulary, section: str) -> tuple[dict[str, str], dict[str, str]]:
+    keys = vocab.keys[section].values()
+    return ({k.name: k.use for k in keys if k.use is not None},
+            {k.name: k.unused for k in keys if k.unused is not None})
+
+
+@functools.cache
+def vocabulary() -> Vocabulary:
+    """The vocabulary shipped with the harness."""
+    raw = yaml.safe_load(resources.files("harness.config").joinpath(DATA_FILE).read_text(encoding="utf-8"))
+    keys = {section: {name: Key(name=name, use=spec.get("use"), unused=spec.get("unused"))
+                      for name, spec in raw["keys"][section].items()}
+            for section in SECTIONS}
+    backends = {
+        name: Backend(name=name, engine=spec.get("engine"), alias_of=spec.get("alias_of"),
+                      options=frozenset(spec.get("options") or ()), speculative=spec.get("speculative"))
+        for name, spec in raw["backends"].items()
+    }
+    return Vocabulary(
+        source=dict(raw["source"]), keys=keys,
+        harness_keys={k: frozenset(v) for k, v in (raw.get("harness") or {}).items()},
+        usecases=tuple(str(u) for u in raw["usecases"]),
+        remote_schemes=tuple(raw["remote_schemes"]), backends=backends,
+        speculative_engines=dict(raw.get("speculative_engines") or {}),
+        speculative_spellings=dict(raw.get("speculative_spellings") or {}),
+    )
+
+
+def remote_scheme(ref: str) -> str | None:
+    """The URI scheme of a model reference LocalAI downloads itself (``huggingface://``), else None."""
+    low = ref.strip().lower()
+    return next((s for s in vocabulary().remote_schemes if low.startswith(s)), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendVerdict:
+    """What a config's ``backend:`` means here."""
+
+    name: str
+    kind: Literal["engine", "localai", "unknown"]
+    """engine: a registered engine serves it; localai: a LocalAI backend this harness does not
+    build; unknown: neither."""
+    engine: str | None = None
+    message: str = ""
+
+
+def resolve_backend(name: str, engines: Collection[str]) -> BackendVerdict:
+    """Resolve a ``backend:`` value against the registered ``engines`` and LocalAI's names.
+
+    A name that is itself a registered engine is that engine; a LocalAI name (or alias)
+    whose ``engine:`` is registered is served by it; another LocalAI name is valid for
+    LocalAI but not built here; anything else is unknown (with a did-you-mean).
+    """
+    if name in engines:
+        return BackendVerdict(name=name, kind="engine", engine=name)
+    v = vocabulary()
+    entry = v.backend(name)
+    if entry is not None and entry.engine in engines:
+        return BackendVerdict(name=name, kind="engine", engine=entry.engine)
+    if entry is not None:
+        return BackendVerdict(name=name, kind="localai", message=(
+            f"backend {name!r} is valid for LocalAI; this harness does not build it "
+            "(only the shared schema is checked)"))
+    known = sorted(engines)
+    candidates = [*known, *v.backends]
+    return BackendVerdict(name=name, kind="unknown", message=(
+        f"backend {name!r} is neither a known engine (plugin or descriptor) nor a LocalAI backend"
+        f"{did_you_mean(name, candidates)}; engines here: {', '.join(known) or 'none'}"))
+
+
+def backend_options(name: str | None) -> frozenset[str]:
+    """``options:`` keys LocalAI's backend ``name`` takes (accepted, not used by this harness)."""
+    if not name:
+        return frozenset()
+    entry = vocabulary().backend(name)
+    if entry is not None:
+        return entry.options
+    # A harness engine's name: the options of the LocalAI backends it serves.
+    out: set[str] = set()
+    for b in vocabulary().backends.values():
+        if b.engine == name:
+            out |= b.options
+    return frozenset(out)
