@@ -22,7 +22,7 @@ from harness import paths, progress
 from harness.build import artifact_dir
 from harness.errors import AuditError, EngineCrashError, HarnessError
 from harness.matrix import get_variant
-from harness.types import EngineSpec
+from harness.types import EngineSpec, PatchedTree
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Qualification:
     stages: list[Stage] = field(default_factory=list)
     context: dict[str, Any] = field(default_factory=dict)
 
-    def run(self, name: str, fn: Callable[[], tuple[str, dict[str, Any]]], *, needs: tuple[str, ...] = ()) -> Stage:
+    def run(self, name: str, fn: Callable[[], StageResult], *, needs: tuple[str, ...] = ()) -> Stage:
         st = Stage(name=name)
         self.stages.append(st)
         missing = [n for n in needs if self.status(n) != "passed"]
@@ -51,7 +51,8 @@ class Qualification:
         progress.info(f"[bold]{name}[/] ...")
         t0 = time.perf_counter()
         try:
-            st.summary, st.data = fn()
+            result = fn()
+            st.summary, st.data = result.summary, dict(result.data)
             st.status = "passed"
         except SkippedStage as e:
             st.status, st.summary = "skipped", str(e)
@@ -75,6 +76,30 @@ class Qualification:
 
 class SkippedStage(Exception):
     """A stage that cannot run here (no buildable row, no device): recorded as skipped."""
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What a stage returns: a one-line summary and the figures the report shows."""
+
+    summary: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Carried:
+    """What earlier stages hand later ones, typed (a stage that needs one runs only after its
+    producer passed: ``needs=`` in :meth:`Qualification.run`)."""
+
+    tree: PatchedTree | None = None
+    abi_fingerprint: str | None = None
+    variants: tuple[str, ...] = ()
+    model_env: dict[str, str] = field(default_factory=dict)
+
+    def patched(self) -> PatchedTree:
+        if self.tree is None:  # needs=("patch",) makes this unreachable
+            raise HarnessError("the patch stage has not produced a tree")
+        return self.tree
 
 
 def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: int = 512, bench_gn: int = 128,
@@ -102,61 +127,61 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
     host = hostmod.probe()
     q.context.update({"engine": engine.name, "pin": engine.pin, "upstream": engine.upstream,
                       "host": hostmod.as_dict(host), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    ctx: dict[str, Any] = {}
+    carried = Carried()
 
-    def s_fetch() -> tuple[str, dict[str, Any]]:
+    def s_fetch() -> StageResult:
         tree = pipeline.fetch(engine, pm)
-        return f"{engine.pin} at {tree.path}", {"path": str(tree.path), "sha256": tree.digest}
+        return StageResult(f"{engine.pin} at {tree.path}", {"path": str(tree.path), "sha256": tree.digest})
 
-    def s_patch() -> tuple[str, dict[str, Any]]:
+    def s_patch() -> StageResult:
         outcomes = pipeline.check_patches(engine, pm)
         bad = [o for o in outcomes if o.status != "applies"]
         tree = pipeline.patched_tree(engine, pm)
-        ctx["tree"] = tree
+        carried.tree = tree
         rows = [{"patch": o.patch.name, "status": o.status, "detail": o.detail} for o in outcomes]
         if bad:
             raise HarnessError("; ".join(f"{o.patch.name}: {o.status}" for o in bad))
-        return f"{len(outcomes)} patch(es) applied (series {tree.series_hash[:12]})", {"patches": rows}
+        return StageResult(f"{len(outcomes)} patch(es) applied (series {tree.series_hash[:12]})", {"patches": rows})
 
-    def s_abi() -> tuple[str, dict[str, Any]]:
-        r = check_engine(engine, ctx["tree"].path)
-        ctx["abi"] = r.fingerprint
-        return (f"matches the committed surface ({r.functions} functions, {r.structs} structs, "
-                f"{len(r.targets)} targets) in {r.seconds:.2f} s"), {"fingerprint": r.fingerprint, "seconds": r.seconds}
+    def s_abi() -> StageResult:
+        r = check_engine(engine, carried.patched().path)
+        carried.abi_fingerprint = r.fingerprint
+        return StageResult(f"matches the committed surface ({r.functions} functions, {r.structs} structs, "
+                f"{len(r.targets)} targets) in {r.seconds:.2f} s", {"fingerprint": r.fingerprint, "seconds": r.seconds})
 
-    def s_build() -> tuple[str, dict[str, Any]]:
+    def s_build() -> StageResult:
         # the matrix's default rows this engine builds (its variants: list and intent map decide)
         rows = [v for v in load_matrix() if v.default and engine_support(engine, v) is None]
-        built, skipped = [], []
+        built: list[dict[str, Any]] = []
+        skipped: list[dict[str, str]] = []
         for v in rows:
             b = buildability(pm, v, host)
             if not b.buildable:
                 skipped.append({"variant": v.name, "reason": "; ".join(b.reasons)})
                 continue
-            r = build(pm, engine, v, ctx["tree"], host, abi_fingerprint=ctx["abi"])
+            r = build(pm, engine, v, carried.patched(), host, abi_fingerprint=carried.abi_fingerprint)
             built.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
                           "seconds": round(r.seconds, 1), "build_seconds": r.manifest.get("build_seconds")})
         if not built:
             raise HarnessError("no default variant is buildable here: " + "; ".join(s["reason"] for s in skipped))
-        ctx["variants"] = [b["variant"] for b in built]
-        return (", ".join(f"{b['variant']} ({'built' if b['built'] else 'cached'})" for b in built)
-                + (f"; not buildable here: {', '.join(s['variant'] for s in skipped)}" if skipped else "")), \
-            {"built": built, "skipped": skipped}
+        carried.variants = tuple(str(b["variant"]) for b in built)
+        return StageResult(", ".join(f"{b['variant']} ({'built' if b['built'] else 'cached'})" for b in built)
+                + (f"; not buildable here: {', '.join(s['variant'] for s in skipped)}" if skipped else ""), {"built": built, "skipped": skipped})
 
-    def s_backend() -> tuple[str, dict[str, Any]]:
+    def s_backend() -> StageResult:
         from harness.backend import build_backend
 
-        rows = []
-        for v in ctx["variants"]:
+        rows: list[dict[str, Any]] = []
+        for v in carried.variants:
             art = artifact_dir(engine, get_variant(v))
             r = build_backend(engine, art)
             rows.append({"variant": v, "wheel": str(r.wheel), "built": r.built, "seconds": round(r.seconds, 1)})
-        return ", ".join(f"{r['variant']}: {Path(r['wheel']).name}" for r in rows), {"backends": rows}
+        return StageResult(", ".join(f"{r['variant']}: {Path(r['wheel']).name}" for r in rows), {"backends": rows})
 
-    def s_levels() -> tuple[str, dict[str, Any]]:
+    def s_levels() -> StageResult:
         if not engine.raw.get("qualify", {}).get("cross_variant"):
             raise SkippedStage(f"not configured for {engine.name} (qualify.cross_variant in its engine.yaml)")
-        if "cpu" not in ctx["variants"]:
+        if "cpu" not in carried.variants:
             raise SkippedStage("the cpu variant (the one with CPU levels) was not built")
         from harness.runtime import discovery, levels
 
@@ -168,17 +193,17 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
         if v.excluded:
             raise EngineCrashError("; ".join(f"cpu level {lvl}: {why}" for lvl, why in v.excluded.items())
                                    + f"; users fall back to {v.chosen}")
-        return f"{v.chosen} (ggml's choice here) passed the smoke probe in {v.seconds:.1f} s", v.as_dict()
+        return StageResult(f"{v.chosen} (ggml's choice here) passed the smoke probe in {v.seconds:.1f} s", v.as_dict())
 
-    def s_models() -> tuple[str, dict[str, Any]]:
+    def s_models() -> StageResult:
         from harness.models.fixtures import engine_env, env_vars, fetch_all
 
         fetch_all(None)
         env = {**env_vars(), **engine_env()}
-        ctx["model_env"] = env
-        return f"{len(env)} model variables", {"env": env}
+        carried.model_env = env
+        return StageResult(f"{len(env)} model variables", {"env": env})
 
-    def s_e2e() -> tuple[str, dict[str, Any]]:
+    def s_e2e() -> StageResult:
         specs = [str(p) for ps in pm.hook.harness_e2e_specs(engine=engine.name) for p in ps or []]
         if not specs:
             raise SkippedStage(f"no plugin lists e2e specs for {engine.name}")
@@ -186,8 +211,8 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
 
         per: dict[str, Any] = {}
         failed = []
-        for v in ctx["variants"]:
-            env = {**os.environ, **ctx["model_env"], "HARNESS_NO_PROGRESS": "1",
+        for v in carried.variants:
+            env = {**os.environ, **carried.model_env, "HARNESS_NO_PROGRESS": "1",
                    "HARNESS_ARTIFACT": str(artifact_dir(engine, get_variant(v)))}
             # One process per spec file: a crash names its signal, spec and CPU level, and
             # the other files' results are kept.
@@ -201,10 +226,10 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
             raise HarnessError("e2e failures on " + ", ".join(
                 f"{v} ({per[v]['failures']} failed: {'; '.join(per[v]['failed_tests'])}"
                 + (f"; crashed: {'; '.join(per[v]['crashes'])}" if per[v]["crashes"] else "") + ")" for v in failed))
-        return "; ".join(f"{v}: {c.get('passed')} passed, {c.get('skipped')} skipped" for v, c in per.items()), {"variants": per}
+        return StageResult("; ".join(f"{v}: {c.get('passed')} passed, {c.get('skipped')} skipped" for v, c in per.items()), {"variants": per})
 
-    def s_audit() -> tuple[str, dict[str, Any]]:
-        if "cpu" not in ctx["variants"]:
+    def s_audit() -> StageResult:
+        if "cpu" not in carried.variants:
             raise SkippedStage("the cpu variant (the one with CPU levels) was not built")
         from harness.audit.cli import audit_engine, findings_lines
 
@@ -212,9 +237,9 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
         bad = findings_lines(r["levels"])
         if bad:
             raise AuditError("; ".join(bad))
-        return f"{len(r['levels'])} CPU levels clean ({r['arch']}, {r['seconds']:.1f} s)", r
+        return StageResult(f"{len(r['levels'])} CPU levels clean ({r['arch']}, {r['seconds']:.1f} s)", r)
 
-    def s_cross() -> tuple[str, dict[str, Any]]:
+    def s_cross() -> StageResult:
         if not engine.raw.get("qualify", {}).get("cross_variant"):
             raise SkippedStage(f"not configured for {engine.name} (qualify.cross_variant in its engine.yaml)")
         from harness import registry
@@ -222,7 +247,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
         impl = registry.get(engine.name)
         if impl.cross_variant is None:
             raise SkippedStage(f"engine {engine.name} provides no cross-variant check")
-        r = impl.cross_variant(Path(ctx["model_env"]["HARNESS_CHAT_MODEL"]))
+        r = impl.cross_variant(Path(carried.model_env["HARNESS_CHAT_MODEL"]))
         if not r["passed"]:
             bad = [f"{x['label']}: {x['error']}" if x["status"] in ("crashed", "failed")
                    else f"{x['label']}: garbage output (no '{r['expect']}')" for x in r["runs"] if not x["ok"]]
@@ -230,11 +255,11 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
         ran = [x for x in r["runs"] if x["status"] == "ran"]
         not_run = [x["cpu_level"] for x in r["runs"] if x["status"] == "not-run"]
         div = [x["label"] for x in ran if x["diverges_at"] is not None]
-        return (f"{len(ran)} runs answered '{r['expect']}'" + (f"; token sequences diverge on {', '.join(div)}" if div
+        return StageResult(f"{len(ran)} runs answered '{r['expect']}'" + (f"; token sequences diverge on {', '.join(div)}" if div
                                                                  else "; identical token sequences")
-                + (f"; audited (static), not run here: {', '.join(not_run)}" if not_run else "")), r
+                + (f"; audited (static), not run here: {', '.join(not_run)}" if not_run else ""), r)
 
-    def s_bench() -> tuple[str, dict[str, Any]]:
+    def s_bench() -> StageResult:
         if not run_bench:
             raise SkippedStage("disabled (--no-bench)")
         peer = engine.raw.get("qualify", {}).get("bench_peer")
@@ -246,7 +271,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
         from harness.bench.roofline import measure_host
         from harness.bench.stats import analyze
 
-        model = ctx["model_env"]["HARNESS_MODEL"]
+        model = carried.model_env["HARNESS_MODEL"]
         # Both arms get a context that holds every concurrent request whole.
         n_ctx = max(bench_concurrency) * (bench_pn + bench_gn) + 64
         common = f"model={model},threads=2,n_ctx={n_ctx},max_num_seqs={max(bench_concurrency)}"
@@ -257,27 +282,26 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
         analysis = analyze(result.samples)
         files = write_report(result, out=report / "bench", analysis=analysis, host=hostmod.as_dict(host),
                              host_measure=measure_host())
-        ctx["bench_dir"] = files.directory
-        return f"report {files.directory.relative_to(report)}", {"report": str(files.directory.relative_to(report)),
-                                              "markdown": files.markdown.read_text()}
+        return StageResult(f"report {files.directory.relative_to(report)}", {"report": str(files.directory.relative_to(report)),
+                                              "markdown": files.markdown.read_text()})
 
-    def s_old_abi() -> tuple[str, dict[str, Any]]:
+    def s_old_abi() -> StageResult:
         if not (old_pin or old_rev):
             raise SkippedStage("no old pin given (--old-pin VERSION or --old-rev GITREV)")
         from harness import recipes
 
-        return old_pin_abi_diff(engine, recipes.resolve(engine.name, pin=old_pin, rev=old_rev), ctx["tree"].path)
+        return old_pin_abi_diff(engine, recipes.resolve(engine.name, pin=old_pin, rev=old_rev), carried.patched().path)
 
-    def s_old_bench() -> tuple[str, dict[str, Any]]:
+    def s_old_bench() -> StageResult:
         if not (old_pin or old_rev):
             raise SkippedStage("no old pin given (--old-pin VERSION or --old-rev GITREV)")
         if not run_bench:
             raise SkippedStage("disabled (--no-bench)")
-        if "cpu" not in ctx["variants"]:
+        if "cpu" not in carried.variants:
             raise SkippedStage("the cpu variant was not built")
         opts: dict[str, str] = {"pin": old_pin} if old_pin else {"rev": str(old_rev)}
         return old_pin_bench(engine, opts, artifact_dir(engine, get_variant("cpu")),
-                             ctx["model_env"]["HARNESS_MODEL"], report / "bench-old-pin", host=hostmod.as_dict(host),
+                             carried.model_env["HARNESS_MODEL"], report / "bench-old-pin", host=hostmod.as_dict(host),
                              blocks=bench_blocks, pn=bench_pn, gn=bench_gn)
 
     q.run("fetch", s_fetch)
@@ -296,7 +320,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
     return q, write_qualification(q, report)
 
 
-def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> tuple[str, dict[str, Any]]:
+def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> StageResult:
     """The full API/ABI diff old pin -> this pin, and how much of it the backend's used set sees."""
     from harness import pipeline
     from harness.abi import surface as surf
@@ -314,13 +338,13 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> tup
     footer = (f"_{len(changes)} differences ({len(used_changes)} in what the backend uses) on "
               f"{', '.join(b['targets'])}; `harness abi diff {old.pin} {engine.pin}`, {seconds:.1f} s._")
     md = render_markdown(changes, old=f"{engine.name} {old.pin}", new=f"{engine.name} {engine.pin}", footer=footer)
-    return (f"{old.pin} -> {engine.pin}: {len(changes)} differences, {len(used_changes)} in the backend's used set"), {
+    return StageResult(f"{old.pin} -> {engine.pin}: {len(changes)} differences, {len(used_changes)} in the backend's used set", {
         "old_pin": old.pin, "old_recipe_commit": old.recipe_commit or None, "differences": len(changes),
-        "used_differences": len(used_changes), "markdown": md, "seconds": round(seconds, 2)}
+        "used_differences": len(used_changes), "markdown": md, "seconds": round(seconds, 2)})
 
 
 def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Path, model: str, out: Path, *,
-                  host: dict[str, Any], blocks: int, pn: int, gn: int) -> tuple[str, dict[str, Any]]:
+                  host: dict[str, Any], blocks: int, pn: int, gn: int) -> StageResult:
     """Old pin (A) vs this pin (B), each through its own cpu artifact's benchmark tool, in ABBA blocks."""
     from harness import registry
     from harness.bench.abba import BenchConfig, run_abba
@@ -344,7 +368,7 @@ def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Pa
     analysis = analyze(result.samples)
     files = write_report(result, out=out, analysis=analysis, host=host, host_measure=measure_host())
     rel = f"{out.name}/{files.directory.name}"
-    return f"report {rel}", {"report": rel, "markdown": files.markdown.read_text()}
+    return StageResult(f"report {rel}", {"report": rel, "markdown": files.markdown.read_text()})
 
 
 def write_qualification(q: Qualification, d: Path) -> Path:

@@ -48,3 +48,23 @@ def test_without_an_old_pin_the_stages_are_skipped_not_failed(tmp_path: Path) ->
     text = (out / "qualify.md").read_text()
     assert "| old-pin-abi | skipped | 0.0 | no old pin given" in text
     assert "| old-pin-bench | skipped | 0.0 | needs build |" in text
+
+
+def test_stages_hand_typed_results_and_a_failure_skips_its_dependants() -> None:
+    from harness.qualify import Carried, StageResult
+
+    q = Qualification(engine="e")
+    carried = Carried()
+
+    def patch() -> StageResult:
+        raise ValueError("boom")  # a bug in a stage: recorded, the others still run
+
+    def build() -> StageResult:
+        return StageResult(f"built on {carried.patched()}")
+
+    q.run("patch", patch)
+    q.run("build", build, needs=("patch",))
+    q.run("models", lambda: StageResult("2 model variables", {"env": {"A": "1"}}))
+    assert [(s.name, s.status) for s in q.stages] == [("patch", "failed"), ("build", "skipped"), ("models", "passed")]
+    assert "ValueError: boom" in q.stages[0].summary and "traceback" in q.stages[0].data
+    assert q.stages[2].data == {"env": {"A": "1"}} and not q.passed
