@@ -27,7 +27,9 @@ class EngineImpl:
     default: bool = False
     """The engine used when a command names none (one per kind of request)."""
     load: Callable[..., Any] | None = None
-    """``load(model, *, variant=None, **engine_args)`` -> a loaded engine (text engines)."""
+    """``load(model, *, variant=None, **engine_args)`` -> a loaded engine (text engines). Loading a
+    model config adds ``effective=`` (:class:`harness.config.effective.Effective`, the values
+    ``harness config show`` prints) for the engine to map onto its own parameters."""
     probe_model: Callable[[], Path] | None = None
     """A tiny model for the CPU-level smoke probe (written on demand)."""
     write_tiny: Callable[[Path, int], Path] | None = None

@@ -11,7 +11,6 @@ and an exit code that says the config is invalid.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,21 @@ from rich.table import Table
 
 from harness import progress
 from harness.cli import add_json_flag, print_json
-from harness.config.effective import TRISTATE_MEANING, Effective, cpu_count, effective
+from harness.config.effective import (
+    MODELS_DIR_ENV,
+    Effective,
+    cpu_count,
+    load_config_file,
+    named_models_dir,
+)
 from harness.config.loader import Diagnostic
 from harness.config.model import option_specs
+from harness.config.options import TRISTATE_MEANING
 from harness.config.schema import SCHEMA_PATH, dumps, generate
 from harness.config.select import cuda_wheel_index, select_engine
-from harness.config.validate import Validated, Validator
-from harness.errors import UsageError
+from harness.config.validate import Validator
 from harness.types import HostInfo
 
-MODELS_DIR_ENV = "HARNESS_MODELS_DIR"
 FORMATS = ("text", "json", "github")
 #: Longest value shown in a `config show` table cell (templates are long); --json has all of it.
 CELL_CHARS = 80
@@ -88,14 +92,6 @@ def _models_dir_flag(p: argparse.ArgumentParser, note: str) -> None:
                    help=f"where model paths resolve (or ${MODELS_DIR_ENV}); {note}")
 
 
-def _models_dir(arg: Path | None, fallback: Path | None = None) -> Path | None:
-    chosen = arg or (Path(os.environ[MODELS_DIR_ENV]) if os.environ.get(MODELS_DIR_ENV) else fallback)
-    if chosen is not None and not chosen.is_dir():
-        msg = f"models directory {chosen} does not exist or is not a directory"
-        raise UsageError(msg)
-    return chosen
-
-
 def _github_escape(text: str, *, prop: bool = False) -> str:
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     return text.replace(":", "%3A").replace(",", "%2C") if prop else text
@@ -119,7 +115,7 @@ def _print_diagnostics(diags: list[Diagnostic] | tuple[Diagnostic, ...], fmt: st
 
 def cmd_validate(args: argparse.Namespace) -> int:
     fmt = args.format or ("json" if args.json else "text")
-    validator = Validator(models_dir=_models_dir(args.models_dir), template=args.template)
+    validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template)
     report = validator.validate_paths(args.paths)
     code = report.exit_code(strict=args.strict)
     if fmt == "json":
@@ -130,46 +126,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     progress.info(f"{report.files} files, {report.configs} configs: {report.errors} errors, "
                   f"{report.warnings} warnings ({verdict})")
     return code
-
-
-def _load_one(args: argparse.Namespace) -> tuple[Validated | None, list[Diagnostic], Path | None]:
-    """The one config of FILE (or --name), validated, with every diagnostic of it and its file."""
-    file: Path = args.file
-    explicit = _models_dir(args.models_dir)
-    # Existence is enforced only for a models dir the user named (as in validate); the
-    # config's own directory (LocalAI's layout) is still where facts are looked up.
-    models_dir = explicit or (file.parent if file.parent.is_dir() else None)
-    if file.is_dir():
-        msg = f"{file} is a directory: give one config file (harness validate takes directories)"
-        raise UsageError(msg)
-    if not file.is_file():
-        msg = f"{file}: no such config file"
-        raise UsageError(msg)
-    try:
-        text = file.read_bytes()
-    except OSError as e:
-        msg = f"{file}: cannot read: {e.strerror or e}"
-        raise UsageError(msg) from e
-    items = Validator(models_dir=explicit).validate_text(text, str(file))
-    problems = [i for i in items if isinstance(i, Diagnostic)]
-    configs = [i for i in items if isinstance(i, Validated)]
-    if args.name:
-        configs = [c for c in configs if isinstance(c.document.data, dict)
-                   and c.document.data.get("name") == args.name]
-    if len(configs) > 1:
-        names = [_config_label(c, i) for i, c in enumerate(configs, 1)]
-        msg = f"{file} holds {len(configs)} configs ({', '.join(names)}); pick one with --name"
-        raise UsageError(msg)
-    diags = problems + [d for c in configs for d in c.diagnostics]
-    if not configs and args.name:
-        diags.append(Diagnostic(file=str(file), line=1, col=1, severity="error",
-                                message=f"no config named {args.name!r}"))
-    return (configs[0] if configs else None), diags, models_dir
-
-
-def _config_label(c: Validated, index: int) -> str:
-    name = c.document.data.get("name") if isinstance(c.document.data, dict) else None
-    return repr(name) if isinstance(name, str) and name else f"#{index} (no name)"
 
 
 def _report(diags: list[Diagnostic], *, as_json: bool) -> bool:
@@ -196,14 +152,15 @@ def _show_value(key: str, value: Any) -> str:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
-    validated, diags, models_dir = _load_one(args)
+    loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir)
+    diags = list(loaded.diagnostics)
     failed = _report(diags, as_json=args.json)
-    if validated is None or validated.config is None:
+    eff: Effective | None = loaded.resolve()
+    validated = loaded.validated
+    if eff is None or validated is None:
         if args.json:
             print_json({"ok": False, "diagnostics": [d.to_json() for d in diags]})
         return 1
-    eff: Effective = effective(validated.config, validated.options, models_dir=models_dir,
-                               cpus=cpu_count(), engine=validated.engine)
     if args.json:
         print_json({"ok": not failed, **eff.to_json(), "diagnostics": [d.to_json() for d in diags]})
         return 1 if failed else 0
@@ -259,7 +216,8 @@ def wheel_index(host: HostInfo) -> tuple[str | None, str]:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    validated, diags, models_dir = _load_one(args)
+    loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir)
+    validated, diags, models_dir = loaded.validated, list(loaded.diagnostics), loaded.models_dir
     failed = _report(diags, as_json=args.json)
     if validated is None or validated.config is None:
         if args.json:

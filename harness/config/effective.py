@@ -7,6 +7,9 @@ length), the config's own key (``context_size``, ``max_model_len``, ``threads``,
 ``localai.yaml``), ``parameters`` (sampling defaults), ``options`` and finally
 ``engine_args``. Tri-state booleans are shown as the engine receives them:
 unset = 0, true = 1, explicit false = 2 (force off).
+
+:func:`load_config_file` then :meth:`ConfigFile.resolve` is what ``config show`` runs;
+``Engine.load(config=...)`` runs the same, so an engine gets the values it prints.
 """
 
 from __future__ import annotations
@@ -19,11 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.facts import abilities, read_gguf_header
+from harness.config.loader import Diagnostic
 from harness.config.localai import remote_scheme
 from harness.config.model import ModelConfig, Template, model_config, nested_specs, option_specs
-from harness.config.options import ResolvedOptions, Setting
+from harness.config.options import ResolvedOptions, Setting, tristate, tristate_value
 from harness.config.rules import path_problem, resolve_draft
+from harness.config.validate import Validated, Validator
+from harness.errors import UsageError
 from harness.video.families import VideoFamily, family_for
+
+#: Where model paths resolve when no models directory is named (else: beside the config).
+MODELS_DIR_ENV = "HARNESS_MODELS_DIR"
 
 #: Sampling defaults when neither parameters nor options set them (GPT4All's, per SPEC.md 5).
 SAMPLING_DEFAULTS: dict[str, Any] = {
@@ -31,7 +40,6 @@ SAMPLING_DEFAULTS: dict[str, Any] = {
     "repeat_penalty": 1.1, "repeat_last_n": 64, "presence_penalty": 0.0,
     "frequency_penalty": 0.0, "ignore_eos": False,
 }
-TRISTATE_MEANING = {0: "engine default", 1: "on", 2: "force off"}
 MAX_DEFAULT_PARALLEL = 8
 #: Top-level LocalAI keys that set one engine parameter (loses to options and engine_args):
 #: config field -> (parameter, default).
@@ -40,8 +48,6 @@ TOP_LEVEL: dict[str, tuple[str, Any]] = {
     "low_vram": ("low_vram", False), "no_kv_offloading": ("no_kv_offloading", False),
     "system_prompt": ("system_prompt", None),
 }
-#: flash_attention's spellings -> the tri-state (auto = engine default).
-FLASH = {"on": True, "true": True, "off": False, "false": False, "auto": None}
 
 
 def cpu_count() -> int:
@@ -52,9 +58,13 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def tristate(value: bool | None) -> int:
-    """The engine's encoding: unset 0, true 1, explicit false 2 (never collapsed into 0)."""
-    return 0 if value is None else (1 if value else 2)
+def _flash(value: Any) -> bool | None:
+    """flash_attention (on, off, auto, true, false) as the tri-state; a bad value (reported by
+    validation) as unset."""
+    try:
+        return tristate_value(value)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +150,7 @@ class _Resolve:
         """The config's own LocalAI key for an option (``flash_attention`` for flash_attn), if set."""
         c = self.config
         if key == "flash_attn" and c.flash_attention is not None and "flash_attn" not in self.opts.values:
-            return [(FLASH.get(str(c.flash_attention).lower()), "flash_attention")]
+            return [(_flash(c.flash_attention), "flash_attention")]
         if key in ("cache_type_k", "cache_type_v") and getattr(c, key) is not None:
             return [(getattr(c, key), key)]
         return []
@@ -247,3 +257,81 @@ def effective(
     params = r.run()
     return Effective(name=config.name, backend=config.backend, params=params,
                      ignored=dict(opts.unknown), notes=tuple(r.notes))
+
+
+# ---------------------------------------------------------------------------
+# one config file, as `config show` reads it
+# ---------------------------------------------------------------------------
+
+
+def named_models_dir(arg: Path | None) -> Path | None:
+    """The models directory a user named: ``arg``, else ``$HARNESS_MODELS_DIR``; it must exist."""
+    chosen = arg or (Path(os.environ[MODELS_DIR_ENV]) if os.environ.get(MODELS_DIR_ENV) else None)
+    if chosen is not None and not chosen.is_dir():
+        msg = f"models directory {chosen} does not exist or is not a directory"
+        raise UsageError(msg)
+    return chosen
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigFile:
+    """One config of a file, validated, with every diagnostic of it and where its paths resolve."""
+
+    path: Path
+    validated: Validated | None
+    diagnostics: tuple[Diagnostic, ...]
+    models_dir: Path | None
+
+    @property
+    def failed(self) -> bool:
+        return any(d.severity == "error" for d in self.diagnostics)
+
+    def resolve(self) -> Effective | None:
+        """Its effective parameters (what ``config show`` prints); None when nothing resolves."""
+        v = self.validated
+        if v is None or v.config is None:
+            return None
+        return effective(v.config, v.options, models_dir=self.models_dir, cpus=cpu_count(), engine=v.engine)
+
+
+def _config_label(c: Validated, index: int) -> str:
+    name = c.document.data.get("name") if isinstance(c.document.data, dict) else None
+    return repr(name) if isinstance(name, str) and name else f"#{index} (no name)"
+
+
+def load_config_file(file: Path, *, name: str | None = None, models_dir: Path | None = None) -> ConfigFile:
+    """The one config of ``file`` (the one called ``name``, when it holds several), validated.
+
+    :param models_dir: where model paths resolve (default ``$HARNESS_MODELS_DIR``); existence of
+        model files is enforced only for a directory named so, as in ``harness validate``; without
+        one the config's own directory (LocalAI's layout) is where facts are looked up.
+    :raises UsageError: no such file, a directory, or several configs and no ``name``.
+    """
+    explicit = named_models_dir(models_dir)
+    resolved_dir = explicit or (file.parent if file.parent.is_dir() else None)
+    if file.is_dir():
+        msg = f"{file} is a directory: give one config file (harness validate takes directories)"
+        raise UsageError(msg)
+    if not file.is_file():
+        msg = f"{file}: no such config file"
+        raise UsageError(msg)
+    try:
+        text = file.read_bytes()
+    except OSError as e:
+        msg = f"{file}: cannot read: {e.strerror or e}"
+        raise UsageError(msg) from e
+    items = Validator(models_dir=explicit).validate_text(text, str(file))
+    problems = [i for i in items if isinstance(i, Diagnostic)]
+    configs = [i for i in items if isinstance(i, Validated)]
+    if name:
+        configs = [c for c in configs if isinstance(c.document.data, dict) and c.document.data.get("name") == name]
+    if len(configs) > 1:
+        names = [_config_label(c, i) for i, c in enumerate(configs, 1)]
+        msg = f"{file} holds {len(configs)} configs ({', '.join(names)}); pick one with --name"
+        raise UsageError(msg)
+    diags = problems + [d for c in configs for d in c.diagnostics]
+    if not configs and name:
+        diags.append(Diagnostic(file=str(file), line=1, col=1, severity="error",
+                                message=f"no config named {name!r}"))
+    return ConfigFile(path=file, validated=configs[0] if configs else None, diagnostics=tuple(diags),
+                      models_dir=resolved_dir)

@@ -37,6 +37,8 @@ SEED_MAX = 2**63 - 1
 Partition = Literal["t2va", "fl2va", "ref2va"]
 VideoDevice = Literal["cpu", "cuda", "gpu"]
 SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
+#: ``video_canvas``: WIDTHxHEIGHT.
+CANVAS_PATTERN = r"^\s*[0-9]+\s*[xX]\s*[0-9]+\s*$"
 
 
 def _c(default: Any = None, **schema: Any) -> Any:
@@ -44,7 +46,7 @@ def _c(default: Any = None, **schema: Any) -> Any:
     return field(default=default, metadata={"schema": schema} if schema else {})
 
 
-#: metadata marking a tri-state boolean: unset = 0, true = 1, explicit false = 2.
+#: metadata marking a tri-state boolean (unset, true, explicit false; see harness.config.options.tristate).
 TRISTATE = {"tristate": True}
 #: metadata marking a path resolved against the models directory.
 MODELS_PATH = {"path": "models"}
@@ -296,7 +298,7 @@ class EngineOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class VideoOptions:
-    """Known ``video_*`` keys of ``options:``: the checkpoint set and render defaults."""
+    """Known ``video_*`` keys of ``options:``: the checkpoint set and render defaults (the video pipeline's too)."""
 
     video_encoder: str | None = field(default=None, metadata=MODELS_PATH)
     """Text encoder: a .gguf file or a directory of bf16 shards."""
@@ -334,13 +336,16 @@ class VideoOptions:
     video_fp4_resident: bool | None = field(default=None, metadata=TRISTATE)
     """Keep FP4 weights resident in device memory."""
 
-    video_width: int = _c(_VIDEO_DEFAULTS.width, minimum=1, maximum=VIDEO.max_side)
+    # None (unset) lets a keyframe's aspect choose the canvas; the schema documents the family default.
+    video_width: int | None = field(default=None, metadata={"schema": {
+        "type": "integer", "minimum": 1, "maximum": VIDEO.max_side, "default": _VIDEO_DEFAULTS.width}})
     """Default canvas width; off the family's pixel grid the engine rounds it."""
 
-    video_height: int = _c(_VIDEO_DEFAULTS.height, minimum=1, maximum=VIDEO.max_side)
+    video_height: int | None = field(default=None, metadata={"schema": {
+        "type": "integer", "minimum": 1, "maximum": VIDEO.max_side, "default": _VIDEO_DEFAULTS.height}})
     """Default canvas height; off the family's pixel grid the engine rounds it."""
 
-    video_canvas: str | None = _c(pattern=r"^\s*[0-9]+\s*[xX]\s*[0-9]+\s*$")
+    video_canvas: str | None = _c(pattern=CANVAS_PATTERN)
     """Canvas as WIDTHxHEIGHT, instead of video_width and video_height."""
 
     video_num_frames: int = _c(_VIDEO_DEFAULTS.frames, minimum=1, maximum=VIDEO.max_frames)
@@ -417,7 +422,8 @@ def _specs(cls: type, *, video: bool = False) -> dict[str, OptionSpec]:
         bounds = f.metadata.get("schema", {})
         if "enum" in bounds:
             choices = tuple(str(c) for c in bounds["enum"] if isinstance(c, str))
-        default = f.default if f.default is not dataclasses.MISSING else None
+        # A field that is None when unset documents what unset means as its schema default.
+        default = bounds.get("default", f.default if f.default is not dataclasses.MISSING else None)
         out[f.name] = OptionSpec(
             key=f.name, kind=kind, default=default, doc=docs.get(f.name, ""), choices=choices,
             minimum=bounds.get("minimum"), maximum=bounds.get("maximum"),

@@ -1,5 +1,8 @@
 """``options:`` and ``engine_args:``: parse, type, and merge them with provenance.
 
+The one parser of these surfaces: ``harness validate``, ``config show``, the video path
+and the engine plugins all read options through it.
+
 ``options:`` items are ``key:value`` strings split on the *first* colon, so JSON
 values (``speculative_config:{"method":"mtp"}``) survive; an item without a colon is
 a flag (some backends take those; whether this one does is its engine plugin's rule).
@@ -7,6 +10,9 @@ a flag (some backends take those; whether this one does is its engine plugin's r
 (``sampling.top_k``) set nested parameters. Unknown keys are kept but warned about:
 they may belong to another engine; the keys LocalAI's backend of the config takes are
 only collected (accepted, not used by this harness).
+
+Tri-state booleans (``enable_prefix_caching``, ``flash_attn``, ...) are defined here
+once: unset, true, explicit false, encoded for engines as 0, 1, 2 (:func:`tristate`).
 """
 
 from __future__ import annotations
@@ -14,10 +20,12 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.loader import Diagnostic, Document, Path_
+from harness.config.localai import vocabulary
 from harness.config.model import (
     NESTED_OPTIONS,
     OPTION_ALIASES,
@@ -29,7 +37,41 @@ from harness.errors import did_you_mean
 
 TRUE = frozenset({"1", "t", "true", "yes", "y", "on"})
 FALSE = frozenset({"0", "f", "false", "no", "n", "off"})
+#: Words a tri-state boolean takes for "unset" (the engine decides).
 UNSET = frozenset({"", "auto", "default"})
+#: The tri-state encoding engines receive, and what each value means.
+TRISTATE_MEANING = {0: "engine default", 1: "on", 2: "force off"}
+
+
+def tristate_value(value: Any) -> bool | None:
+    """A tri-state boolean: True, False or None (unset), never collapsing False into unset.
+
+    Takes a bool or None, a word (``true``/``on``/``yes``..., ``false``/``off``/``no``...,
+    ``auto``/``default``/empty for unset) or a value already encoded (the integers 0, 1, 2).
+
+    :raises ValueError: for anything else.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in TRISTATE_MEANING:
+        return None if value == 0 else value == 1
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in UNSET:
+            return None
+        if word in TRUE or word in FALSE:
+            return word in TRUE
+    msg = f"a tri-state boolean is true, false or unset (or its encoding 1, 2, 0), not {value!r}"
+    raise ValueError(msg)
+
+
+def tristate(value: Any) -> int:
+    """The engines' encoding of a tri-state boolean: unset 0, true 1, explicit false 2.
+
+    :raises ValueError: for a value :func:`tristate_value` does not take.
+    """
+    v = tristate_value(value)
+    return 0 if v is None else (1 if v else 2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +105,9 @@ class ResolvedOptions:
     given: set[str] = field(default_factory=set)
     """Canonical keys that appeared at all, valid or not."""
 
+    invalid: dict[str, str] = field(default_factory=dict)
+    """Canonical keys whose value could not be typed -> the problem (the last one given)."""
+
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
     @property
@@ -80,6 +125,25 @@ def canonical(key: str) -> str:
     """The canonical spelling of an option key (dashes as underscores, aliases resolved)."""
     key = key.strip().replace("-", "_")
     return OPTION_ALIASES.get(key, key)
+
+
+def parameter(key: str) -> str:
+    """The parameter ``harness config show`` lists for a key that sets it.
+
+    Option and engine_args keys by their canonical spelling (``max_num_seqs`` -> ``n_parallel``),
+    LocalAI's top-level keys by the parameter they feed (``localai.yaml``: ``context_size`` and
+    ``max_model_len`` -> ``n_ctx``, ``gpu_layers`` -> ``n_gpu_layers``). Engine runtimes map
+    their own arguments from these names.
+    """
+    name = canonical(key)
+    return vocabulary().used("config").get(name, name)
+
+
+def split_option(item: str) -> tuple[str, str | None]:
+    """One ``options:`` item as (key, value): split on the first colon, the key stripped;
+    the value is None for a flag (an item without a colon)."""
+    key, colon, value = item.partition(":")
+    return key.strip(), (value if colon else None)
 
 
 @functools.cache
@@ -202,6 +266,7 @@ class _Resolver:
             return
         typed, problem = convert(label, spec, value)
         if problem:
+            self.out.invalid[name] = problem
             if report:
                 self.error(path, problem)
             return
@@ -219,14 +284,19 @@ class _Resolver:
         for i, item in enumerate(items):
             if not isinstance(item, str):
                 continue  # the schema reports it
-            key, colon, raw = item.partition(":")
-            self.out.items.append((i, key.strip(), raw if colon else None))
-            if not key.strip():
+            key, raw = split_option(item)
+            self.out.items.append((i, key, raw))
+            if not key:
                 continue  # the engine plugin says whether that is wrong
-            if colon:
-                self.set(key.strip(), raw, "options", ("options", i))
-            elif key.strip() in self.localai:
-                self.out.localai.setdefault(key.strip(), ("options", i))
+            if raw is not None:
+                self.set(key, raw, "options", ("options", i))
+            elif key in self.localai:
+                self.out.localai.setdefault(key, ("options", i))
+
+    def mapping(self, values: Mapping[str, Any]) -> None:
+        for key, value in values.items():
+            if value is not None:  # None: not given
+                self.set(str(key), value, "options", ("options", str(key)))
 
     def engine_args(self, args: Any) -> None:
         if not isinstance(args, dict):
@@ -249,4 +319,17 @@ def resolve_options(doc: Document, *, localai: frozenset[str] = frozenset()) -> 
     data = doc.data if isinstance(doc.data, dict) else {}
     r.options(data.get("options"))
     r.engine_args(data.get("engine_args"))
+    return r.out
+
+
+def config_options(data: Mapping[str, Any], *, file: str = "<config>") -> ResolvedOptions:
+    """The options surfaces of a config as a plain mapping (not validated, so nothing is located)."""
+    return resolve_options(Document(file=file, data=dict(data)))
+
+
+def parse_options(values: Mapping[str, Any], *, file: str = "<options>") -> ResolvedOptions:
+    """Option keys -> values, typed as ``options:`` items are (strings as a list gives them, or
+    typed values); a None value is not given."""
+    r = _Resolver(Document(file=file, data={}))
+    r.mapping(values)
     return r.out

@@ -15,6 +15,7 @@ from harness.config.loader import Diagnostic, Path_
 from harness.config.rules import CheckContext
 from harness.errors import ConfigError
 from harness.video.families import VideoFamily, family_for
+from harness.video.options import parse_canvas
 
 AUDIO_KEYS = ("audio_vae", "audio_vae_config")
 
@@ -107,10 +108,10 @@ class _VideoRules:
             if "video_width" in v or "video_height" in v:
                 self.out.append(self.ctx.error(canvas.path, "video_canvas and video_width/video_height "
                                                             "both set the canvas; keep one"))
-            w, _, h = canvas.value.lower().partition("x")
-            if w.strip().isdigit() and h.strip().isdigit():
-                sizes += [("video_canvas width", int(w), canvas.path),
-                          ("video_canvas height", int(h), canvas.path)]
+            size = parse_canvas(canvas.value)
+            if size is not None:
+                sizes += [("video_canvas width", size[0], canvas.path),
+                          ("video_canvas height", size[1], canvas.path)]
             else:
                 self.out.append(self.ctx.error(canvas.path, f"video_canvas expects WIDTHxHEIGHT, found "
                                                             f"{canvas.value!r}"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ def _type_problems(s: Sampling) -> list[str]:
             out.append(f"{name} must be a number, got {v!r:.40}")
         elif not math.isfinite(v):
             out.append(f"{name} must be finite, got {v}")
-    for name, optional in (("top_k", False), ("max_tokens", True), ("seed", True)):
+    for name, optional in (("top_k", False), ("max_tokens", True), ("seed", True), ("repeat_last_n", True)):
         v = getattr(s, name)
         if v is None and optional:
             continue
@@ -57,6 +58,8 @@ class Sampling:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     """1 disables."""
+    repeat_last_n: int | None = None
+    """How many recent tokens the penalties look at (-1: the whole context); None: the engine's default."""
     ignore_eos: bool = False
     """Keep generating past end-of-generation tokens."""
     stop: tuple[str, ...] = ()
@@ -87,6 +90,8 @@ class Sampling:
             v = getattr(self, name)
             if not -2 <= v <= 2:
                 problems.append(f"{name} must be in [-2, 2], got {v}")
+        if self.repeat_last_n is not None and not -1 <= self.repeat_last_n < 2**31:
+            problems.append(f"repeat_last_n must be in [-1, 2^31), got {self.repeat_last_n}")
         if self.seed is not None and not 0 <= self.seed < 2**32:
             problems.append(f"seed must be in [0, 2^32), got {self.seed}")
         if isinstance(self.stop, str) or any(not isinstance(s, str) or not s for s in self.stop):
@@ -132,6 +137,31 @@ class Sampling:
         }
         if self.seed is not None:
             d["seed"] = self.seed
+        if self.repeat_last_n is not None:
+            d["penalty_last_n"] = self.repeat_last_n
         if self.grammar:
             d["grammar"] = self.grammar
         return d
+
+
+#: A model config's sampling keys (``parameters:``, ``sampling.*``) that this API spells otherwise.
+_CONFIG_SPELLINGS = {"repeat_penalty": "repetition_penalty"}
+
+
+def config_sampling(values: Mapping[str, Any]) -> Sampling:
+    """Request defaults from a model config's effective sampling parameters (``sampling.*`` of
+    ``harness config show``, without the prefix): max_tokens 0 (up to the context) and seed -1
+    (random per request) are None here.
+
+    :raises InvalidRequestError: a value the runtime does not take, naming it.
+    """
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = _CONFIG_SPELLINGS.get(key, key)
+        if (name == "max_tokens" and value == 0) or (name == "seed" and value == -1):
+            value = None
+        out[name] = value
+    try:
+        return Sampling.make(out)
+    except InvalidRequestError as e:
+        raise InvalidRequestError(f"the model config's sampling defaults: {e}") from e

@@ -16,10 +16,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from harness import progress
 from harness.cli import add_json_flag, print_json
+from harness.config.effective import MODELS_DIR_ENV
+from harness.config.options import config_options
 from harness.errors import ConfigError, UsageError
 from harness.video.limits import VideoLimits, engine_limits
 from harness.video.mux import VideoCancelledError
-from harness.video.options import VideoOptions
+from harness.video.options import VideoOptions, video_options
 from harness.video.pipeline import VideoPipeline, VideoResult, plan_request
 from harness.video.request import load_request
 
@@ -98,8 +100,8 @@ def _engine_of(backend: str) -> str:
 def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
     """(engine, video options, raw config) from a model YAML.
 
-    Reads only ``backend`` and the ``options:`` list (``key:value``, split on the
-    first colon); the full schema is ``harness.config``'s.
+    Reads ``backend`` and the options surfaces (``options:`` then ``engine_args:``, through
+    the config's one parser); the rest of the schema is ``harness validate``'s.
     """
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -117,21 +119,19 @@ def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
         msg = f"{path}: no 'backend:' naming the engine that renders video"
         raise ConfigError(msg)
     engine = _engine_of(engine)
-    mapping: dict[str, Any] = {}
-    for item in data.get("options") or []:
-        key, sep, value = str(item).partition(":")
-        if not sep:
-            msg = f"{path}: option {item!r} is not key:value"
+    resolved = config_options(data, file=str(path))
+    for _, key, value in resolved.items:
+        if value is None:
+            msg = f"{path}: option {key!r} is not key:value"
             raise ConfigError(msg)
-        mapping[key.strip()] = value.strip()
-    return engine, VideoOptions.from_mapping(mapping), data
+    return engine, video_options(resolved), data
 
 
 def _load_pipeline(config: Path, loaded: tuple[str, VideoOptions, dict[str, Any]] | None = None,
                    limits: VideoLimits | None = None) -> VideoPipeline:
     engine, options, data = loaded or load_config(config)
     # Checkpoint paths resolve like the config layer's: HARNESS_MODELS_DIR, else beside the config.
-    env = os.environ.get("HARNESS_MODELS_DIR")
+    env = os.environ.get(MODELS_DIR_ENV)
     models_dir = Path(env) if env else config.resolve().parent
     return VideoPipeline(engine, options, model=data, models_dir=models_dir,
                          limits=limits or engine_limits(engine))

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 from harness.errors import VideoError
 from harness.video.families import default_family
-from harness.video.options import DEFAULT_HEIGHT, DEFAULT_WIDTH
 
 GRID = default_family().pixel_grid
+#: The built-in canvas: the default video family's.
+DEFAULT_WIDTH = default_family().width
+DEFAULT_HEIGHT = default_family().height
 #: Short side of a canvas derived from a keyframe's aspect ratio.
 KEYFRAME_SHORT_SIDE = 768
 

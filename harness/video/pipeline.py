@@ -27,7 +27,7 @@ from harness.video.job import EngineOutput, VideoJob, VideoPlan
 from harness.video.keyframes import convert_keyframe, probe_keyframe, read_keyframe
 from harness.video.limits import DEFAULT_LIMITS, VideoLimits, check_plan
 from harness.video.mux import MediaInfo, VideoCancelledError, mux
-from harness.video.options import VideoOptions
+from harness.video.options import VideoOptions, configured_canvas
 from harness.video.partition import check_partition
 from harness.video.request import parse_request, resolve_paths
 
@@ -90,8 +90,8 @@ def plan_request(data: Mapping[str, Any], options: VideoOptions, *, base_dir: Pa
     :raises VideoError: naming the request key (or config option) that is wrong.
     """
     base = base_dir or Path.cwd()
-    request, warnings = parse_request(data, native_fps=options.fps, limits=limits)
-    partition, more = check_partition(options.partition, request)
+    request, warnings = parse_request(data, native_fps=options.video_fps, limits=limits)
+    partition, more = check_partition(options.video_partition, request)
     warnings += more
     inputs = resolve_paths(request, base, limits)
     keyframe_size = None
@@ -102,23 +102,24 @@ def plan_request(data: Mapping[str, Any], options: VideoOptions, *, base_dir: Pa
     # Probe the other keyframe too so a bad end_image fails now, not after the render.
     if request.start_image and request.end_image:
         probe_keyframe(request.end_image, "end_image", base, limits)
+    default_width, default_height = configured_canvas(options)
     canvas, more = resolve_canvas(width=request.width, height=request.height,
                                   keyframe_size=keyframe_size,
-                                  default_width=options.width, default_height=options.height)
+                                  default_width=default_width, default_height=default_height)
     warnings += more
-    frames, more = resolve_frames(request.num_frames, options.num_frames)
+    frames, more = resolve_frames(request.num_frames, options.video_num_frames)
     warnings += more
-    steps = request.steps or options.steps
+    steps = request.steps or options.video_steps
     check_plan(width=canvas.width, height=canvas.height, canvas_source=canvas.source,
-               frames=frames, steps=steps, fps=options.fps, limits=limits,
+               frames=frames, steps=steps, fps=options.video_fps, limits=limits,
                frames_source=("from the request" if request.num_frames is not None
                               else "video_num_frames in the model config"),
                steps_source=("from the request" if request.steps is not None
                              else "video_steps in the model config"))
     return VideoPlan(
         request=request, partition=partition, canvas=canvas, num_frames=frames,
-        fps=options.fps, steps=steps,
-        crf=request.crf if request.crf is not None else options.crf,
+        fps=options.video_fps, steps=steps,
+        crf=request.crf if request.crf is not None else options.video_crf,
         seed=request.seed, inputs=inputs, warnings=tuple(warnings))
 
 
@@ -164,7 +165,7 @@ class VideoPipeline:
     def _workdir(self) -> Iterator[Path]:
         # Always a fresh directory, also under video_workdir: leftover frames from an
         # earlier run would otherwise be muxed into this one without a word.
-        parent = Path(self.options.workdir).expanduser() if self.options.workdir else None
+        parent = Path(self.options.video_workdir).expanduser() if self.options.video_workdir else None
         if parent is not None:
             parent.mkdir(parents=True, exist_ok=True)
         path = Path(tempfile.mkdtemp(prefix="harness-video-", dir=parent))
@@ -236,7 +237,7 @@ class VideoPipeline:
                 crf=plan.crf, noise_aug=plan.request.noise_aug,
                 start_image=keyframes.get("start_image"), end_image=keyframes.get("end_image"),
                 ref_image=plan.inputs.get("ref_image"), ref_video=plan.inputs.get("ref_video"),
-                audio=plan.inputs.get("audio"), device=self.options.device,
+                audio=plan.inputs.get("audio"), device=self.options.video_device,
                 ffmpeg=self.ffmpeg.path, model=self.model, models_dir=self.models_dir)
             check_cancel("before rendering")
             say(f"rendering {plan.num_frames} frames at {plan.canvas}, {plan.steps} steps")

@@ -11,15 +11,18 @@ import json
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness import crash, errors
+from harness.config.localai import vocabulary
+from harness.config.model import OPTION_ALIASES
+from harness.config.options import parameter, tristate
 from harness.runtime import discovery, levels, requests
 from harness.runtime.api import (
     STREAM_STALL_TIMEOUT_S,
@@ -31,24 +34,27 @@ from harness.runtime.api import (
     _drain,
     _translate,
 )
-from harness.runtime.sampling import Sampling
+from harness.runtime.sampling import Sampling, config_sampling
 from harness_plugins.llamacpp.models import resolve_model
+
+if TYPE_CHECKING:
+    from harness.config.effective import Effective
 
 ENGINE = "llamacpp"
 
-#: engine argument -> (core parameter, converter). Several spellings map to one parameter
-#: so model configs (LocalAI options / vLLM-style engine_args) pass through unchanged.
-_ARGS: dict[str, str] = {
-    "n_ctx": "n_ctx", "context_size": "n_ctx", "max_model_len": "n_ctx",
-    "threads": "n_threads", "n_threads": "n_threads",
-    "threads_batch": "n_threads_batch", "n_threads_batch": "n_threads_batch",
-    "n_batch": "n_batch", "max_num_batched_tokens": "n_batch", "n_ubatch": "n_ubatch",
-    "max_num_seqs": "max_num_seqs", "n_parallel": "max_num_seqs",
-    "kv_cache_type": "kv_cache_type", "kv_cache_dtype": "kv_cache_type", "cache_type_k": "kv_cache_type",
-    "prefix_caching": "prefix_caching", "enable_prefix_caching": "prefix_caching",
-    "seed": "seed", "embeddings": "embeddings", "n_gpu_layers": "n_gpu_layers",
-    "flash_attn": "flash_attn", "verbose": "verbose",
+#: This engine's core parameters by the config parameter each takes: the names ``harness config
+#: show`` prints. Every other spelling of those (vLLM's and LocalAI's, the aliases) is the config
+#: package's (:func:`harness.config.options.parameter`); the core parameters' own names are taken too.
+_CORE: dict[str, str] = {
+    "n_ctx": "n_ctx", "threads": "n_threads", "threads_batch": "n_threads_batch", "n_batch": "n_batch",
+    "max_num_batched_tokens": "n_batch", "n_ubatch": "n_ubatch", "n_parallel": "max_num_seqs",
+    "cache_type_k": "kv_cache_type", "cache_type_v": "kv_cache_type",
+    "enable_prefix_caching": "prefix_caching", "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
 }
+#: Core parameters no config parameter sets: taken under their own names only.
+_OWN = frozenset({"seed", "embeddings", "verbose"})
+#: llama.cpp's flash-attention type (-1 auto, 0 off, 1 on) for each tri-state encoding.
+_FLASH_ATTN = {0: -1, 1: 1, 2: 0}
 
 
 #: integer core parameters and their bounds (n_ctx 0 = the model's own context length).
@@ -58,38 +64,83 @@ _INT_ARGS: dict[str, tuple[int, int]] = {
 }
 
 
-def tri_state(value: Any) -> int:
-    """unset -> 0 (engine default), true -> 1, explicit false -> 2 (force off)."""
-    if value is None or (value == 0 and not isinstance(value, bool)):
-        return 0
-    if value is True or value == 1:
-        return 1
-    if value is False or value == 2:
-        return 2
-    raise errors.InvalidRequestError(f"tri-state value must be None/True/False (or 0/1/2), got {value!r}")
+def _target(key: str) -> str | None:
+    """The core parameter an engine argument sets; None when it sets none."""
+    if key in _OWN or key in _CORE.values():
+        return key
+    return _CORE.get(parameter(key))
 
 
-def core_params(engine_args: dict[str, Any]) -> dict[str, Any]:
+def _spellings() -> list[str]:
+    """Every engine argument taken (for did-you-mean)."""
+    names = {*_OWN, *_CORE, *_CORE.values(), *OPTION_ALIASES, *vocabulary().used("config")}
+    return sorted(n for n in names if _target(n) is not None)
+
+
+def _tristate(key: str, value: Any) -> int:
+    try:
+        return tristate(value)
+    except ValueError as e:
+        raise errors.InvalidRequestError(f"engine argument {key}: {e}") from e
+
+
+def core_params(engine_args: Mapping[str, Any]) -> dict[str, Any]:
+    """The backend module's parameters from engine arguments (config spellings or core names)."""
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for k, v in engine_args.items():
-        if k not in _ARGS:
-            raise errors.InvalidRequestError(f"unknown engine argument {k!r}{errors.did_you_mean(k, _ARGS)}")
+        target = _target(k)
+        if target is None:
+            raise errors.InvalidRequestError(f"unknown engine argument {k!r}{errors.did_you_mean(k, _spellings())}")
         if v is None:
             continue
-        target = _ARGS[k]
         bound = _INT_ARGS.get(target)
         if bound is not None and (isinstance(v, bool) or not isinstance(v, int) or not bound[0] <= v <= bound[1]):
             raise errors.InvalidRequestError(f"engine argument {k} must be an integer in [{bound[0]}, {bound[1]}], got {v!r}")
         if target == "prefix_caching":
-            v = tri_state(v)
+            v = _tristate(k, v)
         elif target == "flash_attn":
-            v = {None: -1, "auto": -1, True: 1, False: 0, "on": 1, "off": 0}.get(v, v)
-        out[target] = v
+            v = _FLASH_ATTN[_tristate(k, v)]
+        if target in out and out[target] != v:
+            raise errors.InvalidRequestError(f"engine arguments {given[target]} and {k} both set {target} "
+                                             f"({out[target]!r} and {v!r}); give one")
+        out[target], given[target] = v, k
     if out.get("max_num_seqs", 1) < 1:
         raise errors.InvalidRequestError("max_num_seqs must be >= 1")
     if out.get("n_ctx", 0) < 0:
         raise errors.InvalidRequestError("context size must be >= 0")
     return out
+
+
+def config_args(effective: Effective) -> dict[str, Any]:
+    """Engine arguments from a model config's effective parameters (what ``harness config show``
+    prints): per core parameter the value the config sets, else its default. Two values the
+    config sets for one core parameter are both passed, and refused if they differ."""
+    picked: dict[str, list[tuple[str, Any, bool]]] = {}
+    for name, s in effective.params.items():
+        target = _CORE.get(name)
+        if target is None or s.value is None or (name == "max_num_batched_tokens" and s.value == 0):
+            continue  # max_num_batched_tokens 0: the engine's default batch
+        explicit = not s.source.startswith("default")
+        held = picked.setdefault(target, [])
+        if not held or (explicit and not held[0][2]):
+            held[:] = [(name, s.value, explicit)]
+        elif explicit:
+            held.append((name, s.value, explicit))
+    args = {name: value for held in picked.values() for name, value, _ in held}
+    abilities = effective.params.get("abilities")
+    if abilities is not None and "embeddings" in (abilities.value or ()):
+        args["embeddings"] = True
+    return args
+
+
+def _config_defaults(effective: Effective) -> tuple[Sampling, tuple[str, ...]]:
+    """(request defaults, the config parameters this runtime does not apply) of a model config."""
+    sampling = {k.removeprefix("sampling."): s.value for k, s in effective.params.items()
+                if k.startswith("sampling.")}
+    taken = {*_CORE, "model", "abilities", *(f"sampling.{k}" for k in sampling)}
+    ignored = tuple(k for k, s in effective.params.items() if k not in taken and not s.source.startswith("default"))
+    return config_sampling(sampling), ignored
 
 
 @dataclass
@@ -102,6 +153,10 @@ class Engine:
     model_path: Path
     engine_args: dict[str, Any] = field(default_factory=dict)
     stream_stall_timeout: float = STREAM_STALL_TIMEOUT_S
+    defaults: Sampling | None = None
+    """Request sampling defaults (a model config's); a dict or keywords of a request go over them."""
+    not_applied: tuple[str, ...] = ()
+    """Parameters the model config sets that this runtime does not take (mmproj, template.*, ...)."""
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -111,8 +166,14 @@ class Engine:
 
     # ---------------------------------------------------------------- load
     @classmethod
-    def load(cls, model: str | Path, *, variant: str | None = None, **engine_args: Any) -> Engine:
-        """Load a ``.gguf`` file or a Hugging Face dir (config.json + safetensors, converted once)."""
+    def load(cls, model: str | Path, *, variant: str | None = None, effective: Effective | None = None,
+             **engine_args: Any) -> Engine:
+        """Load a ``.gguf`` file or a Hugging Face dir (config.json + safetensors, converted once).
+
+        :param effective: a model config's effective parameters (``harness config show``; the
+            core's ``Engine.load(config=...)`` passes them): its engine arguments and sampling
+            defaults apply, and ``engine_args`` given here win over them.
+        """
         from harness.engines import load_engine
 
         spec = load_engine(ENGINE)
@@ -120,6 +181,11 @@ class Engine:
         if isinstance(stall, bool) or not isinstance(stall, (int, float)) or not 0 < stall < float("inf"):
             raise errors.InvalidRequestError(f"stream_stall_timeout must be a positive number of seconds, got {stall!r}")
         params = core_params(engine_args)
+        defaults: Sampling | None = None
+        not_applied: tuple[str, ...] = ()
+        if effective is not None:
+            params = {**core_params(config_args(effective)), **params}
+            defaults, not_applied = _config_defaults(effective)
         path = resolve_model(Path(model))
         cand = discovery.choose(ENGINE, spec.pin, _committed_fingerprint(), variant)
         module = discovery.import_core(cand)
@@ -134,13 +200,13 @@ class Engine:
             raise _model_error(e, path) from e
         crash.note(cpu_level=str(core.info().get("cpu_variant") or ""), variant=cand.variant)
         return cls(core=core, module=module, candidate=cand, model_path=path, engine_args=engine_args,
-                   stream_stall_timeout=float(stall))
+                   stream_stall_timeout=float(stall), defaults=defaults, not_applied=not_applied)
 
     # ---------------------------------------------------------------- text
     def complete(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
                  **overrides: Any) -> Completion:
         """Generate a completion (blocking; the GIL is released while waiting)."""
-        req = self._submit(prompt, Sampling.make(sampling, **overrides), stream=False)
+        req = self._submit(prompt, self._sampling(sampling, overrides), stream=False)
         started = time.perf_counter()
         _drain(req)
         return _completion(req, started)
@@ -148,8 +214,14 @@ class Engine:
     def stream(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
                **overrides: Any) -> Stream:
         """Iterate text deltas; closing the iterator cancels generation within one token."""
-        return Stream(self._submit(prompt, Sampling.make(sampling, **overrides)), time.perf_counter(),
+        return Stream(self._submit(prompt, self._sampling(sampling, overrides)), time.perf_counter(),
                       stall_timeout=self.stream_stall_timeout)
+
+    def _sampling(self, sampling: Sampling | dict[str, Any] | None, overrides: dict[str, Any]) -> Sampling:
+        """A request's sampling: a dict or keywords over the config's defaults; a Sampling is taken whole."""
+        if self.defaults is None or isinstance(sampling, Sampling):
+            return Sampling.make(sampling, **overrides)
+        return Sampling.make(self.defaults, **{**(sampling or {}), **overrides})
 
     def _submit(self, prompt: str | Sequence[int], sampling: Sampling, *, stream: bool = True) -> Any:
         self._check_open()
@@ -181,7 +253,7 @@ class Engine:
                      response_format: dict[str, Any] | None, overrides: dict[str, Any], *,
                      stream: bool = True) -> Any:
         self._check_open()
-        s = Sampling.make(sampling, **overrides)
+        s = self._sampling(sampling, overrides)
         choice = requests.tool_choice(tool_choice)
         if choice not in ("auto", "none") and not tools:
             raise errors.InvalidRequestError(f"tool_choice {tool_choice!r} needs tools")

@@ -27,6 +27,7 @@ from harness import crash
 from harness.backend import package_name
 from harness.config.loader import Diagnostic
 from harness.config.model import ModelConfig
+from harness.config.options import config_options
 from harness.config.rules import CheckContext
 from harness.config.video_rules import check_video
 from harness.errors import BackendError, VideoError
@@ -35,6 +36,7 @@ from harness.registry import EngineImpl
 from harness.runtime import levels
 from harness.types import HostInfo, MatchResult
 from harness.video.job import EngineOutput, VideoJob
+from harness.video.options import video_options
 
 NAME = "stable-diffusion.cpp"
 FORMATS = ("ggufv2", "safetensors")
@@ -97,15 +99,6 @@ def harness_config_check(config: ModelConfig, context: CheckContext) -> list[Dia
     return []
 
 
-def _options(model: Mapping[str, Any]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in model.get("options") or []:
-        key, sep, value = str(item).partition(":")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
 def _resolve(ref: str, models_dir: Path | None, what: str) -> str:
     path = Path(ref).expanduser()
     if not path.is_absolute():
@@ -127,14 +120,14 @@ def checkpoint_set(model: Any, models_dir: Path | None) -> dict[str, Any]:
     if not dit:
         msg = "the model config names no DiT: set parameters.model"
         raise VideoError(msg)
-    opts = _options(model)
+    opts = video_options(config_options(model))
     out: dict[str, Any] = {"diffusion_model": _resolve(str(dit), models_dir, "parameters.model")}
-    if "video_vae" not in opts:
+    if not opts.video_vae:
         msg = "stable-diffusion.cpp needs the video VAE: set video_vae in options"
         raise VideoError(msg)
-    out["vae"] = _resolve(opts["video_vae"], models_dir, "video_vae")
-    if opts.get("video_encoder"):
-        out["text_encoder"] = _resolve(opts["video_encoder"], models_dir, "video_encoder")
+    out["vae"] = _resolve(opts.video_vae, models_dir, "video_vae")
+    if opts.video_encoder:
+        out["text_encoder"] = _resolve(opts.video_encoder, models_dir, "video_encoder")
     threads = os.environ.get("HARNESS_VIDEO_THREADS")
     if threads and threads.isdigit():
         out["n_threads"] = int(threads)

@@ -3,7 +3,8 @@
 Copied into ``<pkg>/_core.py`` of a fake backend package on ``$HARNESS_BACKEND_PATH``.
 The package's variant decides what it does: ``crashy`` kills its own process with
 SIGILL when a request is submitted (as a miscompiled CPU level does), ``steady``
-answers "Paris".
+answers "Paris". An engine records what it was given (``path``, ``params``, and each
+request's ``sampling`` in ``submitted``), so tests can assert what reached the core.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ class _Req:
 
 class Engine:
     def __init__(self, path: str, params: dict[str, Any]) -> None:
+        self.path = path
         self.params = params
+        self.submitted: list[dict[str, Any]] = []
 
     def info(self) -> dict[str, Any]:
         return {"arch": "llama", "desc": "fake", "devices": ["CPU"], "cpu_variant": LEVEL, "chat_template": "",
@@ -59,6 +62,7 @@ class Engine:
                 "max_num_seqs": 1, "embedding_only": "0", "prefix_caching": "0"}
 
     def submit(self, prompt: Any, sampling: Any, stream: bool) -> _Req:
+        self.submitted.append({"prompt": prompt, "sampling": sampling, "stream": stream})
         if _IDENT["variant"] == "crashy":
             os.kill(os.getpid(), signal.SIGILL)
         return _Req()

@@ -10,9 +10,9 @@ import gguf
 import numpy as np
 import pytest
 
-from harness.config.effective import Effective, effective, tristate
+from harness.config.effective import Effective, effective
 from harness.config.model import option_specs
-from harness.config.options import convert
+from harness.config.options import convert, tristate
 from harness.config.validate import Validated, Validator
 
 ENGINES = {"llamacpp", "stable-diffusion.cpp"}

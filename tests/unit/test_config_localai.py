@@ -553,7 +553,7 @@ def test_video_cli_resolves_localai_backend_names(tmp_path: Path, monkeypatch: p
     f = tmp_path / "c.yaml"
     f.write_text("backend: stablediffusion-ggml\noptions: [video_vae:v.gguf, video_family:wan]\n")
     engine, options, _ = video_cli.load_config(f)
-    assert (engine, options.family) == ("stable-diffusion.cpp", "wan")
+    assert (engine, options.video_family) == ("stable-diffusion.cpp", "wan")
 
 
 def test_validate_template_flag(tmp_path: Path, wired: None, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,7 +18,7 @@ import pluggy
 import pytest
 
 import harness.cli
-from harness.errors import VideoError
+from harness.errors import ConfigError, VideoError
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.job import VideoPlan
 from harness.video.limits import (
@@ -28,7 +28,7 @@ from harness.video.limits import (
     engine_limits,
     show,
 )
-from harness.video.options import VideoOptions
+from harness.video.options import video_options
 from harness.video.pipeline import VideoPipeline
 
 FF = Ffmpeg(path="ffmpeg", source="test", version="test", encoders=frozenset())
@@ -38,7 +38,7 @@ OPTIONS = {"video_partition": "fl2va", "video_width": "64", "video_height": "32"
 
 def check(data: dict[str, Any], root: Path | None = None, *, limits: VideoLimits | None = None,
           **options: str) -> VideoPlan:
-    opts = VideoOptions.from_mapping({**OPTIONS, **options})
+    opts = video_options({**OPTIONS, **options})
     extra = {"limits": limits} if limits is not None else {}
     pipe = VideoPipeline("fake", opts, ffmpeg=FF, **extra)
     return pipe.check({"prompt": "p", **data}, base_dir=root)
@@ -91,14 +91,27 @@ def test_total_pixels_times_frames_is_bounded() -> None:
 
 
 @pytest.mark.parametrize(("option", "value", "match"), [
-    ("video_num_frames", "1000000000", "num_frames: 1000000015 frames .*video_num_frames"),
-    ("video_width", "100000", "width: the canvas 100000x32 .*video_width"),
-    ("video_steps", "1000000", "steps: 1000000 .*video_steps"),
-    ("video_fps", "1e9", "fps: 1e\\+09 .*video_fps"),
+    ("video_num_frames", "1000000000", "option video_num_frames must be <= 1025, found 1000000000"),
+    ("video_width", "100000", "option video_width must be <= 4096, found 100000"),
+    ("video_steps", "1000000", "option video_steps must be <= 1000, found 1000000"),
+    ("video_fps", "1e9", "option video_fps must be <= 240, found 1000000000.0"),
 ])
 def test_config_values_are_bounded_too(option: str, value: str, match: str) -> None:
-    with pytest.raises(VideoError, match=match):
+    # The config's own bounds (the schema's, the default limits) refuse them as options are read.
+    with pytest.raises(ConfigError, match=match):
         check({}, **{option: value})
+
+
+@pytest.mark.parametrize(("limits", "option", "value", "match"), [
+    (VideoLimits(max_frames=100), "video_num_frames", "124", "num_frames: 124 frames .*video_num_frames"),
+    (VideoLimits(max_side=512), "video_width", "1024", "width: the canvas 1024x32 .*video_width"),
+    (VideoLimits(max_steps=10), "video_steps", "20", "steps: 20 .*video_steps"),
+    (VideoLimits(max_fps=30.0), "video_fps", "60", "fps: 60 .*video_fps"),
+])
+def test_config_values_are_bounded_by_the_engine_limits(limits: VideoLimits, option: str, value: str,
+                                                         match: str) -> None:
+    with pytest.raises(VideoError, match=match):
+        check({}, limits=limits, **{option: value})
 
 
 # -- types: NaN, infinities, non-integers, bools ----------------------------------------

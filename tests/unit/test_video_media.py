@@ -24,7 +24,7 @@ import harness.cli
 from harness.errors import VideoError
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.job import VideoPlan
-from harness.video.options import VideoOptions
+from harness.video.options import video_options
 from harness.video.pipeline import VideoPipeline
 
 #: Never run: VideoPipeline.check needs no ffmpeg, only the object.
@@ -49,7 +49,7 @@ def png(width: int, height: int) -> bytes:
 
 
 def check(data: dict[str, Any], root: Path, **options: str) -> VideoPlan:
-    opts = VideoOptions.from_mapping({**OPTIONS, **options})
+    opts = video_options({**OPTIONS, **options})
     return VideoPipeline("fake", opts, ffmpeg=FF).check({"prompt": "p", **data}, base_dir=root)
 
 

@@ -19,7 +19,7 @@ from harness.errors import SubprocessError, VideoError
 from harness.video.ffmpeg import Ffmpeg, resolve_ffmpeg
 from harness.video.job import EngineOutput, VideoJob
 from harness.video.mux import VideoCancelledError
-from harness.video.options import VideoOptions
+from harness.video.options import video_options
 from harness.video.pipeline import VideoPipeline
 
 hookimpl = pluggy.HookimplMarker("harness")
@@ -87,7 +87,7 @@ def manager(*plugins: object) -> pluggy.PluginManager:
 def pipeline(ff: Ffmpeg, engine: FakeEngine | None, tmp_path: Path, **options: Any) -> VideoPipeline:
     options.setdefault("video_partition", "fl2va")
     options.setdefault("video_workdir", str(tmp_path / "work"))
-    opts = VideoOptions.from_mapping(options)
+    opts = video_options(options)
     return VideoPipeline("fake", opts, pm=manager(*([engine] if engine else [])), ffmpeg=ff)
 
 
@@ -263,6 +263,6 @@ def test_missing_ffmpeg_fails_at_load_not_after_render(tmp_path: Path,
     monkeypatch.setattr(ffmod, "_cache", {})
     engine = FakeEngine()
     with pytest.raises(HostError, match="not an executable"):
-        VideoPipeline("fake", VideoOptions.from_mapping({"ffmpeg": str(tmp_path / "nope")}),
+        VideoPipeline("fake", video_options({"ffmpeg": str(tmp_path / "nope")}),
                       pm=manager(engine))
     assert engine.jobs == []

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from harness.video.mux import VideoCancelledError
-from harness.video.options import VideoOptions
+from harness.video.options import video_options
 from harness.video.pipeline import VideoPipeline
 
 ENGINE = "stable-diffusion.cpp"
@@ -55,7 +55,7 @@ def tiny() -> Path:
 
 
 def _pipeline(models_dir: Path, options: dict[str, Any], model: dict[str, Any], tmp: Path) -> VideoPipeline:
-    opts = VideoOptions.from_mapping({**options, "video_workdir": str(tmp / "work")})
+    opts = video_options({**options, "video_workdir": str(tmp / "work")})
     return VideoPipeline(ENGINE, opts, model=model, models_dir=models_dir)
 
 
