@@ -17,7 +17,6 @@ import io
 import json
 import os
 import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,8 @@ from harness.video.options import video_options
 from harness.video.pipeline import plan_request
 from harness.video.request import ALLOWED_KEYS, IGNORED_KEYS, load_request
 
+from .pngs import png, png_header
+
 _HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile("video-unit", max_examples=200, deadline=None,
                           suppress_health_check=_HEALTH)
@@ -42,20 +43,6 @@ settings.register_profile("video-long", max_examples=5000, deadline=None,
 # selects the long one here.
 PROFILE = settings.get_profile(
     "video-long" if os.environ.get("HYPOTHESIS_PROFILE") == "long" else "video-unit")
-
-
-def _png_header(width: int, height: int) -> bytes:
-    body = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(body)) + b"IHDR" + body
-            + struct.pack(">I", zlib.crc32(b"IHDR" + body)))
-
-
-def _png(width: int, height: int) -> bytes:
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    raw = (b"\x00" + b"\x10\x80\x20" * width) * height
-    return _png_header(width, height) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
 _JPEG = (b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(7)
@@ -68,12 +55,12 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root, outside = base / "media", base / "outside"
     root.mkdir()
     outside.mkdir()
-    (outside / "secret.png").write_bytes(_png(40, 20))
-    (root / "k.png").write_bytes(_png(40, 20))
+    (outside / "secret.png").write_bytes(png(40, 20))
+    (root / "k.png").write_bytes(png(40, 20))
     (root / "k.jpg").write_bytes(_JPEG)
-    (root / "wide.png").write_bytes(_png_header(2**31 - 1, 768))
-    (root / "strip.png").write_bytes(_png_header(16_384, 1))
-    (root / "zero.png").write_bytes(_png_header(0, 0))
+    (root / "wide.png").write_bytes(png_header(2**31 - 1, 768))
+    (root / "strip.png").write_bytes(png_header(16_384, 1))
+    (root / "zero.png").write_bytes(png_header(0, 0))
     (root / "trunc.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     (root / "trunc.jpg").write_bytes(b"\xff\xd8\xff\xe1\xff")
     (root / "text.txt").write_text("hello")
@@ -82,7 +69,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "link-out.png").symlink_to(outside / "secret.png")
     (root / "loop.png").symlink_to(root / "loop.png")
     big = root / "big.png"
-    big.write_bytes(_png_header(64, 64))
+    big.write_bytes(png_header(64, 64))
     os.truncate(big, 200 * 2**20)  # sparse, above the keyframe size limit
     if hasattr(os, "mkfifo"):
         os.mkfifo(root / "fifo.png")
@@ -92,7 +79,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-_DATA_PNG = "data:image/png;base64," + base64.b64encode(_png(8, 4)).decode()
+_DATA_PNG = "data:image/png;base64," + base64.b64encode(png(8, 4)).decode()
 PATHS = st.sampled_from([
     "k.png", "k.jpg", "wide.png", "strip.png", "zero.png", "trunc.png", "trunc.jpg", "text.txt",
     "sub", "link-in.png", "link-out.png", "loop.png", "big.png", "fifo.png", "missing.png",

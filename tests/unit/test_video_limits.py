@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,8 @@ from harness.video.limits import (
 from harness.video.options import video_options
 from harness.video.pipeline import VideoPipeline
 
+from .pngs import png_header
+
 FF = Ffmpeg(path="ffmpeg", source="test", version="test", encoders=frozenset())
 OPTIONS = {"video_partition": "fl2va", "video_width": "64", "video_height": "32",
            "video_num_frames": "5", "video_steps": "2"}
@@ -42,15 +42,6 @@ def check(data: dict[str, Any], root: Path | None = None, *, limits: VideoLimits
     extra = {"limits": limits} if limits is not None else {}
     pipe = VideoPipeline("fake", opts, ffmpeg=FF, **extra)
     return pipe.check({"prompt": "p", **data}, base_dir=root)
-
-
-def png_header(width: int, height: int) -> bytes:
-    body = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(body)) + b"IHDR" + body
-            + struct.pack(">I", zlib.crc32(b"IHDR" + body)))
-
-
-# -- the cases ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("data", "field"), [

@@ -14,7 +14,6 @@ import struct
 import threading
 import time
 import tracemalloc
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +26,13 @@ from harness.video.job import VideoPlan
 from harness.video.options import video_options
 from harness.video.pipeline import VideoPipeline
 
+from .pngs import png, png_header
+
 #: Never run: VideoPipeline.check needs no ffmpeg, only the object.
 FF = Ffmpeg(path="ffmpeg", source="test", version="test", encoders=frozenset())
 OPTIONS = {"video_partition": "fl2va", "video_width": "64", "video_height": "32",
            "video_num_frames": "5", "video_steps": "2"}
 CONFIG = "backend: fake\noptions:\n" + "".join(f"  - {k}:{v}\n" for k, v in OPTIONS.items())
-
-
-def png_header(width: int, height: int) -> bytes:
-    body = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(body)) + b"IHDR" + body
-            + struct.pack(">I", zlib.crc32(b"IHDR" + body)))
-
-
-def png(width: int, height: int) -> bytes:
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    raw = (b"\x00" + b"\x20\xc0\x40" * width) * height
-    return png_header(width, height) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
 def check(data: dict[str, Any], root: Path, **options: str) -> VideoPlan:
