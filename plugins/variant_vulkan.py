@@ -5,7 +5,7 @@ bfloat16, 64-bit indexing are all behind ``#if defined(VK_...)``), and the pinne
 does not compile at all below ``vulkan_headers_min``. When the host's headers are older, the
 row's ``vulkan_headers_package`` (a sha256-pinned package holding newer headers, named by its
 path in the Debian archive) is fetched from the Debian mirror apt is configured with
-(:func:`harness.index.debian_pool_url`) into the cache, and the build points CMake's
+(:func:`harness.mirrors.debian_pool_url`) into the cache, and the build points CMake's
 ``Vulkan_INCLUDE_DIR`` at it. Only headers come from it:
 ggml-vulkan resolves every Vulkan entry point at run time through vulkan.hpp's dynamic
 dispatcher, so the host's own loader (``libvulkan.so``) still links and runs.
@@ -24,7 +24,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from harness import index, paths, progress
+from harness import mirrors, paths, progress
 from harness.errors import SourceError, UnsafeArchiveError
 from harness.host import system_vulkan_headers, vulkan_header_version
 from harness.matrix import generic_reasons, version_at_least
@@ -115,7 +115,7 @@ def ensure_headers(pkg: dict[str, Any]) -> Path:
         pool_path = str(pkg["pool_path"])
 
         def url() -> str:  # asked only when the package is not in the downloads cache yet
-            where = index.debian_pool_url(pool_path)
+            where = mirrors.debian_pool_url(pool_path)
             progress.info(f"fetching Vulkan headers {pkg['version']} from {where}")
             return where
 

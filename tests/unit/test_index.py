@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import index, source
+from harness import index, mirrors, source
 from harness.errors import ChecksumError, SourceError
 from harness.index import (
     IndexConfigError,
@@ -586,10 +586,10 @@ def test_one_line_sources(tmp_path: Path) -> None:
         "deb-src http://src.invalid/debian bookworm main\n"
         "deb [arch=amd64 signed-by=/usr/share/keyrings/k.gpg] http://security.invalid/debian-security bookworm-security main\n"
         "deb [ arch=amd64 ] http://mirror.invalid/debian/ bookworm main contrib  # the mirror\n")})
-    sources = index.apt_sources(etc)
+    sources = mirrors.apt_sources(etc)
     assert [(s.types, s.uris, s.components) for s in sources][-1] == (
         ("deb",), ("http://mirror.invalid/debian/",), ("main", "contrib"))
-    assert index.debian_mirror(etc) == "http://mirror.invalid/debian/"
+    assert mirrors.debian_mirror(etc) == "http://mirror.invalid/debian/"
 
 
 def test_deb822_sources(tmp_path: Path) -> None:
@@ -600,25 +600,25 @@ def test_deb822_sources(tmp_path: Path) -> None:
         "Suites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
         "\nTypes: deb\nURIs: http://deb822.invalid/debian-security\nSuites: bookworm-security\nComponents: main\n"),
         "sources.list.d/other.list.disabled": "deb http://disabled.invalid/debian bookworm main\n"})
-    assert [s.uris for s in index.apt_sources(etc)] == [("http://deb822.invalid/debian",),
+    assert [s.uris for s in mirrors.apt_sources(etc)] == [("http://deb822.invalid/debian",),
                                                        ("http://deb822.invalid/debian-security",)]
-    assert index.debian_mirror(etc) == "http://deb822.invalid/debian/"
-    assert index.debian_pool_url("pool/main/v/x/x_1_amd64.deb", etc_apt=etc) == \
+    assert mirrors.debian_mirror(etc) == "http://deb822.invalid/debian/"
+    assert mirrors.debian_pool_url("pool/main/v/x/x_1_amd64.deb", etc_apt=etc) == \
         "http://deb822.invalid/debian/pool/main/v/x/x_1_amd64.deb"
 
 
 def test_sources_list_comes_before_the_parts(tmp_path: Path) -> None:
     etc = _apt(tmp_path, {"sources.list": "deb http://first.invalid/debian bookworm main\n",
                           "sources.list.d/0.list": "deb http://second.invalid/debian bookworm main\n"})
-    assert index.debian_mirror(etc) == "http://first.invalid/debian/"
+    assert mirrors.debian_mirror(etc) == "http://first.invalid/debian/"
 
 
 def test_no_debian_mirror_is_a_typed_error(tmp_path: Path) -> None:
     etc = _apt(tmp_path, {"sources.list.d/x.sources": "Types: deb\nURIs: http://archive.invalid/ubuntu\nSuites: noble\n"})
     with pytest.raises(IndexConfigError, match=r"no mirror of the Debian archive .*it has http://archive\.invalid/ubuntu"):
-        index.debian_mirror(etc)
+        mirrors.debian_mirror(etc)
     with pytest.raises(IndexConfigError, match="not a path in a Debian archive"):
-        index.debian_pool_url("../etc/passwd", etc_apt=etc)
+        mirrors.debian_pool_url("../etc/passwd", etc_apt=etc)
 
 
 def test_a_file_mirror_serves_the_pool(tmp_path: Path, cache: Path) -> None:
@@ -626,7 +626,7 @@ def test_a_file_mirror_serves_the_pool(tmp_path: Path, cache: Path) -> None:
     pool.mkdir(parents=True)
     (pool / "x.deb").write_bytes(b"deb bytes")
     etc = _apt(tmp_path, {"sources.list": f"deb [trusted=yes] file:{tmp_path / 'mirror' / 'debian'} bookworm main\n"})
-    url = index.debian_pool_url("pool/main/x/x.deb", etc_apt=etc)
+    url = mirrors.debian_pool_url("pool/main/x/x.deb", etc_apt=etc)
     out = source.download(url, cache / "downloads" / "x.deb", sha256=hashlib.sha256(b"deb bytes").hexdigest())
     assert out.read_bytes() == b"deb bytes"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from harness import index
+from harness import index, mirrors
 from harness.errors import ChecksumError, SourceError, UnsafeArchiveError
 from harness.matrix import load_matrix, select
 from harness.types import EngineSpec, HostInfo, ToolInfo, Variant
@@ -71,7 +71,7 @@ def pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (etc / "sources.list.d").mkdir(parents=True)
     (etc / "sources.list.d" / "debian.sources").write_text(
         f"Types: deb\nURIs: file:{mirror}\nSuites: trixie\nComponents: main\n")
-    monkeypatch.setattr(index, "APT_ETC", etc)
+    monkeypatch.setattr(mirrors, "APT_ETC", etc)
     return pool_dir
 
 
@@ -158,7 +158,7 @@ def test_the_package_comes_from_apts_debian_mirror(cache: Path, tmp_path: Path, 
 def test_no_debian_mirror_configured(cache: Path, tmp_path: Path, pool: Path) -> None:
     deb = pool / "libvulkan-dev.deb"
     pkg = _pkg(deb, make_deb(deb, GOOD))
-    (index.APT_ETC / "sources.list.d" / "debian.sources").unlink()
+    (mirrors.APT_ETC / "sources.list.d" / "debian.sources").unlink()
     with pytest.raises(index.IndexConfigError, match="no mirror of the Debian archive"):
         vk.ensure_headers(pkg)
     # a package already in the downloads cache needs no mirror
