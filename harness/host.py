@@ -17,6 +17,7 @@ from typing import Any
 import archspec.cpu
 import psutil
 
+from harness.errors import UsageError
 from harness.types import GpuInfo, HostInfo, ToolInfo
 
 #: tool -> (argv to print its version, regex capturing the version)
@@ -158,6 +159,42 @@ def cpu_fingerprint() -> str:
     cpu = archspec.cpu.host()
     text = "|".join([platform.machine(), _cpu_model(), cpu.name, *sorted(cpu.features)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def usable_cpus() -> int:
+    """Logical CPUs this process may run on (its affinity mask; all of them where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def physical_cores() -> int:
+    """Physical cores of the host (psutil), or the logical count where it cannot tell."""
+    return int(psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+
+
+def default_threads() -> int:
+    """Compute threads an engine gets unless told otherwise: one per physical core, within the affinity mask.
+
+    Hyper-threads share a core's execution units, so matmul-bound engines gain nothing
+    from them and decode loses to the extra synchronisation; a process pinned to fewer
+    CPUs than there are cores gets one thread per CPU it may use.
+    """
+    return max(1, min(physical_cores(), usable_cpus()))
+
+
+def resolve_threads(requested: int | None) -> tuple[int, str]:
+    """``(threads, where the count came from)`` for ``--threads`` (None: the host's default)."""
+    if requested is not None:
+        if requested < 1:
+            msg = f"expected --threads >= 1, found {requested}"
+            raise UsageError(msg)
+        return requested, "--threads"
+    cores, usable = physical_cores(), usable_cpus()
+    threads = default_threads()
+    why = f"{cores} physical cores" + (f", {usable} CPUs in the affinity mask" if usable < cores else "")
+    return threads, why
 
 
 def probe() -> HostInfo:

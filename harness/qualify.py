@@ -9,81 +9,25 @@ stage skips the stages that need it; the run fails if any stage failed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
-import traceback
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import paths, progress
+from harness import paths
 from harness.build import artifact_dir
 from harness.errors import AuditError, EngineCrashError, HarnessError
 from harness.matrix import get_variant
+from harness.qualify_bench import bench_plan, bench_section, old_pin_bench, peer_bench, stage_name
+from harness.stages import Qualification, SkippedStage, Stage, StageFailed, StageResult
 from harness.types import EngineSpec, PatchedTree
 
-
-@dataclass
-class Stage:
-    name: str
-    status: str = "pending"
-    seconds: float = 0.0
-    summary: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Qualification:
-    engine: str
-    stages: list[Stage] = field(default_factory=list)
-    context: dict[str, Any] = field(default_factory=dict)
-
-    def run(self, name: str, fn: Callable[[], StageResult], *, needs: tuple[str, ...] = ()) -> Stage:
-        st = Stage(name=name)
-        self.stages.append(st)
-        missing = [n for n in needs if self.status(n) != "passed"]
-        if missing:
-            st.status, st.summary = "skipped", f"needs {', '.join(missing)}"
-            progress.info(f"[yellow]skip[/] {name}: {st.summary}")
-            return st
-        progress.info(f"[bold]{name}[/] ...")
-        t0 = time.perf_counter()
-        try:
-            result = fn()
-            st.summary, st.data = result.summary, dict(result.data)
-            st.status = "passed"
-        except SkippedStage as e:
-            st.status, st.summary = "skipped", str(e)
-        except HarnessError as e:
-            st.status, st.summary = "failed", f"{type(e).__name__}: {e}"
-        except Exception as e:  # a bug in a stage must not hide the others' results
-            st.status, st.summary = "failed", f"{type(e).__name__}: {e}"
-            st.data["traceback"] = traceback.format_exc(limit=-6)
-        st.seconds = round(time.perf_counter() - t0, 2)
-        colour = {"passed": "green", "failed": "red", "skipped": "yellow"}[st.status]
-        progress.info(f"  [{colour}]{st.status}[/] in {st.seconds:.1f} s: {st.summary.splitlines()[0] if st.summary else ''}")
-        return st
-
-    def status(self, name: str) -> str:
-        return next((s.status for s in self.stages if s.name == name), "missing")
-
-    @property
-    def passed(self) -> bool:
-        return all(s.status != "failed" for s in self.stages)
-
-
-class SkippedStage(Exception):
-    """A stage that cannot run here (no buildable row, no device): recorded as skipped."""
-
-
-@dataclass(frozen=True)
-class StageResult:
-    """What a stage returns: a one-line summary and the figures the report shows."""
-
-    summary: str
-    data: dict[str, Any] = field(default_factory=dict)
+__all__ = ["Carried", "Qualification", "SkippedStage", "Stage", "StageFailed", "StageResult", "qualify",
+           "render_markdown", "write_qualification"]
 
 
 @dataclass
@@ -102,12 +46,18 @@ class Carried:
         return self.tree
 
 
-def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: int = 512, bench_gn: int = 128,
-            bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None, run_bench: bool = True,
-            old_pin: str | None = None, old_rev: str | None = None) -> tuple[Qualification, Path]:
+def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, bench_pn: int = 512,
+            bench_gn: int = 128, bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None,
+            run_bench: bool = True, old_pin: str | None = None, old_rev: str | None = None,
+            threads: int | None = None, fail_on_slower: Sequence[str] | None = None,
+            until_halfwidth: float | None = None, max_blocks: int | None = None) -> tuple[Qualification, Path]:
     """Every stage for the engine's pin; with ``old_pin``/``old_rev`` also the pin move's PR material:
     the ABI/API diff from the old pin and an old-vs-new ABBA run of the engine's own benchmark tool
-    on the cpu variant. ``engine_name`` None: the default text engine."""
+    on the cpu variant. ``engine_name`` None: the default text engine.
+
+    The bench stages run on every model of the descriptor's ``qualify.bench.models``, adaptively
+    (``until_halfwidth``, ``max_blocks``; 0 for a fixed ``bench_blocks``), and fail on the gate
+    (``fail_on_slower``, default from the descriptor); ``threads`` defaults to the physical cores."""
     from harness import host as hostmod
     from harness import pipeline
     from harness.abi.check import check_engine
@@ -120,13 +70,17 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
     from harness import registry
 
     engine = load_engine(engine_name or registry.default("text").name)
+    plan = bench_plan(engine, blocks=bench_blocks, pn=bench_pn, gn=bench_gn, concurrency=bench_concurrency,
+                      until_halfwidth=until_halfwidth, max_blocks=max_blocks, fail_on_slower=fail_on_slower,
+                      threads=threads)
     q = Qualification(engine=engine.name)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     report = (out or paths.reports_dir()) / f"{stamp}-qualify-{engine.name}"
     report.mkdir(parents=True, exist_ok=True)
     host = hostmod.probe()
     q.context.update({"engine": engine.name, "pin": engine.pin, "upstream": engine.upstream,
-                      "host": hostmod.as_dict(host), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                      "host": hostmod.as_dict(host), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      "threads": plan.threads, "threads_source": plan.threads_source, "bench_plan": plan.as_dict()})
     carried = Carried()
 
     def s_fetch() -> StageResult:
@@ -247,7 +201,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
         impl = registry.get(engine.name)
         if impl.cross_variant is None:
             raise SkippedStage(f"engine {engine.name} provides no cross-variant check")
-        r = impl.cross_variant(Path(carried.model_env["HARNESS_CHAT_MODEL"]))
+        r = impl.cross_variant(Path(carried.model_env["HARNESS_CHAT_MODEL"]), threads=plan.threads)
         if not r["passed"]:
             bad = [f"{x['label']}: {x['error']}" if x["status"] in ("crashed", "failed")
                    else f"{x['label']}: garbage output (no '{r['expect']}')" for x in r["runs"] if not x["ok"]]
@@ -259,31 +213,19 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
                                                                  else "; identical token sequences")
                 + (f"; audited (static), not run here: {', '.join(not_run)}" if not_run else ""), r)
 
-    def s_bench() -> StageResult:
+    def s_bench(model_var: str) -> StageResult:
         if not run_bench:
             raise SkippedStage("disabled (--no-bench)")
         peer = engine.raw.get("qualify", {}).get("bench_peer")
         if not peer:
             raise SkippedStage(f"no peer baseline for {engine.name} (qualify.bench_peer in its engine.yaml)")
-        from harness.bench.abba import BenchConfig, run_abba
-        from harness.bench.arms import ArmSpec
-        from harness.bench.report import write_report
+        model = carried.model_env.get(model_var)
+        if not model:
+            raise SkippedStage(f"no {model_var} model (`harness models fetch` writes the fixtures)")
         from harness.bench.roofline import measure_host
-        from harness.bench.stats import analyze
 
-        model = carried.model_env["HARNESS_MODEL"]
-        # Both arms get a context that holds every concurrent request whole.
-        n_ctx = max(bench_concurrency) * (bench_pn + bench_gn) + 64
-        common = f"model={model},threads=2,n_ctx={n_ctx},max_num_seqs={max(bench_concurrency)}"
-        a = ArmSpec.parse(f"{peer}:{common}")
-        b = ArmSpec.parse(f"backend:{common},variant=cpu")
-        cfg = BenchConfig(blocks=bench_blocks, pn=bench_pn, gn=bench_gn, concurrency=bench_concurrency)
-        result = run_abba(a, b, cfg, name=f"qualify-{engine.name}-{engine.pin}")
-        analysis = analyze(result.samples)
-        files = write_report(result, out=report / "bench", analysis=analysis, host=hostmod.as_dict(host),
-                             host_measure=measure_host())
-        return StageResult(f"report {files.directory.relative_to(report)}", {"report": str(files.directory.relative_to(report)),
-                                              "markdown": files.markdown.read_text()})
+        return peer_bench(engine, peer, model, plan, out=report / "bench", report_root=report,
+                          host=hostmod.as_dict(host), host_measure=measure_host())
 
     def s_old_abi() -> StageResult:
         if not (old_pin or old_rev):
@@ -300,9 +242,15 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
         if "cpu" not in carried.variants:
             raise SkippedStage("the cpu variant was not built")
         opts: dict[str, str] = {"pin": old_pin} if old_pin else {"rev": str(old_rev)}
-        return old_pin_bench(engine, opts, artifact_dir(engine, get_variant("cpu")),
-                             carried.model_env["HARNESS_MODEL"], report / "bench-old-pin", host=hostmod.as_dict(host),
-                             blocks=bench_blocks, pn=bench_pn, gn=bench_gn)
+        from harness.bench.roofline import measure_host
+
+        # the last bench model: the bandwidth-bound one where the descriptor lists it, where kernels show
+        model = next((carried.model_env[v] for v in reversed(plan.models) if v in carried.model_env), None)
+        if model is None:
+            raise SkippedStage(f"none of the bench models ({', '.join(plan.models)}) is in place")
+        return old_pin_bench(engine, opts, artifact_dir(engine, get_variant("cpu")), model,
+                             report / "bench-old-pin", host=hostmod.as_dict(host), plan=plan,
+                             host_measure=measure_host())
 
     q.run("fetch", s_fetch)
     q.run("patch", s_patch, needs=("fetch",))
@@ -314,7 +262,8 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int = 4, bench_pn: 
     q.run("isa-audit", s_audit, needs=("build",))
     q.run("e2e", s_e2e, needs=("backend", "models"))
     q.run("cross-variant", s_cross, needs=("backend", "models"))
-    q.run("bench", s_bench, needs=("backend", "models"))
+    for var in plan.models:
+        q.run(stage_name(var), functools.partial(s_bench, var), needs=("backend", "models"))
     q.run("old-pin-abi", s_old_abi, needs=("patch",))
     q.run("old-pin-bench", s_old_bench, needs=("build", "models"))
     return q, write_qualification(q, report)
@@ -343,34 +292,6 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> Sta
         "used_differences": len(used_changes), "markdown": md, "seconds": round(seconds, 2)})
 
 
-def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Path, model: str, out: Path, *,
-                  host: dict[str, Any], blocks: int, pn: int, gn: int) -> StageResult:
-    """Old pin (A) vs this pin (B), each through its own cpu artifact's benchmark tool, in ABBA blocks."""
-    from harness import registry
-    from harness.bench.abba import BenchConfig, run_abba
-    from harness.bench.arms import ArmSpec
-    from harness.bench.report import write_report
-    from harness.bench.roofline import measure_host
-    from harness.bench.stats import analyze
-    from harness.plugin import get_manager
-
-    kind = registry.get(engine.name).old_pin_bench_arm
-    if kind is None:
-        raise SkippedStage(f"engine {engine.name} names no benchmark tool for old pin vs new pin")
-    common = {"model": model, "threads": 2, "variant": "cpu", "engine": engine.name}
-    # builds the old pin's recipe when needed
-    a_opts = get_manager().hook.harness_bench_arm_prepare(kind=kind, options={**old_opts, **common})
-    label = old_opts.get("pin") or old_opts.get("rev")
-    a = ArmSpec(kind=kind, name=f"{kind} {label}", options=a_opts)
-    b = ArmSpec(kind=kind, name=f"{kind} {engine.pin}", options={**common, "artifact": str(new_artifact)})
-    cfg = BenchConfig(blocks=blocks, pn=pn, gn=gn, concurrency=(1,))
-    result = run_abba(a, b, cfg, name=f"old-pin-{label}-vs-{engine.pin}")
-    analysis = analyze(result.samples)
-    files = write_report(result, out=out, analysis=analysis, host=host, host_measure=measure_host())
-    rel = f"{out.name}/{files.directory.name}"
-    return StageResult(f"report {rel}", {"report": rel, "markdown": files.markdown.read_text()})
-
-
 def write_qualification(q: Qualification, d: Path) -> Path:
     """qualify.json + qualify.md into ``d`` (the bench report, if any, is already in d/bench/)."""
     d.mkdir(parents=True, exist_ok=True)
@@ -382,7 +303,7 @@ def write_qualification(q: Qualification, d: Path) -> Path:
     return d
 
 
-BENCH_TITLES = {"bench": "Benchmark: our cpu build (B) vs the peer baseline (A)",
+BENCH_TITLES = {"bench": "Benchmark on {model}: our cpu build (B) vs the peer baseline (A)",
                 "old-pin-bench": "Benchmark: this pin (B) vs the old pin (A), each artifact's own benchmark tool"}
 
 
@@ -393,7 +314,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         "",
         f"upstream build {doc['upstream'].get('build')} ({doc['upstream'].get('commit')}); "
         f"host {h['os']} {h['arch']}, {h['cpu_model']} [{h['microarch']}], {h['cores']} cores, "
-        f"{h['memory_bytes'] / 2**30:.1f} GiB; started {doc['started_at']}",
+        f"{h['memory_bytes'] / 2**30:.1f} GiB; started {doc['started_at']}"
+        + (f"; threads {doc['threads']} ({doc.get('threads_source') or 'given'})" if doc.get("threads") else ""),
         "",
         "| stage | status | seconds | summary |",
         "|---|---|---:|---|",
@@ -432,14 +354,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 status = {"not-run": "audited (static), not run here"}.get(r.get("status", "ran"), r.get("status", "ran"))
                 lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {status} | {'yes' if r['ok'] else 'NO'} | "
                              f"{div} | {r['error']} |")
-        if s["name"] in BENCH_TITLES and s["data"].get("markdown"):
-            lines += ["", f"## {BENCH_TITLES[s['name']]}", "",
-                      f"Full report: [{s['data']['report']}/report.md]({s['data']['report']}/report.md)", ""]
-            body = s["data"]["markdown"].split("\n", 1)[1] if "\n" in s["data"]["markdown"] else s["data"]["markdown"]
-            # The bench report's sections become subsections of this one.
-            lines += [ln.replace("](", f"]({s['data']['report']}/") if ln.startswith("![")
-                      else "#" + ln if ln.startswith("## ") else ln
-                      for ln in body.splitlines()]
+        if (s["name"] in BENCH_TITLES or s["name"].startswith("bench")) and s["data"].get("markdown"):
+            title = BENCH_TITLES.get(s["name"], BENCH_TITLES["bench"]).format(model=s["data"].get("model", "?"))
+            lines += bench_section(title, s["data"])
         if s["name"] == "old-pin-abi" and s["data"].get("markdown"):
             lines += ["", *s["data"]["markdown"].splitlines()]
     return "\n".join(lines) + "\n"

@@ -18,6 +18,17 @@ from harness.errors import UnknownNameError, UsageError
 
 
 @dataclass(frozen=True, kw_only=True)
+class RandomModel:
+    """A random-weight model an engine's plugin writes (fixture kind ``tiny``, chosen by its ``shape``)."""
+
+    write: Callable[[Path, int], Path]
+    """``write(dest, seed)``: same seed, same bytes."""
+    version: str
+    """Changes whenever the bytes written would change; a file written by another version is rewritten."""
+    doc: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class EngineImpl:
     """What one engine plugin provides to the core."""
 
@@ -32,12 +43,13 @@ class EngineImpl:
     ``harness config show`` prints) for the engine to map onto its own parameters."""
     probe_model: Callable[[], Path] | None = None
     """A tiny model for the CPU-level smoke probe (written on demand)."""
-    write_tiny: Callable[[Path, int], Path] | None = None
-    """``write_tiny(dest, seed)``: the engine's tiny random-weight model (fixture kind ``tiny``)."""
+    random_models: Mapping[str, RandomModel] = field(default_factory=dict)
+    """Shape name (``tiny``, ...) -> the random-weight model the engine writes (fixture kind ``tiny``)."""
     convert: Callable[..., tuple[Path, bool]] | None = None
     """``convert(src_dir, *, engine_tree, outtype)`` -> (gguf, converted now) (fixture kind ``converted``)."""
-    cross_variant: Callable[[Path], dict[str, Any]] | None = None
-    """The same greedy prompt on every installed variant and CPU level (qualify's cross-variant stage)."""
+    cross_variant: Callable[..., dict[str, Any]] | None = None
+    """``cross_variant(model, *, threads)``: the same greedy prompt on every installed variant and CPU
+    level (qualify's cross-variant stage)."""
     fixture_env: Callable[[], Mapping[str, str]] | None = None
     """Extra model fixtures the engine's e2e specs need (name -> path), written on demand."""
     old_pin_bench_arm: str | None = None

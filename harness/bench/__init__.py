@@ -1,9 +1,12 @@
 """Benchmarks: arms in worker processes, ABBA blocks, paired statistics, roofline, reports.
 
 ``arms`` runs one arm per worker process, ``abba`` interleaves two arms in ABBA
-blocks, ``stats`` turns the raw samples into paired ratios with intervals and
-warnings, ``roofline`` measures this host's bandwidth and GEMM figures, and
-``report`` writes ``reports/<timestamp>-<name>/``.
+blocks (a fixed count, or adaptively until the headline intervals are narrow),
+``stats`` turns the raw samples into paired ratios with intervals and warnings,
+``gate`` states the headline as speed ratios and applies ``--fail-on-slower``,
+``system`` records the machine's state, ``roofline`` measures this host's
+bandwidth and GEMM figures, ``report`` writes ``reports/<timestamp>-<name>/``
+(``markdown`` renders it) and ``session`` runs all of it for the CLI and qualify.
 """
 
 from __future__ import annotations

@@ -17,8 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import progress
+from harness.bench import system
 from harness.bench.arms import ArmHandle, ArmSpec, Sample, started_arms
+from harness.bench.gate import headline_keys
+from harness.bench.stats import analyze
+from harness.bench.system import SystemState
 from harness.errors import BenchError
+from harness.jsonvalue import json_value
 
 ROLES: tuple[str, str] = ("A", "B")
 
@@ -37,11 +42,27 @@ class BenchConfig:
     """Concurrent requests per measurement; aggregate tok/s is reported for each."""
     warmup: bool = True
     """Call each arm's ``warmup()`` once before the first block."""
+    until_halfwidth: float | None = None
+    """Adaptive: after ``blocks`` blocks, keep adding pairs of blocks until every headline
+    interval's half-width is at most this many percent (or ``max_blocks`` are done)."""
+    max_blocks: int | None = None
+    """The most blocks an adaptive run takes (default :data:`DEFAULT_MAX_BLOCKS`)."""
 
     def __post_init__(self) -> None:
         if self.blocks < 1:
             msg = f"expected at least 1 block, found blocks={self.blocks}; use 4 or more for an interval"
             raise BenchError(msg)
+        if self.until_halfwidth is not None and not 0 < self.until_halfwidth < 100:
+            msg = f"expected --until-halfwidth in (0, 100) percent, found {self.until_halfwidth}; e.g. 3"
+            raise BenchError(msg)
+        if self.max_blocks is not None:
+            if self.until_halfwidth is None:
+                msg = (f"--max-blocks {self.max_blocks} bounds an adaptive run; expected --until-halfwidth PCT "
+                       "with it (or --blocks N alone for a fixed count)")
+                raise BenchError(msg)
+            if self.max_blocks < max(2, self.blocks):
+                msg = (f"expected --max-blocks >= --blocks ({self.blocks}) and >= 2, found {self.max_blocks}")
+                raise BenchError(msg)
         if self.pn < 1 or self.gn < 1:
             msg = f"expected positive prompt/generation lengths, found pn={self.pn} gn={self.gn}"
             raise BenchError(msg)
@@ -49,9 +70,60 @@ class BenchConfig:
             msg = f"expected distinct positive concurrency levels, found {self.concurrency!r}; e.g. 1,4"
             raise BenchError(msg)
 
+    @property
+    def limit(self) -> int:
+        """The most blocks this run may take."""
+        if self.until_halfwidth is None:
+            return self.blocks
+        return self.max_blocks or max(self.blocks, DEFAULT_MAX_BLOCKS)
+
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "concurrency": list(self.concurrency),
                 "order": [role for _, role in block_order(self.blocks)]}
+
+
+#: The block limit of an adaptive run without --max-blocks.
+DEFAULT_MAX_BLOCKS = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stop:
+    """Why a run took as many blocks as it did."""
+
+    reason: str
+    """``blocks`` (a fixed count), ``halfwidth`` (every headline interval narrow enough) or
+    ``max-blocks`` (the limit came first)."""
+    blocks: int
+    target_pct: float | None = None
+    max_blocks: int | None = None
+    halfwidths: dict[str, float | None] = field(default_factory=dict)
+    """Headline metric key -> its ratio interval's half-width (percent) when the run stopped."""
+
+    def text(self) -> str:
+        widths = ", ".join(f"{_short_key(k)} ±{'n/a' if v is None else f'{v:.1f}'}%" for k, v in self.halfwidths.items())
+        if self.reason == "halfwidth":
+            return (f"adaptive: stopped after {self.blocks} blocks, every headline interval within "
+                    f"±{self.target_pct:g}% ({widths})")
+        if self.reason == "max-blocks":
+            wide = [_short_key(k) for k, v in self.halfwidths.items()
+                    if v is None or self.target_pct is None or v > self.target_pct]
+            return (f"adaptive: stopped at --max-blocks {self.max_blocks} with {', '.join(wide)} still wider "
+                    f"than ±{self.target_pct:g}% ({widths}); the target was not reached")
+        return f"fixed: {self.blocks} blocks (--blocks)"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "text": self.text()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Stop:
+        return cls(reason=str(data["reason"]), blocks=int(data["blocks"]), target_pct=data.get("target_pct"),
+                   max_blocks=data.get("max_blocks"), halfwidths=dict(data.get("halfwidths") or {}))
+
+
+def _short_key(key: str) -> str:
+    metric, _, c = key.partition("@c")
+    names = {"ttft_ms": "prefill", "decode_tps": "decode", "aggregate_tps": "aggregate"}
+    return f"{names.get(metric, metric)} @ c={c}"
 
 
 def block_order(blocks: int) -> list[tuple[int, str]]:
@@ -81,11 +153,22 @@ class BenchResult:
     """Whether each arm ran in its own worker process."""
     aa: bool = False
     """An A/A run: the same arm measured against itself."""
+    stop: Stop | None = None
+    """Why the run took as many blocks as it did."""
+    system: SystemState | None = None
+    """The machine's state: governor, turbo, load before and during, threads."""
+
+    @property
+    def blocks_run(self) -> int:
+        return 1 + max((s.block for s in self.samples), default=-1)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "config": self.config.as_dict(),
+            "config": {**self.config.as_dict(), "order": [role for _, role in block_order(self.blocks_run)]},
+            "blocks_run": self.blocks_run,
+            "stop": None if self.stop is None else self.stop.as_dict(),
+            "system": None if self.system is None else self.system.as_dict(),
             "arms": {role: {**spec.as_dict(), "describe": self.describe.get(role, {})}
                      for role, spec in self.arms.items()},
             "samples": [s.as_dict() for s in self.samples],
@@ -101,7 +184,8 @@ class BenchResult:
         cfg = dict(data["config"])
         config = BenchConfig(blocks=int(cfg["blocks"]), pn=int(cfg["pn"]), gn=int(cfg["gn"]),
                              concurrency=tuple(int(c) for c in cfg["concurrency"]),
-                             warmup=bool(cfg.get("warmup", True)))
+                             warmup=bool(cfg.get("warmup", True)), until_halfwidth=cfg.get("until_halfwidth"),
+                             max_blocks=cfg.get("max_blocks"))
         arms = {role: ArmSpec(kind=a["kind"], name=a["name"], options=dict(a.get("options", {})))
                 for role, a in data["arms"].items()}
         return cls(
@@ -111,6 +195,8 @@ class BenchResult:
             started_at=float(data["started_at"]), finished_at=float(data["finished_at"]),
             warmup_s={k: float(v) for k, v in data.get("warmup_s", {}).items()},
             isolated=bool(data.get("isolated", True)), aa=bool(data.get("aa", False)),
+            stop=Stop.from_dict(data["stop"]) if data.get("stop") else None,
+            system=SystemState.from_dict(data["system"]) if data.get("system") else None,
         )
 
 
@@ -124,14 +210,22 @@ def run_abba(
     isolate: bool = True,
     extra_plugins: Sequence[str] = (),
     on_sample: Callable[[Sample], None] | None = None,
+    threads_source: str = "",
+    record_system: bool = True,
 ) -> BenchResult:
     """Run ``a`` (baseline) against ``b`` (candidate) in ABBA blocks.
+
+    With ``config.until_halfwidth`` the run is adaptive: after ``config.blocks`` blocks it
+    adds blocks in AB/BA pairs (so a linear drift still cancels) until every headline
+    interval is narrow enough or ``config.limit`` blocks are done; :class:`Stop` says which.
 
     :param isolate: one spawned worker process per arm (the default); ``False``
         creates the arms in this process, which is only for tests.
     :param extra_plugins: module names registered on the worker's plugin manager
         in addition to the built-ins (an arm kind from a not-yet-installed plugin).
     :param on_sample: called with each raw sample as it is taken.
+    :param threads_source: where the arms' ``threads`` option came from, for the report.
+    :param record_system: sample the machine's state before and after (:mod:`harness.bench.system`).
     """
     config = config or BenchConfig()
     specs = {"A": a, "B": b}
@@ -139,29 +233,64 @@ def run_abba(
     started = time.time()
     samples: list[Sample] = []
     warmup_s: dict[str, float] = {}
-    turns = block_order(config.blocks)
-    total = len(turns) * len(config.concurrency)
+    limit = config.limit
+    total = 2 * limit * len(config.concurrency)
+    recorder = system.Recorder(threads=_threads(specs), threads_source=threads_source) if record_system else None
+    stop: Stop | None = None
     with started_arms(specs, isolate=isolate, extra_plugins=extra_plugins) as arms, \
             _steps(f"bench {run_name}", total) as step:
-        describe = {role: h.describe() for role, h in arms.items()}
+        describe = {role: json_value(h.describe()) for role, h in arms.items()}
         if config.warmup:
             for role in ROLES:
                 step(f"warm-up {role} ({specs[role].name})", False)
                 t0 = time.perf_counter()
                 arms[role].warmup()
                 warmup_s[role] = time.perf_counter() - t0
-        for sequence, (block, role) in enumerate(turns):
-            position = sequence % 2
-            for c in config.concurrency:
-                step(f"block {block + 1}/{config.blocks} {role} c={c}", True)
-                sample = _take(arms[role], block=block, position=position, sequence=sequence,
-                               concurrency=c, config=config)
-                samples.append(sample)
-                if on_sample is not None:
-                    on_sample(sample)
+        of = f"{limit} max" if config.until_halfwidth is not None else str(limit)
+        for block in range(limit):
+            for position, role in enumerate(ROLES if block % 2 == 0 else ROLES[::-1]):
+                for c in config.concurrency:
+                    step(f"block {block + 1}/{of} {role} c={c}", True)
+                    sample = _take(arms[role], block=block, position=position, sequence=2 * block + position,
+                                   concurrency=c, config=config)
+                    samples.append(sample)
+                    if on_sample is not None:
+                        on_sample(sample)
+            stop = _should_stop(config, samples, block + 1, aa=aa)
+            if stop is not None:
+                break
+        state = recorder.finish() if recorder is not None else None
     return BenchResult(name=run_name, config=config, arms=specs, describe=describe,
                        samples=tuple(samples), started_at=started, finished_at=time.time(),
-                       warmup_s=warmup_s, isolated=isolate, aa=aa)
+                       warmup_s=warmup_s, isolated=isolate, aa=aa, stop=stop, system=state)
+
+
+def _threads(specs: Mapping[str, ArmSpec]) -> int | None:
+    """The arms' common ``threads`` option, if they share one."""
+    found = {spec.options.get("threads") for spec in specs.values()}
+    value = found.pop() if len(found) == 1 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _should_stop(config: BenchConfig, samples: Sequence[Sample], done: int, *, aa: bool) -> Stop | None:
+    """None to go on; else why the run stops after ``done`` blocks."""
+    target = config.until_halfwidth
+    if target is None:
+        return Stop(reason="blocks", blocks=done) if done >= config.blocks else None
+    at_limit = done >= config.limit
+    # check whole AB/BA pairs only, so the drift a pair cancels is cancelled in what is reported
+    if not at_limit and (done < config.blocks or done % 2):
+        return None
+    analysis = analyze(samples, aa=aa)
+    widths: dict[str, float | None] = {}
+    for key in headline_keys(config.concurrency):
+        ms = analysis.metrics.get(key)
+        widths[key] = None if ms is None or ms.ratio is None else ms.ratio.ratio.half_width_pct
+    if all(w is not None and w <= target for w in widths.values()):
+        return Stop(reason="halfwidth", blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths)
+    if at_limit:
+        return Stop(reason="max-blocks", blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths)
+    return None
 
 
 def _take(arm: ArmHandle, *, block: int, position: int, sequence: int, concurrency: int,

@@ -79,7 +79,10 @@ class ArmSpec:
 
     @classmethod
     def parse(cls, text: str, *, name: str | None = None) -> ArmSpec:
-        """Parse ``KIND[:key=value,...]``; values become int, float, bool or str."""
+        """Parse ``KIND[:key=value,...]``; values become int, float, bool or str.
+
+        ``name=LABEL`` sets the display name; without it the name is :func:`short_name`'s.
+        """
         kind, _, rest = text.strip().partition(":")
         if not kind:
             msg = f"expected an arm as KIND[:key=value,...], found {text!r}; e.g. 'fake:slowdown=1.1'"
@@ -92,10 +95,43 @@ class ArmSpec:
                        "separate options with commas, e.g. 'fake:seed=1,slowdown=1.1'")
                 raise BenchError(msg)
             options[key.strip()] = _coerce(value.strip())
-        return cls(kind=kind.strip(), name=name or text.strip(), options=options)
+        label = options.pop("name", None)
+        kind = kind.strip()
+        return cls(kind=kind, name=name or (str(label) if label is not None else short_name(kind, options)),
+                   options=options)
+
+    @property
+    def spec(self) -> str:
+        """The full ``KIND:key=value,...`` text (what the JSON keeps; the name is for people)."""
+        opts = ",".join(f"{k}={v}" for k, v in self.options.items() if not k.startswith("_"))
+        return f"{self.kind}:{opts}" if opts else self.kind
 
     def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "options": dict(self.options)}
+        return {"kind": self.kind, "name": self.name, "spec": self.spec, "options": dict(self.options)}
+
+
+#: Options that say where or how big an arm runs, not which arm it is: left out of short names.
+CONTEXT_OPTIONS = frozenset({"model", "threads", "n_ctx", "max_num_seqs", "artifact", "engine", "seed"})
+#: Options whose value alone names the arm (``backend:cpu``, ``TOOL:0.3.35``).
+BARE_OPTIONS = frozenset({"variant", "pin", "rev", "version"})
+#: Longer option values (paths, hashes) are left out of short names too.
+SHORT_VALUE_CHARS = 24
+
+
+def short_name(kind: str, options: Mapping[str, Any]) -> str:
+    """A display name: the kind and what tells this arm apart (``backend:cpu``, ``fake:slowdown=1.1``).
+
+    Context options (model, threads, context size, ...) and long values such as paths
+    are left out: the report states those once, and the full spec stays in the JSON.
+    """
+    parts: list[str] = []
+    for key, value in options.items():
+        text = str(value)
+        if (key.startswith("_") or key in CONTEXT_OPTIONS or not text or "/" in text
+                or len(text) > SHORT_VALUE_CHARS):
+            continue
+        parts.append(text if key in BARE_OPTIONS else f"{key}={text}")
+    return f"{kind}:{','.join(parts)}" if parts else kind
 
 
 def _coerce(value: str) -> Any:

@@ -18,6 +18,7 @@ from harness.errors import BenchError, UsageError
 if TYPE_CHECKING:  # the heavy modules (scipy, matplotlib) load only when a command runs
     from harness.bench.arms import ArmSpec
     from harness.bench.report import Comparison
+    from harness.bench.session import Outcome
     from harness.bench.stats import Analysis, Interval
 
 BENCH_EPILOG = """\
@@ -26,10 +27,17 @@ arms are KIND[:key=value,...]; A is the baseline, B the candidate:
   harness bench --aa --a fake                         an arm against itself (interval must contain 1.0)
   harness bench --a PEER:model=M.gguf --b backend:variant=cpu,model=M.gguf
       our engine against a peer baseline arm an engine plugin provides (README: the kinds)
+  harness bench --a fake --b fake:slowdown=1.1 --fail-on-slower 5
+      exit 13 when B is slower by more than 5% (whole 95% interval) on a headline metric
+  harness bench --a A --b B --until-halfwidth 3 --max-blocks 24
+      add blocks until every headline interval is within +-3% (or 24 blocks are done)
   harness bench --concurrency 1 --a TOOL:pin=OLD,model=M.gguf --b TOOL:pin=NEW,model=M.gguf
       old pin vs new pin through an engine's own benchmark tool arm: each pin's recipe (descriptor,
       patches, ABI surface) comes from the newest commit of any branch or tag that pinned it (or
       rev=GITREV); missing artifacts are built first
+an arm's display name is name=LABEL in its spec (default: the kind and what sets it apart, e.g.
+backend:cpu); the full spec stays in results.json. Arms get threads=N (the host's physical cores,
+or --threads) unless their spec sets threads.
 """
 
 
@@ -45,7 +53,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--aa", action="store_true",
                    help="A/A run: measure --a against a second copy of itself; fails unless every "
                    "interval contains 1.0")
-    p.add_argument("--blocks", type=int, default=4, help="ABBA blocks (default: 4)")
+    p.add_argument("--blocks", type=int, default=4,
+                   help="ABBA blocks (default: 4); with --until-halfwidth, the fewest blocks")
+    p.add_argument("--until-halfwidth", type=float, metavar="PCT",
+                   help="adaptive: after --blocks, add AB/BA block pairs until every headline interval "
+                   "(prefill, decode, aggregate) is within +-PCT percent; the report says what stopped it")
+    p.add_argument("--max-blocks", type=int, metavar="N",
+                   help="with --until-halfwidth: stop after N blocks whatever the intervals (default: 32)")
+    p.add_argument("--fail-on-slower", action="append", metavar="PCT | NAME=PCT[,...]",
+                   help="exit 13 when B is slower than A by more than PCT percent with 95%% confidence (the "
+                   "whole interval of its speed ratio below 1-PCT/100), naming metric, ratio and interval; "
+                   "a bare PCT gates every headline metric, NAME=PCT one of prefill, decode, aggregate "
+                   "(or a metric key such as decode_tps@c4); repeatable")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="compute threads per arm (default: the host's physical cores); an arm's own "
+                   "threads= option wins")
     p.add_argument("--pn", type=int, default=512, help="prompt tokens (default: 512)")
     p.add_argument("--gn", type=int, default=128, help="generated tokens (default: 128)")
     p.add_argument("--concurrency", default="1,4", metavar="C[,C...]",
@@ -55,6 +77,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-roofline", action="store_true",
                    help="skip the host bandwidth/GEMM measurement (cached after the first run)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--embed-plots", action="store_true",
+                   help="embed the plots in report.md as data URIs (for viewers that show them)")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="extra plugin module for the arm workers (repeatable)")
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
@@ -71,6 +95,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("new", type=Path, help="results.json (or its report directory) of the new run")
     c.add_argument("--min-pct", type=float, default=1.0,
                    help="ignore changes smaller than this, percent (default: 1.0)")
+    c.add_argument("--markdown", action="store_true",
+                   help="print a table to paste into a pull request (B/A per metric, old vs new, verdict)")
     add_json_flag(c)
     c.set_defaults(func=cmd_report_compare)
 
@@ -95,24 +121,34 @@ def prepare_arm(spec: ArmSpec) -> ArmSpec:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from harness.bench.abba import BenchConfig, run_abba
+    from harness.bench.abba import BenchConfig
     from harness.bench.arms import ArmSpec
-    from harness.bench.report import write_report
-    from harness.bench.stats import analyze
+    from harness.bench.gate import parse_gate, resolve_gate
+    from harness.bench.report import all_findings
+    from harness.bench.session import run_and_report, with_threads
+    from harness.host import resolve_threads
 
-    a = prepare_arm(ArmSpec.parse(args.a))
+    threads, source = resolve_threads(args.threads)
+    a_spec = ArmSpec.parse(args.a)
+    b_spec = ArmSpec.parse(args.b) if args.b else None
+    if "threads" in a_spec.options or (b_spec is not None and "threads" in b_spec.options):
+        source = "set in the arm spec"
+    a = prepare_arm(with_threads(a_spec, threads))
     if args.aa:
         if args.b:
             msg = "--aa measures --a against itself; expected no --b, found --b " + args.b
             raise UsageError(msg)
         b = ArmSpec(kind=a.kind, name=a.name, options=dict(a.options))
-    elif not args.b:
+    elif b_spec is None:
         msg = "expected --b KIND[:k=v,...] (the candidate), or --aa to run --a against itself"
         raise UsageError(msg)
     else:
-        b = prepare_arm(ArmSpec.parse(args.b))
+        b = prepare_arm(with_threads(b_spec, threads))
     config = BenchConfig(blocks=args.blocks, pn=args.pn, gn=args.gn,
-                         concurrency=parse_concurrency(args.concurrency))
+                         concurrency=parse_concurrency(args.concurrency), until_halfwidth=args.until_halfwidth,
+                         max_blocks=args.max_blocks)
+    gate = parse_gate(args.fail_on_slower)
+    resolve_gate(gate, config.concurrency)  # a typo fails now, not after the run
 
     from harness import host as hostmod
 
@@ -123,24 +159,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         with progress.spinner("measuring this host's bandwidth and GEMM roofline (cached)"):
             measure = measure_host()
-    result = run_abba(a, b, config, name=args.name, aa=args.aa, isolate=not args.in_process,
-                      extra_plugins=tuple(args.plugin))
-    analysis = analyze(result.samples, aa=args.aa)
-    files = write_report(result, out=args.out, analysis=analysis, host=host, host_measure=measure,
-                         plots=not args.no_plots)
+    outcome = run_and_report(a, b, config, name=args.name, out=args.out, host=host, host_measure=measure,
+                             gate=gate, threads_source=source, aa=args.aa, isolate=not args.in_process,
+                             extra_plugins=tuple(args.plugin), plots=not args.no_plots,
+                             embed_plots=args.embed_plots)
+    analysis, files, verdict = outcome.analysis, outcome.files, outcome.gate
+    stop = outcome.result.stop
     if args.json:
         print_json({"report": str(files.directory), "results": str(files.results),
                     "markdown": str(files.markdown), "plots": [str(p) for p in files.plots],
                     "aa": args.aa, "aa_ok": analysis.aa_ok, "summary": summary(analysis),
-                    "findings": [asdict(f) for f in analysis.findings]})
+                    "headline": [h.as_dict() for h in outcome.headline],
+                    "gate": None if verdict is None else verdict.as_dict(),
+                    "blocks": outcome.result.blocks_run, "stop": None if stop is None else stop.as_dict(),
+                    "system": None if outcome.result.system is None else outcome.result.system.as_dict(),
+                    "findings": [asdict(f) for f in all_findings(outcome.result, analysis)]})
     else:
-        _print_bench(analysis, files.directory)
+        _print_bench(outcome)
+    rc = 0
     if args.aa and not analysis.aa_ok:
         progress.console.print("[bold red]A/A check failed:[/] an interval excludes 1.0 for an arm "
                                "measured against itself; the numbers of this setup cannot be trusted",
                                highlight=False)
-        return BenchError.exit_code
-    return 0
+        rc = BenchError.exit_code
+    if verdict is not None and not verdict.passed:
+        progress.console.print(f"[bold red]{verdict.verdict()}[/]", highlight=False, soft_wrap=True)
+        for check in verdict.failures:
+            progress.console.print(f"  {check.message}", highlight=False, soft_wrap=True)
+        rc = BenchError.exit_code
+    return rc
 
 
 def summary(analysis: Analysis) -> dict[str, Any]:
@@ -164,7 +211,12 @@ def _stdout() -> Console:
     return Console(soft_wrap=False, width=140)
 
 
-def _print_bench(analysis: Analysis, directory: Path) -> None:
+def _print_bench(outcome: Outcome) -> None:
+    from harness.bench.gate import fmt_speed
+    from harness.bench.markdown import GROUP_TITLES, group_findings
+    from harness.bench.report import all_findings
+
+    analysis = outcome.analysis
     t = Table("metric", "A", "B", "B/A (95% CI)", "verdict")
     for ms in analysis.metrics.values():
         if ms.ratio is None:
@@ -175,11 +227,24 @@ def _print_bench(analysis: Analysis, directory: Path) -> None:
                   _ci(ms.ratio.ratio), f"[{style}]{ms.ratio.verdict}[/]" if style else ms.ratio.verdict)
     out = _stdout()
     out.print(t)
-    for f in analysis.findings:
-        color = {"error": "red", "warning": "yellow"}.get(f.level, "dim")
-        where = f" {f.metric}" if f.metric else ""
-        out.print(f"[{color}]{f.level}[/]{where}: {f.message}", highlight=False)
-    out.print(f"report: {directory}", highlight=False)
+    out.print("headline (B/A speed): " + "; ".join(f"{h.label} {fmt_speed(h.speed)} {h.verdict}"
+                                                   for h in outcome.headline), highlight=False)
+    if outcome.result.stop is not None:
+        out.print(outcome.result.stop.text(), highlight=False)
+    for level, kind, items in group_findings(all_findings(outcome.result, analysis)):
+        color = {"error": "red", "warning": "yellow"}.get(level, "dim")
+        if len(items) == 1 or not kind or kind == "system":
+            for f in items:
+                where = f" {f.metric}" if f.metric else ""
+                out.print(f"[{color}]{level}[/]{where}: {f.message}", highlight=False)
+            continue
+        out.print(f"[{color}]{level}[/] ({len(items)}): {GROUP_TITLES.get(kind, kind)}", highlight=False)
+        for f in items:
+            out.print(f"  {f.metric}: {f.detail or f.message}", highlight=False)
+    if outcome.gate is not None and outcome.gate.checks:
+        style = "green" if outcome.gate.passed else "red"
+        out.print(f"[{style}]{outcome.gate.verdict()}[/]", highlight=False)
+    out.print(f"report: {outcome.files.directory}", highlight=False)
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
@@ -188,6 +253,10 @@ def cmd_report_compare(args: argparse.Namespace) -> int:
     comp = compare(args.old, args.new, min_pct=args.min_pct)
     if args.json:
         print_json(comp.as_dict())
+    elif args.markdown:
+        from harness.bench.markdown import render_compare_markdown
+
+        print(render_compare_markdown(comp, min_pct=args.min_pct), end="")
     else:
         _print_compare(comp)
     return BenchError.exit_code if comp.regressions else 0

@@ -44,6 +44,8 @@ class FakeOptions:
     """Parameters (2 FLOPs each per prompt token for the compute roofline)."""
     fail_in: str = ""
     """Raise in ``create``, ``warmup`` or ``measure`` (tests error paths)."""
+    threads: int = 0
+    """Compute threads (recorded like a real arm's; the fake's numbers do not depend on it)."""
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> FakeOptions:

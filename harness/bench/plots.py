@@ -20,6 +20,12 @@ MARKERS = {"A": "o", "B": "s"}
 
 def plot_samples(analysis: Analysis, names: dict[str, str], path: Path) -> Path:
     """One panel per metric and concurrency: each arm's per-block samples, outliers ringed red."""
+    samples_figure(analysis, names).savefig(path, dpi=110)
+    return path
+
+
+def samples_figure(analysis: Analysis, names: dict[str, str]) -> Figure:
+    """The figure :func:`plot_samples` saves."""
     concurrencies = sorted({m.concurrency for m in analysis.metrics.values()})
     rows, cols = len(METRICS), max(1, len(concurrencies))
     fig = Figure(figsize=(4.6 * cols + 0.6, 2.9 * rows))
@@ -34,18 +40,31 @@ def plot_samples(analysis: Analysis, names: dict[str, str], path: Path) -> Path:
             _samples_panel(ax, ms, names)
     handles, labels = axes[0][0].get_legend_handles_labels()
     height = fig.get_figheight()
+    # side by side when both labels fit the width (about 0.075 in per character at 9 pt), else stacked
+    ncol = 2 if sum(len(lb) for lb in labels) * 0.075 + 1.5 < fig.get_figwidth() else 1
     fig.suptitle("per-block samples (dotted: geometric mean; red ring: outlier)", y=1 - 0.08 / height,
                  fontsize=11)
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.3 / height),
-               ncol=2, frameon=False, fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.6 / height))
-    fig.savefig(path, dpi=110)
-    return path
+               ncol=ncol, frameon=False, fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.6 if ncol == 2 else 0.8) / height))
+    return fig
+
+
+#: Longest arm name a legend shows; longer ones keep their start and end.
+LEGEND_CHARS = 40
+
+
+def fit_label(text: str, limit: int = LEGEND_CHARS) -> str:
+    """``text`` cut in the middle to ``limit`` characters, so a legend fits its figure."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 1
+    return text[: (keep + 1) // 2] + "…" + text[len(text) - keep // 2:]
 
 
 def _samples_panel(ax: Axes, ms: MetricStats, names: dict[str, str]) -> None:
     for role, arm in ms.arms.items():
-        label = f"{role}: {names.get(role, role)}"
+        label = f"{role}: {fit_label(names.get(role, role))}"
         ax.plot(arm.blocks, arm.values, marker=MARKERS[role], color=COLORS[role], label=label,
                 linewidth=1.2, markersize=6)
         ax.axhline(arm.geomean.point, color=COLORS[role], linestyle=":", linewidth=0.9)

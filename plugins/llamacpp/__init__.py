@@ -27,7 +27,7 @@ from harness.config.model import ModelConfig
 from harness.config.rules import CheckContext, path_problem
 from harness.errors import did_you_mean
 from harness.plugin import hookimpl
-from harness.registry import EngineImpl
+from harness.registry import EngineImpl, RandomModel
 from harness.types import HostInfo, MatchResult
 
 NAME = "llamacpp"
@@ -68,22 +68,48 @@ def _write_tiny(dest: Path, seed: int) -> Path:
     return write_tiny_llama(dest, seed=seed)
 
 
+def _write_bandwidth(dest: Path, seed: int) -> Path:
+    from harness_plugins.llamacpp.random_llama import write_random_llama
+
+    return write_random_llama(dest, seed=seed)
+
+
+def _writer_version(*modules: str) -> str:
+    """The writers' source and the gguf package's version: what the bytes of a random model depend on."""
+    import hashlib
+    from importlib.metadata import version
+
+    h = hashlib.sha256(version("gguf").encode())
+    for name in modules:
+        h.update((Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _random_models() -> dict[str, RandomModel]:
+    return {
+        "tiny": RandomModel(write=_write_tiny, version=_writer_version("tiny.py"),
+                            doc="2 layers of d=64, F32: loads and tokenizes in milliseconds"),
+        "bandwidth": RandomModel(write=_write_bandwidth, version=_writer_version("tiny.py", "random_llama.py"),
+                                 doc="0.72B parameters in Q4_0 (412 MB): decode bound by memory bandwidth"),
+    }
+
+
 def _convert(src_dir: Path, *, engine_tree: Path, outtype: str) -> tuple[Path, bool]:
     from harness_plugins.llamacpp.convert import ensure_converted
 
     return ensure_converted(src_dir, engine_tree=engine_tree, outtype=outtype)
 
 
-def _cross_variant(model: Path) -> dict[str, Any]:
+def _cross_variant(model: Path, *, threads: int | None = None) -> dict[str, Any]:
     from harness_plugins.llamacpp.crossvariant import cross_variant
 
-    return cross_variant(model)
+    return cross_variant(model, threads=threads)
 
 
 @hookimpl
 def harness_engine_register() -> list[EngineImpl]:
     return [EngineImpl(name=NAME, serves=("text", "embeddings"), default=True, load=_load,
-                       probe_model=_probe_model, write_tiny=_write_tiny, convert=_convert,
+                       probe_model=_probe_model, random_models=_random_models(), convert=_convert,
                        cross_variant=_cross_variant, old_pin_bench_arm="llama-bench")]
 
 

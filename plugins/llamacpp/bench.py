@@ -19,6 +19,8 @@ from typing import Any
 
 from harness import __version__, paths, progress
 from harness.errors import BenchError
+from harness.host import default_threads
+from harness.jsonvalue import json_value
 
 #: The peer baseline, pinned (moved with `nox -s update_pins` like the engine pins).
 XLLAMACPP_VERSION = "2026.10.11549"
@@ -30,7 +32,7 @@ def _opts(options: dict[str, Any]) -> dict[str, Any]:
         msg = "bench arm needs model=PATH (e.g. --a backend:model=$HARNESS_MODEL)"
         raise BenchError(msg)
     clean["model"] = str(Path(str(clean["model"])).expanduser())
-    clean.setdefault("threads", 2)
+    clean.setdefault("threads", default_threads())
     clean.setdefault("n_ctx", 2048)
     return clean
 
@@ -219,7 +221,7 @@ class XllamacppArm:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "xllamacpp", "engine": "xllamacpp", "pin": self.version,
-                "build_info": str(getattr(self.xlc, "BUILD_INFO", "")), "versions": {"harness": __version__},
+                "build_info": json_value(getattr(self.xlc, "BUILD_INFO", None)), "versions": {"harness": __version__},
                 "options": self.opts, "model": _model_facts(self.opts["model"])}
 
     def close(self) -> None:
@@ -269,7 +271,9 @@ class LlamaBenchArm:
     """The artifact's own ``llama-bench`` (single stream): comparable across pins.
 
     Options: ``artifact=DIR``, or ``pin=VERSION`` / ``rev=GITREV`` (+ ``variant``, default cpu;
-    ``engine``, default llamacpp), ``model``, ``threads``. ``harness bench`` resolves a pin or
+    ``engine``, default llamacpp), ``model``, ``threads``, ``depth`` (KV depth of the decode test,
+    default: the prompt length, so tg is measured where the other arms decode: after a pN-token
+    prompt; pp is always at depth 0, as ``pp512`` means). ``harness bench`` resolves a pin or
     rev to its artifact before the worker starts, building that pin's recipe (descriptor,
     patches and ABI surface from the newest commit that pinned it) when it is not built yet.
     """
@@ -287,28 +291,38 @@ class LlamaBenchArm:
             raise BenchError(msg)
         self.manifest = json.loads((self.artifact / "manifest.json").read_text())
 
-    def _run(self, pn: int, gn: int) -> dict[int, float]:
-        argv = [str(self.exe), "-m", self.opts["model"], "-t", str(self.opts["threads"]), "-p", str(pn),
-                "-n", str(gn), "-r", "1", "-o", "json"]
+    def _ts(self, *args: str) -> float:
+        """Tokens/s of the one test ``args`` select (``-p N -n 0`` or ``-p 0 -n N -d D``)."""
+        argv = [str(self.exe), "-m", self.opts["model"], "-t", str(self.opts["threads"]), *args, "-r", "1",
+                "-o", "json"]
         r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
         if r.returncode:
             from harness.errors import SubprocessError
 
             raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
         rows = json.loads(r.stdout)
-        return {0 if row["n_gen"] else 1: float(row["avg_ts"]) for row in rows}
+        if len(rows) != 1:
+            raise BenchError(f"llama-bench {' '.join(args)} reported {len(rows)} tests; expected one")
+        return float(rows[0]["avg_ts"])
+
+    def _depth(self, pn: int) -> int:
+        depth = self.opts.get("depth")
+        return pn if depth is None else int(depth)
 
     def warmup(self) -> None:
-        self._run(32, 8)
+        self._ts("-p", "32", "-n", "0")
+        self._ts("-p", "0", "-n", "8")
 
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         if concurrency != 1:
             msg = "llama-bench measures a single stream: run this arm with --concurrency 1"
             raise BenchError(msg)
-        ts = self._run(pn, gn)
-        pp, tg = ts[1], ts[0]
+        pp = self._ts("-p", str(pn), "-n", "0")
+        depth = self._depth(pn)
+        tg = self._ts("-p", "0", "-n", str(gn), "-d", str(depth)) if depth else self._ts("-p", "0", "-n", str(gn))
         ttft = pn / pp
-        return {"ttft_s": ttft, "decode_tps": tg, "aggregate_tps": gn / (ttft + gn / tg), "prefill_tps": pp}
+        return {"ttft_s": ttft, "decode_tps": tg, "aggregate_tps": gn / (ttft + gn / tg), "prefill_tps": pp,
+                "depth": float(depth)}
 
     def describe(self) -> dict[str, Any]:
         m = self.manifest

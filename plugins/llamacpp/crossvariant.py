@@ -27,9 +27,9 @@ _CHILD = r"""
 import json, sys
 from harness import crash
 from harness.runtime import Engine
-model, variant, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model, variant, n, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[6])
 crash.note(running="cross-variant " + sys.argv[5])
-with Engine.load(model, variant=variant, n_ctx=512, max_num_seqs=1, threads=2) as eng:
+with Engine.load(model, variant=variant, n_ctx=512, max_num_seqs=1, threads=threads) as eng:
     c = eng.complete(sys.argv[4], temperature=0.0, max_tokens=n)
     info = eng.info()
     print(json.dumps({"text": c.text, "tokens": eng.tokenize(c.text, add_special=False),
@@ -50,13 +50,13 @@ class Run:
     error: str = ""
 
 
-def _run(model: Path, variant: str, lib_dir: Path | None, n: int, label: str) -> dict[str, Any]:
+def _run(model: Path, variant: str, lib_dir: Path | None, n: int, label: str, threads: int) -> dict[str, Any]:
     with crash.note_file() as (note_path, note_env):
         env = {**os.environ, **note_env}
         env.pop(levels.LEVEL_ENV, None)
         if lib_dir is not None:
             env[levels.LIB_DIR_ENV] = str(lib_dir)
-        r = subprocess.run([sys.executable, "-c", _CHILD, str(model), variant, str(n), PROMPT, label],
+        r = subprocess.run([sys.executable, "-c", _CHILD, str(model), variant, str(n), PROMPT, label, str(threads)],
                            capture_output=True, text=True, env=env, timeout=600, check=False)
         died = crash.crash_of(r.returncode, note_path)
         if died is not None:
@@ -67,12 +67,16 @@ def _run(model: Path, variant: str, lib_dir: Path | None, n: int, label: str) ->
 
 
 def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
-                  variants: list[str] | None = None) -> dict[str, Any]:
+                  variants: list[str] | None = None, threads: int | None = None) -> dict[str, Any]:
     """Run every accepted installed variant, and each CPU level of ``cpu`` forced alone.
 
     A level this CPU cannot run is listed as not run here (the ISA audit covers it);
     a run that dies by a signal is reported as a crash with its signal and level.
+    ``threads`` defaults to the host's physical cores (:func:`harness.host.default_threads`).
     """
+    from harness.host import default_threads
+
+    threads = threads or default_threads()
     from harness.engines import load_engine
     from harness_plugins.llamacpp.engine import _committed_fingerprint
 
@@ -88,7 +92,7 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
                 for name in levels.cpu_levels(lib):
                     jobs.append((f"{c.variant}/{name}", levels.level_dir(lib, [name], Path(tmp) / name), name))
             for label, lib_dir, level in jobs:
-                out = _run(model, c.variant, lib_dir, n_tokens, label)
+                out = _run(model, c.variant, lib_dir, n_tokens, label, threads)
                 if "crash" in out:
                     died: crash.Crash = out["crash"]
                     where = died.cpu_level or level
@@ -120,5 +124,5 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
                        min(len(ref.tokens), len(r.tokens)))
         rows.append({"label": r.label, "variant": r.variant, "cpu_level": r.cpu_level, "ok": r.ok,
                      "status": r.status, "diverges_at": div, "text": r.text, "error": r.error})
-    return {"prompt": PROMPT, "expect": EXPECT, "reference": ref.label if ref else None, "runs": rows,
+    return {"prompt": PROMPT, "expect": EXPECT, "threads": threads, "reference": ref.label if ref else None, "runs": rows,
             "passed": all(r["ok"] for r in rows) and bool(rows)}

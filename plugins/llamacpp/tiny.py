@@ -8,11 +8,14 @@ milliseconds without a download. Its output is noise by design.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import os
 import re
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,6 +122,7 @@ def train_bpe(text: str, n_merges: int) -> tuple[list[str], list[str]]:
     return tokens, merges
 
 
+@functools.cache
 def vocabulary(n_merges: int) -> tuple[list[str], list[int], list[str]]:
     """``(tokens, token_types, merges)``: specials, the 256 byte tokens, then learned tokens."""
     enc = bytes_to_unicode()
@@ -165,44 +169,14 @@ def write_tiny_llama(path: Path, *, seed: int = 0, config: TinyConfig | None = N
         if qtype not in (GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0):
             msg = f"tiny model quant must be Q4_0, Q4_1 or Q8_0, got {quant!r}"
             raise ValueError(msg)
-    if cfg.embedding_length % cfg.head_count or cfg.head_count % cfg.head_count_kv:
-        msg = "embedding_length must divide by head_count, and head_count by head_count_kv"
-        raise ValueError(msg)
-    tokens, types, merges = vocabulary(cfg.n_merges)
+    check_config(cfg)
+    tokens = vocabulary(cfg.n_merges)[0]
     rng = np.random.default_rng(seed)
-    head = cfg.embedding_length // cfg.head_count
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".gguf", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+    with atomic_path(path) as tmp:
         w = GGUFWriter(tmp, "llama")
-        w.add_name(f"tiny-llama-s{seed}" + (f"-{quant}" if quant else ""))
-        w.add_file_type(int(getattr(LlamaFileType, f"MOSTLY_{quant}") if quant else LlamaFileType.ALL_F32))
-        w.add_vocab_size(len(tokens))
-        w.add_context_length(cfg.context_length)
-        w.add_embedding_length(cfg.embedding_length)
-        w.add_block_count(cfg.block_count)
-        w.add_feed_forward_length(cfg.feed_forward_length)
-        w.add_head_count(cfg.head_count)
-        w.add_head_count_kv(cfg.head_count_kv)
-        w.add_rope_dimension_count(head)
-        w.add_rope_freq_base(cfg.rope_freq_base)
-        w.add_layer_norm_rms_eps(cfg.rms_eps)
-
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre("default")
-        w.add_token_list(tokens)
-        w.add_token_types(types)
-        w.add_token_merges(merges)
-        w.add_bos_token_id(BOS_ID)
-        w.add_eos_token_id(EOS_ID)
-        w.add_pad_token_id(PAD_ID)
-        w.add_add_bos_token(False)
-        w.add_add_eos_token(False)
-        w.add_chat_template(CHATML_TEMPLATE)
-
+        add_metadata(w, cfg, name=f"tiny-llama-s{seed}" + (f"-{quant}" if quant else ""),
+                     file_type=int(getattr(LlamaFileType, f"MOSTLY_{quant}") if quant else LlamaFileType.ALL_F32))
         for name, shape in tensor_shapes(cfg, len(tokens)).items():
             if len(shape) == 1:  # norm weights: identity scale keeps activations sane
                 data = np.ones(shape, dtype=np.float32)
@@ -217,8 +191,54 @@ def write_tiny_llama(path: Path, *, seed: int = 0, config: TinyConfig | None = N
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
+    return path
+
+
+def check_config(cfg: TinyConfig) -> None:
+    if cfg.embedding_length % cfg.head_count or cfg.head_count % cfg.head_count_kv:
+        msg = "embedding_length must divide by head_count, and head_count by head_count_kv"
+        raise ValueError(msg)
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write; it replaces ``path`` when the block ends without error."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".gguf", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
         tmp.chmod(0o644)  # mkstemp makes it private
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
-    return path
+
+
+def add_metadata(w: GGUFWriter, cfg: TinyConfig, *, name: str, file_type: int) -> None:
+    """Hyper-parameters, the BPE tokenizer (specials, bytes, learned merges) and the ChatML template."""
+    tokens, types, merges = vocabulary(cfg.n_merges)
+    w.add_name(name)
+    w.add_file_type(file_type)
+    w.add_vocab_size(len(tokens))
+    w.add_context_length(cfg.context_length)
+    w.add_embedding_length(cfg.embedding_length)
+    w.add_block_count(cfg.block_count)
+    w.add_feed_forward_length(cfg.feed_forward_length)
+    w.add_head_count(cfg.head_count)
+    w.add_head_count_kv(cfg.head_count_kv)
+    w.add_rope_dimension_count(cfg.embedding_length // cfg.head_count)
+    w.add_rope_freq_base(cfg.rope_freq_base)
+    w.add_layer_norm_rms_eps(cfg.rms_eps)
+
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bos_token_id(BOS_ID)
+    w.add_eos_token_id(EOS_ID)
+    w.add_pad_token_id(PAD_ID)
+    w.add_add_bos_token(False)
+    w.add_add_eos_token(False)
+    w.add_chat_template(CHATML_TEMPLATE)

@@ -23,10 +23,25 @@ def _children() -> set[int]:
 def test_parse_spec_coerces_values() -> None:
     spec = ArmSpec.parse("fake:slowdown=1.1,seed=3,noise=0,fail_in=,flag=true,model=/m/x.gguf")
     assert spec.kind == "fake"
-    assert spec.name == "fake:slowdown=1.1,seed=3,noise=0,fail_in=,flag=true,model=/m/x.gguf"
+    # the display name leaves out context (model, seed) and empty values; the full spec stays
+    assert spec.name == "fake:slowdown=1.1,noise=0,flag=True"
     assert spec.options == {"slowdown": 1.1, "seed": 3, "noise": 0, "fail_in": "", "flag": True,
                             "model": "/m/x.gguf"}
+    assert spec.spec == "fake:slowdown=1.1,seed=3,noise=0,fail_in=,flag=True,model=/m/x.gguf"
     assert ArmSpec.parse("backend").options == {}
+
+
+@pytest.mark.parametrize(("text", "name"), [
+    ("backend:model=/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf,variant=cpu,threads=16,n_ctx=2624", "backend:cpu"),
+    ("xllamacpp:model=/m/x.gguf,threads=2,n_ctx=2624,max_num_seqs=4", "xllamacpp"),
+    ("llama-bench:pin=0.3.35,model=/m/x.gguf", "llama-bench:0.3.35"),
+    ("fake:artifact=a-very-long-artifact-directory-name-without-slashes", "fake"),
+    ("backend:variant=cpu,model=/m/x.gguf,name=ours", "ours"),
+])
+def test_short_display_names(text: str, name: str) -> None:
+    spec = ArmSpec.parse(text)
+    assert spec.name == name
+    assert "name" not in spec.options and spec.as_dict()["spec"].startswith(spec.kind)
 
 
 @pytest.mark.parametrize("text", ["", ":a=1", "fake:slowdown", "fake:=3"])

@@ -125,7 +125,13 @@ def test_cli_bench_aa_in_worker_processes(harness_cli: Any, tmp_path: Path,
     assert s["lo"] <= 1.0 <= s["hi"]
     doc = load_results(out["results"])
     assert doc["isolated"] is True and doc["aa"] is True
-    assert doc["arms"]["A"]["options"] == doc["arms"]["B"]["options"] == {"seed": 5}
+    # the arms get the host's threads (its physical cores), and the report records them
+    from harness.host import default_threads
+
+    threads = default_threads()
+    assert doc["arms"]["A"]["options"] == doc["arms"]["B"]["options"] == {"seed": 5, "threads": threads}
+    assert doc["system"]["threads"] == threads and "physical cores" in doc["system"]["threads_source"]
+    assert doc["arms"]["A"]["name"] == "fake" and doc["arms"]["A"]["spec"] == f"fake:seed=5,threads={threads}"
 
 
 def test_cli_usage_errors(harness_cli: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -143,3 +149,73 @@ def test_cli_report_compare_exit_code(harness_cli: Any, tmp_path: Path,
     assert "regression" in capsys.readouterr().out
     assert harness_cli(["report", "compare", str(new.results), str(old.results), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["regressions"] == []
+
+
+def test_findings_are_grouped_by_kind(report: Any) -> None:
+    md = report.markdown.read_text()
+    findings = md.split("## Findings", 1)[1].split("\n## ", 1)[0]
+    # B's outlier block shows in several metrics: one titled bullet, one short line per metric
+    assert findings.count("- **warning** (") >= 1
+    head = next(line for line in findings.splitlines() if "outlier samples" in line)
+    n = int(head.split("(", 1)[1].split(")", 1)[0])
+    assert n >= 3 and head.startswith("- **warning** (")
+    subs = [line for line in findings.splitlines() if line.startswith("  - `") and "arm B block 3" in line]
+    assert len(subs) == n
+    assert sum(1 for line in findings.splitlines() if "is an outlier" in line) == 0, "no near-duplicate sentences"
+
+
+def test_prefill_is_also_tok_s_and_plots_fold_with_attach_instructions(report: Any) -> None:
+    md = report.markdown.read_text()
+    b_row = next(line for line in md.splitlines() if line.startswith("| B: "))
+    assert " ms ±" in b_row and "tok/s)" in b_row.split("|")[2]
+    plots = md.split("## Plots", 1)[1]
+    assert plots.lstrip().startswith("<details><summary>")
+    assert "Drag ratios.png and samples.png from that directory into the comment box" in plots
+
+
+def test_embedded_plots_need_no_files(tmp_path: Path) -> None:
+    files = write_report(_run("fake", "fake", "embed", blocks=2, concurrency=(1,)), out=tmp_path, hooks=False,
+                         embed_plots=True)
+    md = files.markdown.read_text()
+    assert "![ratios](data:image/png;base64,iVBOR" in md and "![samples](data:image/png;base64," in md
+    assert "](ratios.png)" not in md
+
+
+def test_results_json_holds_json_values_only(tmp_path: Path) -> None:
+    """Whatever an arm's describe() hands out (a build-info dict, paths, tuples, numpy), JSON gets values."""
+    import dataclasses
+
+    import numpy as np
+
+    from harness.jsonvalue import json_value
+
+    odd = {"build_info": {"build_number": 0, "commit": "unknown"}, "path": Path("/m/x.gguf"), "shape": (1, 2),
+           "n": np.int64(3), "x": np.float32(0.5), "nan": float("nan"), 7: {"set": {1}}}
+    assert json_value(odd) == {"build_info": {"build_number": 0, "commit": "unknown"}, "path": "/m/x.gguf",
+                               "shape": [1, 2], "n": 3, "x": 0.5, "nan": None, "7": {"set": [1]}}
+    r = _run("fake", "fake", "json", blocks=2, concurrency=(1,))
+    r = dataclasses.replace(r, describe={**r.describe, "A": {**r.describe["A"], "odd": odd}})
+    files = write_report(r, out=tmp_path, plots=False, hooks=False)
+    text = files.results.read_text()
+    doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert doc["arms"]["A"]["describe"]["odd"]["build_info"] == {"build_number": 0, "commit": "unknown"}
+    assert "{'" not in text and "PosixPath" not in text and "np.float" not in text
+    assert doc["arms"]["A"]["spec"] == "fake" and doc["arms"]["A"]["name"] == "fake"
+
+
+def test_long_arm_names_fit_the_legend() -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from harness.bench.plots import fit_label, samples_figure
+    from harness.bench.stats import analyze
+
+    long_a = "backend:model=/root/.cache/harness/models/SmolLM2-135M-Instruct.Q4_1.gguf,variant=cpu,threads=16"
+    assert len(fit_label(long_a)) == 40 and fit_label(long_a).startswith("backend:") and "…" in fit_label(long_a)
+    assert fit_label("xllamacpp") == "xllamacpp"
+    r = _run("fake", "fake:slowdown=1.1", "legend", blocks=2, concurrency=(1,))
+    for names in ({"A": long_a, "B": long_a + ",n_ctx=2624"}, {"A": "xllamacpp", "B": "backend:cpu"}):
+        fig = samples_figure(analyze(r.samples), names)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        box = fig.legends[0].get_window_extent(canvas.get_renderer())
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, names

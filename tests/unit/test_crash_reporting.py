@@ -81,7 +81,8 @@ def test_complete_names_the_signal(fake_env: dict[str, str]) -> None:
 def test_cross_variant_reports_crash_and_keeps_others(fake_env: dict[str, str]) -> None:
     from harness_plugins.llamacpp.crossvariant import cross_variant
 
-    r = cross_variant(Path(fake_env["FAKE_MODEL"]), variants=["crashy", "steady"])
+    r = cross_variant(Path(fake_env["FAKE_MODEL"]), variants=["crashy", "steady"], threads=3)
+    assert r["threads"] == 3, "the thread count is recorded for the report"
     rows = {x["label"]: x for x in r["runs"]}
     assert rows["crashy"]["status"] == "crashed"
     assert rows["crashy"]["error"] == "crashed: SIGILL (illegal instruction) on level fakelevel"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import zipfile
@@ -173,7 +174,9 @@ def test_unknown_fixture_name(cache: Path, index: tuple[str, dict[str, str]]) ->
 
 def test_committed_pins_load() -> None:
     fixtures = load_fixtures()
-    assert set(fixtures.fixtures) == {"smollm2", "minilm", "minilm-gguf", "tiny"}
+    assert set(fixtures.fixtures) == {"smollm2", "minilm", "minilm-gguf", "tiny", "bandwidth"}
+    bw = fixtures.fixtures["bandwidth"]
+    assert isinstance(bw, TinyFixture) and bw.shape == "bandwidth" and bw.engine == "llamacpp"
     smol = fixtures.fixtures["smollm2"]
     assert isinstance(smol, WheelMemberFixture)
     assert smol.member_sha256 == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -181,7 +184,7 @@ def test_committed_pins_load() -> None:
     assert isinstance(minilm, WheelDirFixture)
     assert {"config.json", "model.safetensors", "vocab.txt", "modules.json"} <= set(minilm.members)
     assert set(fixtures.env) == {"HARNESS_MODEL", "HARNESS_CHAT_MODEL", "HARNESS_EMBED_MODEL",
-                                 "HARNESS_EMBED_DIR", "HARNESS_TINY_MODEL"}
+                                 "HARNESS_EMBED_DIR", "HARNESS_TINY_MODEL", "HARNESS_BANDWIDTH_MODEL"}
 
 
 def test_bad_pin_file_says_what_is_wrong(tmp_path: Path) -> None:
@@ -211,7 +214,8 @@ def test_cli_fetch_tiny_then_env_and_list(cache: Path, capsys: pytest.CaptureFix
     assert lines == [f"export HARNESS_TINY_MODEL={tiny}", f"export HARNESS_VIDEO_TINY={cache / 'models' / 'tiny-wan'}"]
     assert models_cli.main(["list", "--json"]) == 0
     listed = {e["name"]: e["status"] for e in json.loads(capsys.readouterr().out)}
-    assert listed == {"smollm2": "missing", "minilm": "missing", "minilm-gguf": "missing", "tiny": "ok"}
+    assert listed == {"smollm2": "missing", "minilm": "missing", "minilm-gguf": "missing", "tiny": "ok",
+                      "bandwidth": "missing"}
 
 
 def test_concurrent_fetches_agree(cache: Path, index: tuple[str, dict[str, str]]) -> None:
@@ -222,3 +226,39 @@ def test_concurrent_fetches_agree(cache: Path, index: tuple[str, dict[str, str]]
     actions = [r.action for rep in reports for r in rep.results if r.name == "gguf"]
     assert actions.count("fetched") == 1 and actions.count("cached") == 3, "the lock lets one fetch it"
     assert (cache / "models" / "fake.gguf").read_bytes() == GGUF
+
+
+def test_bandwidth_model_is_written_once_and_cached_by_recipe(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bandwidth-bound model goes through the fixture mechanism: written, then cached by its stamp."""
+    from harness import registry
+    from harness_plugins.llamacpp import random_llama
+    from harness_plugins.llamacpp.tiny import TinyConfig
+
+    # the real shape is 412 MB; the mechanism is the same for a small one
+    monkeypatch.setattr(random_llama, "BANDWIDTH", TinyConfig(embedding_length=64, feed_forward_length=128))
+    fixtures = FixtureSet(fixtures={"bw": TinyFixture(name="bw", engine="llamacpp", shape="bandwidth", dest="bw.gguf")},
+                          env={"HARNESS_BANDWIDTH_MODEL": "bw"})
+    first = fetch_all(fixtures=fixtures)
+    path = cache / "models" / "bw.gguf"
+    assert first.results[0].action == "written" and first.results[0].path == path
+    assert first.env == {"HARNESS_BANDWIDTH_MODEL": str(path)}
+    stamp = json.loads((cache / "models" / ".stamps" / "bw.json").read_text())
+    assert stamp["recipe"]["shape"] == "bandwidth" and stamp["recipe"]["version"]
+    mtime = path.stat().st_mtime_ns
+    assert fetch_all(fixtures=fixtures).results[0].action == "cached"
+    assert path.stat().st_mtime_ns == mtime, "a cached model is not written again"
+    # another writer version: written again (same bytes here, so the file is kept)
+    impl = registry.get("llamacpp")
+    bumped = {**impl.random_models, "bandwidth": dataclasses.replace(impl.random_models["bandwidth"], version="other")}
+    monkeypatch.setattr(registry, "get", lambda name: dataclasses.replace(impl, random_models=bumped))
+    again = fetch_all(fixtures=fixtures).results[0]
+    assert again.action == "cached" and again.recipe is not None and again.recipe["version"] == "other"
+    path.write_bytes(b"GGUF damaged")
+    assert fetch_all(fixtures=fixtures).results[0].action == "written"
+
+
+def test_unknown_random_shape_says_which_exist(cache: Path) -> None:
+    fixtures = FixtureSet(fixtures={"x": TinyFixture(name="x", engine="llamacpp", shape="bandwith", dest="x.gguf")},
+                          env={})
+    with pytest.raises(ModelError, match=r"no random model of shape 'bandwith'.*did you mean 'bandwidth'"):
+        fetch_all(fixtures=fixtures)

@@ -101,3 +101,46 @@ def test_vocabulary_covers_every_byte_and_merges_are_consistent() -> None:
 def test_bad_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="head_count"):
         write_tiny_llama(tmp_path / "x.gguf", config=TinyConfig(head_count=3))
+
+
+def test_bandwidth_shape_is_a_0_5_to_1b_q4_0_llama() -> None:
+    """The bandwidth-bound model's shape, from its tensor list (writing it takes seconds and 0.4 GB)."""
+    from harness_plugins.llamacpp.random_llama import BANDWIDTH, Q4_0_BLOCK, QK4_0
+
+    shapes = tensor_shapes(BANDWIDTH, len(vocabulary(BANDWIDTH.n_merges)[0]))
+    n_params = sum(int(np.prod(s)) for s in shapes.values())
+    q4 = [s for n, s in shapes.items() if n.startswith("blk.") and len(s) == 2]
+    weight_bytes = sum(int(np.prod(s)) // QK4_0 * Q4_0_BLOCK for s in q4)
+    assert 0.5e9 <= n_params <= 1e9
+    assert 0.3e9 <= weight_bytes <= 0.6e9
+    # the matrices a decode streams are nearly all of it: the decode is bound by reading them
+    assert sum(int(np.prod(s)) for s in q4) / n_params > 0.98
+    assert BANDWIDTH.context_length >= 4 * (512 + 128) + 64, "qualify's bench context fits"
+
+
+def test_random_llama_is_deterministic_q4_0_with_sane_weights(tmp_path: Path) -> None:
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    from harness_plugins.llamacpp.random_llama import write_random_llama
+
+    small = TinyConfig(embedding_length=128, feed_forward_length=256, block_count=2, head_count=4, head_count_kv=2)
+    a = write_random_llama(tmp_path / "a.gguf", seed=0, config=small)
+    b = write_random_llama(tmp_path / "b.gguf", seed=0, config=small)
+    c = write_random_llama(tmp_path / "c.gguf", seed=1, config=small)
+    assert a.read_bytes() == b.read_bytes() and a.read_bytes() != c.read_bytes()
+    assert a.stat().st_size == c.stat().st_size
+    reader = GGUFReader(a)
+    assert _field(reader, "general.architecture") == "llama"
+    assert _field(reader, "llama.embedding_length") == 128
+    assert str(_field(reader, "general.name")).endswith("-Q4_0-s0")
+    types = {t.name: t.tensor_type for t in reader.tensors}
+    assert types["blk.0.ffn_up.weight"] == GGMLQuantizationType.Q4_0
+    assert types["token_embd.weight"] == GGMLQuantizationType.F32
+    assert set(types) == set(tensor_shapes(small, len(vocabulary(small.n_merges)[0])))
+    up = next(t for t in reader.tensors if t.name == "blk.0.ffn_up.weight")
+    w = dequantize(up.data, up.tensor_type)
+    assert w.shape == (256, 128)
+    assert abs(float(w.mean())) < 0.002 and 0.018 < float(w.std()) < 0.022
+    with pytest.raises(ValueError, match="divisible by 32"):
+        write_random_llama(tmp_path / "x.gguf", config=TinyConfig(embedding_length=48, head_count=4))

@@ -68,3 +68,85 @@ def test_stages_hand_typed_results_and_a_failure_skips_its_dependants() -> None:
     assert [(s.name, s.status) for s in q.stages] == [("patch", "failed"), ("build", "skipped"), ("models", "passed")]
     assert "ValueError: boom" in q.stages[0].summary and "traceback" in q.stages[0].data
     assert q.stages[2].data == {"env": {"A": "1"}} and not q.passed
+
+
+def test_bench_plan_from_the_descriptor_and_the_command_line() -> None:
+    from harness.engines import load_engine
+    from harness.host import default_threads
+    from harness.qualify_bench import bench_plan, stage_name
+
+    engine = load_engine("llamacpp")
+    plan = bench_plan(engine)
+    # the descriptor's defaults: both models, a 5% gate, adaptive blocks; threads from the host
+    assert plan.models == ("HARNESS_MODEL", "HARNESS_BANDWIDTH_MODEL")
+    assert plan.gate == {"all": 5.0} and plan.until_halfwidth == 3.0 and plan.max_blocks == 12
+    assert plan.threads == default_threads() and "physical cores" in plan.threads_source
+    assert plan.config().until_halfwidth == 3.0 and plan.config((1,)).concurrency == (1,)
+    cli = bench_plan(engine, threads=3, fail_on_slower=["decode=2"], until_halfwidth=0, blocks=6)
+    assert (cli.threads, cli.threads_source) == (3, "--threads")
+    assert cli.gate == {"decode": 2.0} and cli.until_halfwidth is None and cli.config().max_blocks is None
+    assert cli.config().blocks == 6
+    assert [stage_name(v) for v in plan.models] == ["bench", "bench-bandwidth"]
+    import pytest
+
+    from harness.errors import UsageError
+
+    with pytest.raises(UsageError, match="did you mean 'decode'"):
+        bench_plan(engine, fail_on_slower=["decdoe=3"])
+
+
+def _bench_stage(tmp_path: Path, b: str, model: str) -> dict[str, Any]:
+    """A bench stage's record, from a real (fake-arm) run through the same code as qualify's."""
+    from harness.bench.abba import BenchConfig
+    from harness.bench.arms import ArmSpec
+    from harness.bench.session import run_and_report
+    from harness.qualify_bench import _stage_result
+    from harness.stages import StageFailed
+
+    outcome = run_and_report(ArmSpec.parse("fake:threads=2"), ArmSpec.parse(f"{b},threads=2"),
+                             BenchConfig(blocks=4, until_halfwidth=3.0, max_blocks=8), out=tmp_path / "bench",
+                             host=HOST, gate={"all": 5.0}, threads_source="2 physical cores",
+                             extra_plugins=("harness_plugins.bench_fake",), plots=False, isolate=False)
+    try:
+        r = _stage_result(outcome, tmp_path, model)
+        status = "passed"
+    except StageFailed as e:
+        r, status = e.result, "failed"
+    return {"status": status, "seconds": 1.0, "summary": r.summary, "data": r.data}
+
+
+def test_qualify_report_shows_headline_gate_system_threads_and_both_models(tmp_path: Path) -> None:
+    smol = {"name": "bench", **_bench_stage(tmp_path, "fake:slowdown=0.9", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+    bw = {"name": "bench-bandwidth", **_bench_stage(tmp_path, "fake:slowdown=1.1", "random-llama-0.7B-Q4_0-s0.gguf")}
+    assert smol["status"] == "passed" and bw["status"] == "failed"
+    # the stage summaries carry the headline speed ratios and the verdict
+    assert smol["summary"].startswith("SmolLM2-135M-Instruct.Q4_1.gguf: prefill @ c=1 1.1")
+    assert "gate (B >5% slower): passed" in smol["summary"] and "4 blocks (halfwidth)" in smol["summary"]
+    assert "gate (B >5% slower): FAILED on prefill @ c=1, decode @ c=1, aggregate @ c=4" in bw["summary"]
+    doc = {**_doc([smol, bw]), "threads": 2, "threads_source": "2 physical cores", "passed": False}
+    md = render_markdown(doc)
+    assert "threads 2 (2 physical cores)" in md.split("\n")[2]
+    assert "## Benchmark on SmolLM2-135M-Instruct.Q4_1.gguf: our cpu build (B) vs the peer baseline (A)" in md
+    assert "## Benchmark on random-llama-0.7B-Q4_0-s0.gguf: our cpu build (B) vs the peer baseline (A)" in md
+    assert md.count("### Headline") == 2 and md.count("### System state") == 2
+    assert "**gate (B >5% slower): FAILED on prefill @ c=1, decode @ c=1, aggregate @ c=4**" in md
+    assert "- threads per arm: 2 (2 physical cores)" in md and "- governor:" in md
+    assert "| bench-bandwidth | failed |" in md
+    # the rest of each report is folded, its links made relative to the qualification dir
+    assert "<details><summary>Configurations, Every metric, Per-block samples (c=1), Arms</summary>" in md
+    rel = smol["data"]["report"]
+    assert rel.startswith("bench/") and f"[{rel}/report.md]({rel}/report.md)" in md
+
+
+def test_a_failed_gate_keeps_its_figures() -> None:
+    from harness.stages import StageFailed, StageResult
+
+    q = Qualification(engine="e")
+
+    def bench() -> StageResult:
+        raise StageFailed(StageResult("m.gguf: decode @ c=1 0.900x [0.890, 0.910]; gate (B >5% slower): FAILED",
+                                      {"report": "bench/x", "markdown": "# x\n"}))
+
+    st = q.run("bench", bench)
+    assert st.status == "failed" and st.summary.startswith("m.gguf: decode") and st.data["report"] == "bench/x"
+    assert not q.passed

@@ -1,0 +1,322 @@
+"""The state of the machine a benchmark ran on, as pyperf records it, and what in it can distort one.
+
+Read once per run: the kernel, the CPU frequency governor and driver, turbo/boost,
+isolated CPUs, SMT, the affinity mask and the thread count (from sysfs and psutil,
+no root needed). Sampled twice: the load average and the processes that use CPU
+time, once before the arms start (over a short window) and once after the last
+measurement, where each other process's CPU time over the whole run gives its
+average use while the benchmark ran. The benchmark's own processes (this one and
+its arm workers) are left out.
+
+:func:`findings` turns that into warnings that say how to fix each problem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from harness.bench.stats import Finding, Level
+from harness.host import physical_cores
+
+CPU_SYSFS = Path("/sys/devices/system/cpu")
+#: Seconds the "before" sample watches the other processes.
+BUSY_WINDOW_S = 0.2
+#: A process using at least this many CPUs (on average over a window) counts as busy.
+BUSY_CPUS = 0.2
+#: Other processes together using this many CPUs during the run get a warning.
+OTHER_LOAD_CPUS = 0.25
+#: The 1-minute load average before the run is flagged above this fraction of the usable CPUs.
+LOAD_FRACTION = 0.25
+
+
+@dataclass(frozen=True, kw_only=True)
+class BusyProcess:
+    pid: int
+    name: str
+    cpus: float
+    """Average CPUs it used over the window (1.0 = one core all the time)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sample:
+    """The load at one moment (``before``) or over the run (``during``)."""
+
+    at: float
+    """Unix time of the sample."""
+    load_avg: tuple[float, float, float] | None
+    """1, 5 and 15 minute load averages."""
+    busy: tuple[BusyProcess, ...] = ()
+    """Other processes using at least ``BUSY_CPUS``, busiest first."""
+    other_cpus: float = 0.0
+    """CPUs all other processes used together over the window, on average."""
+    window_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemState:
+    """What a run records about its machine (``results.json`` → ``system``)."""
+
+    kernel: str
+    os: str
+    logical_cpus: int
+    physical_cores: int
+    affinity: tuple[int, ...] | None
+    """CPUs this process may run on; None where the OS has no affinity call."""
+    governors: dict[str, int] = field(default_factory=dict)
+    """Frequency governor -> number of CPUs using it; empty when the OS does not expose it."""
+    cpufreq_driver: str | None = None
+    turbo: bool | None = None
+    """Turbo/boost enabled; None when unknown."""
+    turbo_control: str = ""
+    """The sysfs file that says (and sets) it."""
+    isolated: str = ""
+    """``isolcpus`` (CPUs the scheduler leaves alone), as the kernel lists them."""
+    smt: str | None = None
+    """SMT control: on, off, notsupported, ..."""
+    threads: int | None = None
+    """Compute threads each arm runs with."""
+    threads_source: str = ""
+    before: Sample | None = None
+    during: Sample | None = None
+    """Other processes' CPU use from the start to the end of the measurements."""
+    load_after: tuple[float, float, float] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SystemState:
+        def sample(raw: Any) -> Sample | None:
+            if not raw:
+                return None
+            return Sample(at=float(raw["at"]), load_avg=_triple(raw.get("load_avg")),
+                          busy=tuple(BusyProcess(**b) for b in raw.get("busy", ())),
+                          other_cpus=float(raw.get("other_cpus", 0.0)), window_s=float(raw.get("window_s", 0.0)))
+
+        aff = data.get("affinity")
+        return cls(kernel=str(data.get("kernel", "")), os=str(data.get("os", "")),
+                   logical_cpus=int(data.get("logical_cpus", 0)), physical_cores=int(data.get("physical_cores", 0)),
+                   affinity=None if aff is None else tuple(int(c) for c in aff),
+                   governors={str(k): int(v) for k, v in dict(data.get("governors") or {}).items()},
+                   cpufreq_driver=data.get("cpufreq_driver"), turbo=data.get("turbo"),
+                   turbo_control=str(data.get("turbo_control", "")), isolated=str(data.get("isolated", "")),
+                   smt=data.get("smt"), threads=data.get("threads"), threads_source=str(data.get("threads_source", "")),
+                   before=sample(data.get("before")), during=sample(data.get("during")),
+                   load_after=_triple(data.get("load_after")))
+
+
+def _triple(v: Any) -> tuple[float, float, float] | None:
+    if not v:
+        return None
+    a, b, c = (float(x) for x in v)
+    return a, b, c
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _load_avg() -> tuple[float, float, float] | None:
+    try:
+        return os.getloadavg()
+    except (AttributeError, OSError):  # Windows
+        return None
+
+
+def static_state(root: Path = CPU_SYSFS) -> dict[str, Any]:
+    """Governor, driver, turbo, isolated CPUs and SMT from ``root`` (Linux sysfs; empty elsewhere)."""
+    governors: dict[str, int] = {}
+    for gov_file in sorted(root.glob("cpu[0-9]*/cpufreq/scaling_governor")):
+        gov = _read(gov_file)
+        if gov:
+            governors[gov] = governors.get(gov, 0) + 1
+    driver = next((d for f in sorted(root.glob("cpu[0-9]*/cpufreq/scaling_driver")) if (d := _read(f))), None)
+    turbo: bool | None = None
+    control = ""
+    no_turbo = _read(root / "intel_pstate" / "no_turbo")
+    boost = _read(root / "cpufreq" / "boost")
+    if no_turbo in ("0", "1"):
+        turbo, control = no_turbo == "0", str(root / "intel_pstate" / "no_turbo")
+    elif boost in ("0", "1"):
+        turbo, control = boost == "1", str(root / "cpufreq" / "boost")
+    return {"governors": governors, "cpufreq_driver": driver, "turbo": turbo, "turbo_control": control,
+            "isolated": _read(root / "isolated") or "", "smt": _read(root / "smt" / "control")}
+
+
+def _affinity() -> tuple[int, ...] | None:
+    try:
+        return tuple(sorted(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return None
+
+
+def _cpu_table() -> dict[int, tuple[float, float, str]]:
+    """pid -> (create time, user + system CPU seconds, name) of every process we may read."""
+    table: dict[int, tuple[float, float, str]] = {}
+    for p in psutil.process_iter(["pid", "name", "create_time", "cpu_times"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            ct = p.info["cpu_times"]
+            if ct is None:
+                continue
+            table[int(p.info["pid"])] = (float(p.info["create_time"] or 0.0), float(ct.user + ct.system),
+                                         str(p.info["name"] or "?"))
+    return table
+
+
+def own_pids() -> set[int]:
+    """This process, its children (the arm workers and what they run) and its ancestors."""
+    me = psutil.Process()
+    pids = {me.pid}
+    with contextlib.suppress(psutil.Error):
+        pids |= {c.pid for c in me.children(recursive=True)}
+    with contextlib.suppress(psutil.Error):
+        pids |= {p.pid for p in me.parents()}
+    return pids
+
+
+def _busy(t0: Mapping[int, tuple[float, float, str]], t1: Mapping[int, tuple[float, float, str]],
+          seconds: float, exclude: set[int]) -> tuple[tuple[BusyProcess, ...], float]:
+    """Other processes' average CPUs between two tables; a process born in between counts from 0."""
+    if seconds <= 0:
+        return (), 0.0
+    uses: list[BusyProcess] = []
+    total = 0.0
+    for pid, (created, cpu, name) in t1.items():
+        if pid in exclude:
+            continue
+        base = t0.get(pid)
+        start = base[1] if base is not None and abs(base[0] - created) < 0.01 else 0.0
+        cpus = max(0.0, cpu - start) / seconds
+        total += cpus
+        if cpus >= BUSY_CPUS:
+            uses.append(BusyProcess(pid=pid, name=name, cpus=round(cpus, 2)))
+    uses.sort(key=lambda b: -b.cpus)
+    return tuple(uses), round(total, 2)
+
+
+class Recorder:
+    """Samples the machine before and after a run: ``Recorder(threads=..)``, then ``.finish()``."""
+
+    def __init__(self, *, threads: int | None = None, threads_source: str = "", window_s: float = BUSY_WINDOW_S,
+                 root: Path = CPU_SYSFS) -> None:
+        self._static = static_state(root)
+        self._threads, self._threads_source = threads, threads_source
+        exclude = own_pids()
+        t0, start = _cpu_table(), time.monotonic()
+        time.sleep(window_s)
+        self._table, self._mono = _cpu_table(), time.monotonic()
+        busy, other = _busy(t0, self._table, self._mono - start, exclude)
+        self.before = Sample(at=time.time(), load_avg=_load_avg(), busy=busy, other_cpus=other,
+                             window_s=round(self._mono - start, 3))
+
+    def finish(self) -> SystemState:
+        """Call after the last measurement, while the arm workers still live (they are left out)."""
+        table, now = _cpu_table(), time.monotonic()
+        busy, other = _busy(self._table, table, now - self._mono, own_pids())
+        during = Sample(at=time.time(), load_avg=None, busy=busy, other_cpus=other,
+                        window_s=round(now - self._mono, 3))
+        return SystemState(kernel=platform.release(), os=platform.system().lower(),
+                           logical_cpus=os.cpu_count() or 1, physical_cores=physical_cores(),
+                           affinity=_affinity(), threads=self._threads, threads_source=self._threads_source,
+                           before=self.before, during=during, load_after=_load_avg(), **self._static)
+
+
+# ---------------------------------------------------------------------------
+# what can distort a result, and how to fix it
+# ---------------------------------------------------------------------------
+
+
+def _names(busy: tuple[BusyProcess, ...], n: int = 4) -> str:
+    shown = ", ".join(f"{b.name} (pid {b.pid}) {b.cpus:.1f}" for b in busy[:n])
+    return shown + (f" and {len(busy) - n} more" if len(busy) > n else "")
+
+
+def findings(state: SystemState) -> list[Finding]:
+    """Warnings (and notes) about the state, each with what to do about it."""
+    out: list[Finding] = []
+
+    def add(level: Level, message: str) -> None:
+        out.append(Finding(level=level, metric="", message=message, kind="system"))
+
+    usable = len(state.affinity) if state.affinity else state.logical_cpus
+    slow = {g: n for g, n in state.governors.items() if g != "performance"}
+    if slow:
+        which = ", ".join(f"{g} on {n} CPU(s)" for g, n in slow.items())
+        add("warning", f"CPU frequency governor {which}: the clock follows the load, so the first "
+            "measurements of a block can run slower; fix: `sudo cpupower frequency-set -g performance` "
+            "(`python -m pyperf system tune` sets this and more)")
+    if state.turbo:
+        how = ("echo 1 | sudo tee " if state.turbo_control.endswith("no_turbo") else "echo 0 | sudo tee ")
+        add("warning", "turbo/boost is on: the clock depends on temperature and on how many cores are busy, "
+            f"so absolute figures drift over a long run (ABBA ratios cancel most of it); fix: `{how}"
+            f"{state.turbo_control}`")
+    if not state.governors and state.turbo is None and state.os == "linux":
+        add("note", "the CPU frequency governor and turbo state are not exposed here (a VM or a container?): "
+            "the host's frequency policy is unknown; expect more drift than on bare metal")
+    before = state.before
+    if before is not None and before.other_cpus >= OTHER_LOAD_CPUS:
+        load = f" (load average {before.load_avg[0]:.2f})" if before.load_avg is not None else ""
+        busy = f": {_names(before.busy)}" if before.busy else ""
+        add("warning", f"other processes used {before.other_cpus:.2f} CPU(s) of {usable} just before the run{load}"
+            f"{busy}; fix: wait until the host is idle, or stop that work")
+    elif before is not None and before.load_avg is not None and before.load_avg[0] > max(0.5, LOAD_FRACTION * usable):
+        # the 1-minute average still counts work that just ended (a previous run, a build)
+        add("note", f"load average {before.load_avg[0]:.2f} before the run on {usable} usable CPU(s), though no "
+            "other process was busy when it started: work that just ended still counts in the 1-minute average")
+    during = state.during
+    if during is not None and during.other_cpus >= OTHER_LOAD_CPUS:
+        busy = f": {_names(during.busy)}" if during.busy else ""
+        add("warning", f"other processes used {during.other_cpus:.2f} CPU(s) on average during the run "
+            f"(of {usable} usable){busy}; their load varies between blocks, which widens the intervals and "
+            "can bias one arm; fix: run on an idle host, or keep that work off the benchmark's cores "
+            "(`taskset`, `isolcpus`)")
+    threads = state.threads
+    if threads is not None:
+        if threads > usable:
+            add("warning", f"{threads} threads on {usable} usable CPU(s): threads wait for each other and "
+                f"results depend on the scheduler; fix: `--threads {usable}` or fewer")
+        elif threads > state.physical_cores:
+            add("warning", f"{threads} threads on {state.physical_cores} physical cores: hyper-threads share a "
+                f"core's units and slow a matmul-bound engine down; fix: `--threads {state.physical_cores}`")
+    if state.affinity is not None and usable < state.logical_cpus:
+        add("note", f"the run was limited to {usable} of {state.logical_cpus} CPUs by its affinity mask")
+    return out
+
+
+def summary_lines(state: SystemState) -> list[str]:
+    """``- key: value`` markdown lines for a report."""
+    usable = len(state.affinity) if state.affinity else state.logical_cpus
+    gov = ", ".join(f"{g} ({n})" for g, n in state.governors.items()) or "not exposed"
+    turbo = {True: "on", False: "off", None: "unknown"}[state.turbo]
+    lines = [f"- kernel {state.kernel} ({state.os}); {state.physical_cores} physical cores, {state.logical_cpus} "
+             f"logical CPUs, {usable} usable (affinity); SMT {state.smt or 'unknown'}",
+             f"- governor: {gov}" + (f", driver {state.cpufreq_driver}" if state.cpufreq_driver else "")
+             + f"; turbo/boost: {turbo}" + (f"; isolated CPUs: {state.isolated}" if state.isolated else "")]
+    if state.threads is not None:
+        lines.append(f"- threads per arm: {state.threads}" + (f" ({state.threads_source})" if state.threads_source else ""))
+    b, d = state.before, state.during
+    load = []
+    if b is not None and b.load_avg is not None:
+        load.append(f"load average {b.load_avg[0]:.2f} before")
+    if state.load_after is not None:
+        load.append(f"{state.load_after[0]:.2f} after (the benchmark's own load included)")
+    if load:
+        lines.append("- " + ", ".join(load))
+    if b is not None:
+        lines.append(f"- other busy processes before: {len(b.busy)}" + (f" ({_names(b.busy)})" if b.busy else ""))
+    if d is not None:
+        lines.append(f"- other processes during the run: {d.other_cpus:.2f} CPU(s) on average, {len(d.busy)} busy"
+                     + (f" ({_names(d.busy)})" if d.busy else ""))
+    return lines
