@@ -113,6 +113,38 @@ def crash_of(returncode: int | None, note_path: Path | None) -> Crash | None:
     return Crash(signal=sig, cpu_level=facts.get("cpu_level"), running=facts.get("running"), note=facts)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ChildRun:
+    """How a child that runs engine code ended: its exit code (None: killed at the timeout),
+    its output when captured, the crash when a signal ended it, and the note it left."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    crash: Crash | None
+    note: dict[str, Any]
+
+    def last_line(self, default: str = "") -> str:
+        lines = (self.stderr or self.stdout).strip().splitlines()
+        return lines[-1] if lines else default
+
+
+def run_child(argv: list[str], *, env: dict[str, str], timeout: float | None = None, capture: bool = True,
+              cwd: Path | None = None) -> ChildRun:
+    """Run ``argv`` with a fresh note file in ``env``; a death by signal comes back as a :class:`Crash`."""
+    import subprocess
+
+    with note_file() as (path, note_env):
+        try:
+            r = subprocess.run(argv, env={**env, **note_env}, cwd=cwd, capture_output=capture, text=True,
+                               timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""
+            return ChildRun(returncode=None, stdout=out, stderr="", crash=None, note=read_note(path))
+        return ChildRun(returncode=r.returncode, stdout=r.stdout or "", stderr=r.stderr or "",
+                        crash=crash_of(r.returncode, path), note=read_note(path))
+
+
 @contextlib.contextmanager
 def note_file() -> Iterator[tuple[Path, dict[str, str]]]:
     """A fresh note file and the environment entry that hands it to a child."""

@@ -9,7 +9,6 @@ other files, and of the tests that finished before the crash, are kept.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import progress
-from harness.crash import Crash, crash_of, note_file
+from harness.crash import Crash, run_child
 from harness.errors import UsageError
 
 
@@ -112,29 +111,29 @@ def run_specs(specs: Sequence[Path], *, pytest_args: Sequence[str] = (), env: di
     base = dict(env if env is not None else os.environ)
     for n, spec in enumerate(files, 1):
         progress.info(f"e2e [{n}/{len(files)}] {spec}")
-        with tempfile.TemporaryDirectory(prefix="harness-e2e-") as tmp, note_file() as (note, note_env):
+        with tempfile.TemporaryDirectory(prefix="harness-e2e-") as tmp:
             xml = Path(tmp) / "junit.xml"
             argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "harness.pytest_crashnote",
                     str(spec), f"--junitxml={xml}", *pytest_args]
             t0 = time.perf_counter()
-            r = subprocess.run(argv, env={**base, **note_env}, cwd=cwd, check=False,
-                               capture_output=capture, text=True)
+            r = run_child(argv, env=base, cwd=cwd, capture=capture)
             seconds = round(time.perf_counter() - t0, 2)
-            died = crash_of(r.returncode, note)
+            returncode = -1 if r.returncode is None else r.returncode  # no timeout: never None
+            died = r.crash
             if died is not None:
                 facts = died.note
-                res = FileResult(path=str(spec), returncode=r.returncode, seconds=seconds,
+                res = FileResult(path=str(spec), returncode=returncode, seconds=seconds,
                                  passed=len(facts.get("passed") or []),
                                  failed=[*(facts.get("failed") or []), f"{died.running or spec} (crashed)"],
                                  skipped=len(facts.get("skipped") or []), crash=died)
                 progress.info(f"[red]crashed[/] {spec}: {died.describe()}")
             elif xml.is_file():
                 p, f, s = _junit(xml)
-                res = FileResult(path=str(spec), returncode=r.returncode, seconds=seconds, passed=p, failed=f, skipped=s)
+                res = FileResult(path=str(spec), returncode=returncode, seconds=seconds, passed=p, failed=f, skipped=s)
             else:
-                tail = ((r.stdout or "") + (r.stderr or "")).strip().splitlines()[-1:] if capture else []
-                res = FileResult(path=str(spec), returncode=r.returncode, seconds=seconds,
-                                 failed=[f"{spec} (pytest exited {r.returncode} without results"
+                tail = (r.stdout + r.stderr).strip().splitlines()[-1:] if capture else []
+                res = FileResult(path=str(spec), returncode=returncode, seconds=seconds,
+                                 failed=[f"{spec} (pytest exited {returncode} without results"
                                          + (f": {tail[0]}" if tail else "") + ")"])
         results.append(res)
     return E2EResult(files=results)

@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.cli import add_json_flag, print_json
 from harness.errors import ArtifactError, AuditError
+from harness.runtime.levels import level_libraries
 
 DESCRIPTION = """\
 Decode every CPU level library of a built artifact (lib/libggml-cpu-<level>.so) with
@@ -64,7 +65,7 @@ def audit_engine(engine_name: str, variant: str = "cpu", artifact: Path | None =
     if levels is None:
         msg = f"no plugin defines the CPU levels of {engine.name} for {arch}; nothing to audit"
         raise AuditError(msg)
-    built = {p.name for p in lib.glob("libggml-cpu-*.so")}
+    built = {p.name for p in level_libraries(lib)}
     if not built:
         msg = f"{lib} holds no CPU level libraries: the {variant} artifact has one built-in level; nothing to audit"
         raise AuditError(msg)
@@ -78,7 +79,7 @@ def audit_engine(engine_name: str, variant: str = "cpu", artifact: Path | None =
 def _artifact_arch(lib: Path) -> str | None:
     from elftools.elf.elffile import ELFFile
 
-    for p in sorted(lib.glob("libggml-cpu-*.so"))[:1]:
+    for p in level_libraries(lib)[:1]:
         with p.open("rb") as f:
             return {"x64": "x86_64", "AArch64": "aarch64"}.get(ELFFile(f).get_machine_arch())
     return None

@@ -31,6 +31,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from harness.errors import AuditError
+from harness.runtime.levels import level_libraries
 from harness.types import CpuLevel
 
 FEATURE_NAMES: dict[int, str] = {
@@ -328,7 +329,7 @@ def audit_artifact(lib_dir: Path, levels: list[CpuLevel]) -> list[LevelAudit]:
     """Every defined level's library in ``lib_dir`` (x86-64 levels), plus libraries no definition names."""
     out = [audit_library(lib_dir / lvl.library, lvl, arch=lvl.arch) for lvl in levels if lvl.arch == "x86_64"]
     known = {lvl.library for lvl in levels}
-    for p in sorted(lib_dir.glob("libggml-cpu-*.so")):
+    for p in level_libraries(lib_dir):
         if p.name not in known:
             a = audit_library(p, None)
             out.append(LevelAudit(**{**a.__dict__, "notes": [*a.notes, "not a level the pinned source defines"]}))

@@ -15,11 +15,11 @@ passes. The verdict is cached per host CPU fingerprint and artifact (its manifes
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -53,9 +53,14 @@ with Engine.load(model, n_ctx=256, max_num_seqs=1) as eng:
 """
 
 
+def level_libraries(lib: Path) -> list[Path]:
+    """The CPU level libraries (``libggml-cpu-<level>.so``) in an artifact's ``lib/``, by name."""
+    return sorted(lib.glob(f"{_PREFIX}*{_SUFFIX}"))
+
+
 def cpu_levels(lib: Path) -> list[str]:
     """The CPU levels an artifact's ``lib/`` holds (empty for a build with one built-in level)."""
-    return sorted(p.name[len(_PREFIX):-len(_SUFFIX)] for p in lib.glob(f"{_PREFIX}*{_SUFFIX}"))
+    return [p.name[len(_PREFIX):-len(_SUFFIX)] for p in level_libraries(lib)]
 
 
 def level_library(lib: Path, level: str) -> Path:
@@ -82,7 +87,7 @@ def artifact_key(lib: Path) -> str:
     if manifest.is_file():
         h.update(manifest.read_bytes())
     else:
-        for p in sorted(lib.glob(f"{_PREFIX}*{_SUFFIX}")):
+        for p in level_libraries(lib):
             st = p.stat()
             h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
@@ -152,24 +157,19 @@ class ProbeRun:
 
 def probe_once(lib_dir: Path, model: Path) -> ProbeRun:
     """One probe child on ``lib_dir``: did it decode, which level did it load, how did it end."""
-    with crash.note_file() as (note_path, note_env):
-        env = {**os.environ, **note_env, LIB_DIR_ENV: str(lib_dir)}
-        env.pop(LEVEL_ENV, None)
-        try:
-            r = subprocess.run([sys.executable, "-c", _PROBE_CHILD, str(model), PROBE_PROMPT, str(PROBE_TOKENS)],
-                               capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired:
-            level = crash.read_note(note_path).get("cpu_level")
-            return ProbeRun(ok=False, level=level, crash=None, detail=f"hung for {PROBE_TIMEOUT_S} s")
-        died = crash.crash_of(r.returncode, note_path)
-        if died is not None:
-            return ProbeRun(ok=False, level=died.cpu_level, crash=died, detail=died.describe())
-        if r.returncode:
-            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit code {r.returncode}"]
-            return ProbeRun(ok=False, level=crash.read_note(note_path).get("cpu_level"), crash=None,
-                            detail=tail[0])
-        out = json.loads(r.stdout.strip().splitlines()[-1])
-        return ProbeRun(ok=True, level=str(out["cpu_level"]), crash=None, detail="")
+    env = {**os.environ, LIB_DIR_ENV: str(lib_dir)}
+    env.pop(LEVEL_ENV, None)
+    r = crash.run_child([sys.executable, "-c", _PROBE_CHILD, str(model), PROBE_PROMPT, str(PROBE_TOKENS)],
+                        env=env, timeout=PROBE_TIMEOUT_S)
+    if r.returncode is None:
+        return ProbeRun(ok=False, level=r.note.get("cpu_level"), crash=None, detail=f"hung for {PROBE_TIMEOUT_S} s")
+    if r.crash is not None:
+        return ProbeRun(ok=False, level=r.crash.cpu_level, crash=r.crash, detail=r.crash.describe())
+    if r.returncode:
+        return ProbeRun(ok=False, level=r.note.get("cpu_level"), crash=None,
+                        detail=r.last_line(f"exit code {r.returncode}"))
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return ProbeRun(ok=True, level=str(out["cpu_level"]), crash=None, detail="")
 
 
 def run_probe(lib: Path, scratch: Path) -> Verdict:
@@ -236,7 +236,7 @@ def verdict(lib: Path, *, refresh: bool = False) -> Verdict:
             v = run_probe(lib, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-        v = Verdict(chosen=v.chosen, excluded=v.excluded, host=host, artifact=art, seconds=v.seconds, error=v.error)
+        v = dataclasses.replace(v, host=host, artifact=art)
         if not v.error:  # a probe that could not run is retried next time
             tmp = path.with_suffix(".tmp")
             tmp.write_text(json.dumps(v.as_dict(), indent=2))

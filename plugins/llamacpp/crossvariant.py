@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -51,18 +50,18 @@ class Run:
 
 
 def _run(model: Path, variant: str, lib_dir: Path | None, n: int, label: str, threads: int) -> dict[str, Any]:
-    with crash.note_file() as (note_path, note_env):
-        env = {**os.environ, **note_env}
-        env.pop(levels.LEVEL_ENV, None)
-        if lib_dir is not None:
-            env[levels.LIB_DIR_ENV] = str(lib_dir)
-        r = subprocess.run([sys.executable, "-c", _CHILD, str(model), variant, str(n), PROMPT, label, str(threads)],
-                           capture_output=True, text=True, env=env, timeout=600, check=False)
-        died = crash.crash_of(r.returncode, note_path)
-        if died is not None:
-            return {"crash": died}
+    env = dict(os.environ)
+    env.pop(levels.LEVEL_ENV, None)
+    if lib_dir is not None:
+        env[levels.LIB_DIR_ENV] = str(lib_dir)
+    r = crash.run_child([sys.executable, "-c", _CHILD, str(model), variant, str(n), PROMPT, label, str(threads)],
+                        env=env, timeout=600)
+    if r.crash is not None:
+        return {"crash": r.crash}
+    if r.returncode is None:
+        return {"error": ["hung for 600 s"]}
     if r.returncode:
-        return {"error": (r.stderr or r.stdout).strip().splitlines()[-1:] or ["failed"]}
+        return {"error": [r.last_line("failed")]}
     return dict(json.loads(r.stdout.strip().splitlines()[-1]))
 
 
