@@ -23,6 +23,7 @@ from harness.build import artifact_dir
 from harness.errors import AuditError, EngineCrashError, HarnessError
 from harness.matrix import get_variant
 from harness.qualify_bench import bench_plan, bench_section, old_pin_bench, peer_bench, stage_name
+from harness.runtime.levels import LEVEL_ENV
 from harness.stages import Qualification, SkippedStage, Stage, StageFailed, StageResult
 from harness.types import EngineSpec, PatchedTree
 
@@ -80,7 +81,9 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
     host = hostmod.probe()
     q.context.update({"engine": engine.name, "pin": engine.pin, "upstream": engine.upstream,
                       "host": hostmod.as_dict(host), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "threads": plan.threads, "threads_source": plan.threads_source, "bench_plan": plan.as_dict()})
+                      "threads": plan.threads, "threads_source": plan.threads_source, "bench_plan": plan.as_dict(),
+                      # a level forced for the whole run (HARNESS_CPU_LEVEL): `report merge` names it per host
+                      "cpu_level_forced": os.environ.get(LEVEL_ENV) or None})
     carried = Carried()
 
     def s_fetch() -> StageResult:
@@ -95,7 +98,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
         rows = [{"patch": o.patch.name, "status": o.status, "detail": o.detail} for o in outcomes]
         if bad:
             raise HarnessError("; ".join(f"{o.patch.name}: {o.status}" for o in bad))
-        return StageResult(f"{len(outcomes)} patch(es) applied (series {tree.series_hash[:12]})", {"patches": rows})
+        return StageResult(f"{len(outcomes)} patch(es) applied (series {tree.series_hash[:12]})", {"patches": rows, "series_hash": tree.series_hash})
 
     def s_abi() -> StageResult:
         r = check_engine(engine, carried.patched().path)
