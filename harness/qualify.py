@@ -51,20 +51,22 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
             bench_gn: int = 128, bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None,
             run_bench: bool = True, old_pin: str | None = None, old_rev: str | None = None,
             threads: int | None = None, fail_on_slower: Sequence[str] | None = None,
-            until_halfwidth: float | None = None, max_blocks: int | None = None) -> tuple[Qualification, Path]:
+            until_halfwidth: float | None = None, max_blocks: int | None = None,
+            variant: str | None = None) -> tuple[Qualification, Path]:
     """Every stage for the engine's pin; with ``old_pin``/``old_rev`` also the pin move's PR material:
     the ABI/API diff from the old pin and an old-vs-new ABBA run of the engine's own benchmark tool
     on the cpu variant. ``engine_name`` None: the default text engine.
 
     The bench stages run on every model of the descriptor's ``qualify.bench.models``, adaptively
     (``until_halfwidth``, ``max_blocks``; 0 for a fixed ``bench_blocks``), and fail on the gate
-    (``fail_on_slower``, default from the descriptor); ``threads`` defaults to the physical cores."""
+    (``fail_on_slower``, default from the descriptor); ``threads`` defaults to the physical cores.
+    ``variant``: the matrix rows to build and test (fnmatch patterns), instead of the default rows."""
     from harness import host as hostmod
     from harness import pipeline
     from harness.abi.check import check_engine
     from harness.build import build
     from harness.engines import load_engine
-    from harness.matrix import buildability, engine_support, load_matrix
+    from harness.matrix import buildability, engine_support, load_matrix, select
     from harness.plugin import get_manager
 
     pm = get_manager()
@@ -83,7 +85,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
                       "host": hostmod.as_dict(host), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       "threads": plan.threads, "threads_source": plan.threads_source, "bench_plan": plan.as_dict(),
                       # a level forced for the whole run (HARNESS_CPU_LEVEL): `report merge` names it per host
-                      "cpu_level_forced": os.environ.get(LEVEL_ENV) or None})
+                      "cpu_level_forced": os.environ.get(LEVEL_ENV) or None, "variant_pattern": variant})
     carried = Carried()
 
     def s_fetch() -> StageResult:
@@ -107,10 +109,18 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
                 f"{len(r.targets)} targets) in {r.seconds:.2f} s", {"fingerprint": r.fingerprint, "seconds": r.seconds})
 
     def s_build() -> StageResult:
-        # the matrix's default rows this engine builds (its variants: list and intent map decide)
-        rows = [v for v in load_matrix() if v.default and engine_support(engine, v) is None]
         built: list[dict[str, Any]] = []
         skipped: list[dict[str, str]] = []
+        if variant:  # the rows asked for (a CI entry's); those the engine does not build are skipped, saying why
+            rows = []
+            for v in select(load_matrix(), variant):
+                why = engine_support(engine, v)
+                if why:
+                    skipped.append({"variant": v.name, "reason": why})
+                else:
+                    rows.append(v)
+        else:  # the matrix's default rows this engine builds (its variants: list and intent map decide)
+            rows = [v for v in load_matrix() if v.default and engine_support(engine, v) is None]
         for v in rows:
             b = buildability(pm, v, host)
             if not b.buildable:
@@ -222,6 +232,8 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
         peer = engine.raw.get("qualify", {}).get("bench_peer")
         if not peer:
             raise SkippedStage(f"no peer baseline for {engine.name} (qualify.bench_peer in its engine.yaml)")
+        if "cpu" not in carried.variants:
+            raise SkippedStage("the cpu variant (our bench arm) was not built in this run")
         model = carried.model_env.get(model_var)
         if not model:
             raise SkippedStage(f"no {model_var} model (`harness models fetch` writes the fixtures)")

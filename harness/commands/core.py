@@ -10,9 +10,11 @@ from typing import Any
 from rich.table import Table
 
 from harness import host as hostmod
-from harness import pipeline
+from harness import pipeline, progress
+from harness.ci_matrix import CI_SYSTEMS, github_matrix
 from harness.cli import add_json_flag, print_json
 from harness.engines import engine_names, load_engine
+from harness.errors import UsageError
 from harness.matrix import buildability, load_matrix, select
 from harness.plugin import describe, get_manager
 
@@ -29,8 +31,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_host)
 
-    p = sub.add_parser("matrix", help="list variant rows and whether each builds on this host")
-    p.add_argument("--variant", default="*", help="fnmatch pattern(s), comma-separated (default: all)")
+    p = sub.add_parser("matrix", help="list variant rows and whether each builds on this host",
+                       description="Every variant row (matrix/*.yaml): buildable here, or exactly why not. "
+                       "With --ci github: the GitHub Actions strategy.matrix that qualifies the rows on CI "
+                       "runners instead, one line of JSON ({\"include\": [...]}: name, engine, variant, os, arch, "
+                       "runner, session, args) for a job output and fromJSON; see .github/workflows/qualify.yml. "
+                       "Rows and os/arch pairs without an entry are named on stderr.")
+    p.add_argument("--variant", default=None,
+                   help="fnmatch pattern(s), comma-separated (default: all rows; with --ci: the rows marked ci: true)")
+    p.add_argument("--ci", choices=CI_SYSTEMS, help="print the matrix for this CI system's runners")
+    p.add_argument("--engine", help="with --ci: only this engine (default: every engine that builds the row)")
     add_json_flag(p)
     p.set_defaults(func=cmd_matrix)
 
@@ -117,9 +127,13 @@ def cmd_host(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
+    if args.ci:
+        return _ci_matrix(args)
+    if args.engine:
+        raise UsageError("--engine selects CI entries: use it with --ci github")
     pm = get_manager()
     h = hostmod.probe()
-    rows = select(load_matrix(), args.variant)
+    rows = select(load_matrix(), args.variant or "*")
     results = [(v, buildability(pm, v, h)) for v in rows]
     if args.json:
         print_json([{**dataclasses.asdict(v), **dataclasses.asdict(b)} for v, b in results])
@@ -132,6 +146,18 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         t.add_row(v.name, v.backend, status, "; ".join((*b.reasons, *b.notes)), "yes" if v.ci else "",
                   "yes" if v.default else "")
     _stdout_table(t)
+    return 0
+
+
+def _ci_matrix(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    m = github_matrix(engine=args.engine, variant=args.variant)
+    for note in m.notes:
+        progress.console.print(f"[dim]note:[/] {note}", highlight=False, markup=True, soft_wrap=True)
+    # one line: what a step appends to $GITHUB_OUTPUT as matrix=<json>
+    sys.stdout.write(json.dumps(m.as_strategy(), separators=(",", ":")) + "\n")
     return 0
 
 
