@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
-from harness.build import artifact_dir
+from harness.build import artifact_dir, ccache_summary
 from harness.errors import AuditError, EngineCrashError, HarnessError
 from harness.matrix import get_variant
 from harness.qualify_bench import bench_plan, bench_section, old_pin_bench, peer_bench, stage_name
@@ -128,11 +128,14 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
                 continue
             r = build(pm, engine, v, carried.patched(), host, abi_fingerprint=carried.abi_fingerprint)
             built.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
-                          "seconds": round(r.seconds, 1), "build_seconds": r.manifest.get("build_seconds")})
+                          "seconds": round(r.seconds, 1), "build_seconds": r.manifest.get("build_seconds"),
+                          "ccache": r.manifest.get("ccache"), "ccache_summary": ccache_summary(r.manifest)})
         if not built:
             raise HarnessError("no default variant is buildable here: " + "; ".join(s["reason"] for s in skipped))
         carried.variants = tuple(str(b["variant"]) for b in built)
-        return StageResult(", ".join(f"{b['variant']} ({'built' if b['built'] else 'cached'})" for b in built)
+        return StageResult(", ".join(f"{b['variant']} ({'built' if b['built'] else 'cached'}"
+                                     + (f"; {b['ccache_summary']}" if b["built"] and b["ccache_summary"] else "") + ")"
+                                     for b in built)
                 + (f"; not buildable here: {', '.join(s['variant'] for s in skipped)}" if skipped else ""), {"built": built, "skipped": skipped})
 
     def s_backend() -> StageResult:

@@ -7,10 +7,12 @@ import dataclasses
 import time
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from harness import host as hostmod
 from harness import pipeline, progress
+from harness.ccache import remote_status as ccache_remote_status
 from harness.ci_matrix import CI_SYSTEMS, github_matrix
 from harness.cli import add_json_flag, print_json
 from harness.engines import engine_names, load_engine
@@ -101,8 +103,9 @@ def cmd_host(args: argparse.Namespace) -> int:
         from harness.bench.roofline import measure_host
 
         measured = measure_host(force=args.force)
+    remote = ccache_remote_status()
     if args.json:
-        print_json({**hostmod.as_dict(h), **({"measure": measured} if measured else {})})
+        print_json({**hostmod.as_dict(h), "ccache_remote": remote, **({"measure": measured} if measured else {})})
         return 0
     t = Table("what", "found", show_header=False)
     t.add_row("os / arch", f"{h.os} {h.arch}" + (f" (macOS {h.macos_version})" if h.macos_version else ""))
@@ -112,6 +115,7 @@ def cmd_host(args: argparse.Namespace) -> int:
     for name, tool in h.tools.items():
         t.add_row(name, f"{tool.version or '?'} ({tool.path}{', ' + tool.detail if tool.detail else ''})"
                   if tool.found else "[dim]not found[/]")
+    t.add_row("ccache remote", _remote_text(remote))
     t.add_row("cuda toolkit", h.cuda_version or "[dim]none[/]")
     t.add_row("gpus", ", ".join(f"{g.api}:{g.name}" + (f" sm_{g.compute_capability}" if g.compute_capability else "")
                                 + (f" ({g.device_type})" if g.device_type else "") for g in h.gpus) or "[dim]none[/]")
@@ -124,6 +128,13 @@ def cmd_host(args: argparse.Namespace) -> int:
             t.add_row(what, value)
     _stdout_table(t)
     return 0
+
+
+def _remote_text(remote: dict[str, Any]) -> str:
+    if not remote["configured"]:
+        return "[dim]not configured (CCACHE_REMOTE_STORAGE or remote_storage in ccache.conf)[/]"
+    return "; ".join(f"{r['url']}: " + ("[green]reachable[/]" if r["reachable"] else "[red]unreachable[/]")
+                     + f" ({escape(r['detail'])})" for r in remote["remotes"]) or escape(remote["setting"])
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
