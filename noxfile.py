@@ -97,9 +97,11 @@ def build(session: nox.Session, variant: str) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def qualify(session: nox.Session) -> None:
-    """The main job: fetch, patch, ABI check, build, e2e, bench, report for the default pin."""
+    """The main job: fetch, patch, ABI check, build, e2e, bench, report (posargs: [ENGINE] [--variant PAT] ...)."""
     _install(session, "all,test,convert")
-    session.run("harness", "qualify", "llamacpp", *session.posargs, env={"HARNESS_NO_PROGRESS": "1"})
+    # posargs reach harness qualify whole: a CI matrix entry's "ENGINE --variant ROW --out DIR";
+    # without an engine it qualifies the default text engine (llama.cpp)
+    session.run("harness", "qualify", *session.posargs, env={"HARNESS_NO_PROGRESS": "1"})
 
 
 @nox.session(python=PYTHON, default=False)

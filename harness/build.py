@@ -16,7 +16,7 @@ from typing import Any
 import pluggy
 from filelock import FileLock
 
-from harness import cmake_fileapi, paths, progress
+from harness import ccache, cmake_fileapi, paths, progress
 from harness.engines import with_current_build_data
 from harness.errors import BuildError, HostError, UsageError
 from harness.matrix import buildability, engine_support, row_defines
@@ -276,8 +276,10 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
         try:
             _run_logged(["cmake", "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", "-C", str(init)],
                         build_dir, log, env, f"configure {engine.name} {variant.name}")
+            # this build's own ccache counts (other builds running now keep theirs): see harness/ccache.py
+            build_env = {**env, **ccache.build_env(build_dir)} if _uses_ccache(defines) else env
             _run_logged(["cmake", "--build", str(build_dir), "--parallel", str(jobs()), "--target", *engine.targets],
-                        build_dir, log, env, f"build {engine.name} {variant.name} (-j{jobs()})")
+                        build_dir, log, build_env, f"build {engine.name} {variant.name} (-j{jobs()})")
         finally:
             compile_lock.release()
         staging = dest.with_name(f".{dest.name}.staging")
@@ -305,6 +307,7 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             "build_dir": str(build_dir),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.perf_counter() - t0, 1),
+            "ccache": _ccache_record(build_dir, defines, env),
         }
         for extra in pm.hook.harness_artifact_manifest(engine=engine, variant=variant, manifest=manifest):
             manifest.update(extra or {})
@@ -316,6 +319,30 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
                                                          "key": key}))
     return BuildResult(artifact=dest, build_dir=build_dir, built=True, seconds=time.perf_counter() - t0,
                        manifest=manifest)
+
+
+def _uses_ccache(defines: dict[str, str]) -> bool:
+    return Path(defines.get("CMAKE_C_COMPILER_LAUNCHER", defines.get("CMAKE_CXX_COMPILER_LAUNCHER", ""))).name == "ccache"
+
+
+def _ccache_record(build_dir: Path, defines: dict[str, str], env: dict[str, str]) -> dict[str, Any] | None:
+    """The manifest's ``ccache``: this build's hits (local and remote) and the remote storage it had."""
+    if not _uses_ccache(defines):
+        return None
+    stats = ccache.read_stats_log(build_dir / ccache.STATS_LOG)
+    remote = ccache.remote_storage(env)
+    return {**(stats.as_dict() if stats else {"compilations": 0}),
+            "remote_storage": ccache.redact(remote) if remote else None}
+
+
+def ccache_summary(manifest: dict[str, Any]) -> str:
+    """``ccache 412/412 hits (100%: 0 local, 412 remote)`` from a manifest, or "" without a record."""
+    rec = manifest.get("ccache")
+    if not rec or not rec.get("compilations"):
+        return ""
+    fields = {f: int(rec.get(f) or 0) for f in ("compilations", "hits", "local_hits", "remote_hits", "misses",
+                                                "remote_errors", "uncacheable")}
+    return ccache.CacheStats(**fields).summary()
 
 
 def _try_acquire(lock: FileLock) -> bool:

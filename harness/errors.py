@@ -35,6 +35,10 @@ class UnknownNameError(UsageError):
         super().__init__(msg)
 
 
+class ReportMismatchError(UsageError):
+    """Reports that cannot be put side by side (different engines, pins or patch series)."""
+
+
 class ConfigError(HarnessError):
     """A data file (engine.yaml, matrix row, model config) is invalid."""
 

@@ -31,17 +31,25 @@ def _schema() -> dict[str, Any]:
     return dict(json.loads(resources.files("harness").joinpath("schemas/matrix.schema.json").read_text()))
 
 
-def load_matrix(directory: Path | None = None) -> list[Variant]:
-    """All rows of every ``matrix/*.yaml``, in file then row order."""
+def matrix_files(directory: Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """Every ``matrix/*.yaml``, checked against the matrix schema, in name order."""
     directory = directory or paths.project_root() / "matrix"
-    rows: list[Variant] = []
+    files = []
     for f in sorted(directory.glob("*.yaml")):
         data = yaml.safe_load(f.read_text())
         errors = list(jsonschema.Draft202012Validator(_schema()).iter_errors(data))
         if errors:
             lines = [f"{f}: {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
             raise ConfigError("invalid matrix file:\n" + "\n".join(lines))
-        for row in data["rows"]:
+        files.append((f, dict(data)))
+    return files
+
+
+def load_matrix(directory: Path | None = None) -> list[Variant]:
+    """All rows of every ``matrix/*.yaml``, in file then row order."""
+    rows: list[Variant] = []
+    for _, data in matrix_files(directory):
+        for row in data.get("rows", []):
             rows.append(
                 Variant(
                     name=row["name"],

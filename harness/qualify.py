@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from harness import paths
-from harness.build import artifact_dir
+from harness.build import artifact_dir, ccache_summary
 from harness.errors import AuditError, EngineCrashError, HarnessError
 from harness.matrix import get_variant
 from harness.qualify_bench import bench_plan, bench_section, old_pin_bench, peer_bench, stage_name
+from harness.runtime.levels import LEVEL_ENV
 from harness.stages import Qualification, SkippedStage, Stage, StageFailed, StageResult
 from harness.types import EngineSpec, PatchedTree
 
@@ -50,20 +51,22 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
             bench_gn: int = 128, bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None,
             run_bench: bool = True, old_pin: str | None = None, old_rev: str | None = None,
             threads: int | None = None, fail_on_slower: Sequence[str] | None = None,
-            until_halfwidth: float | None = None, max_blocks: int | None = None) -> tuple[Qualification, Path]:
+            until_halfwidth: float | None = None, max_blocks: int | None = None,
+            variant: str | None = None) -> tuple[Qualification, Path]:
     """Every stage for the engine's pin; with ``old_pin``/``old_rev`` also the pin move's PR material:
     the ABI/API diff from the old pin and an old-vs-new ABBA run of the engine's own benchmark tool
     on the cpu variant. ``engine_name`` None: the default text engine.
 
     The bench stages run on every model of the descriptor's ``qualify.bench.models``, adaptively
     (``until_halfwidth``, ``max_blocks``; 0 for a fixed ``bench_blocks``), and fail on the gate
-    (``fail_on_slower``, default from the descriptor); ``threads`` defaults to the physical cores."""
+    (``fail_on_slower``, default from the descriptor); ``threads`` defaults to the physical cores.
+    ``variant``: the matrix rows to build and test (fnmatch patterns), instead of the default rows."""
     from harness import host as hostmod
     from harness import pipeline
     from harness.abi.check import check_engine
     from harness.build import build
     from harness.engines import load_engine
-    from harness.matrix import buildability, engine_support, load_matrix
+    from harness.matrix import buildability, engine_support, load_matrix, select
     from harness.plugin import get_manager
 
     pm = get_manager()
@@ -80,7 +83,9 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
     host = hostmod.probe()
     q.context.update({"engine": engine.name, "pin": engine.pin, "upstream": engine.upstream,
                       "host": hostmod.as_dict(host), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "threads": plan.threads, "threads_source": plan.threads_source, "bench_plan": plan.as_dict()})
+                      "threads": plan.threads, "threads_source": plan.threads_source, "bench_plan": plan.as_dict(),
+                      # a level forced for the whole run (HARNESS_CPU_LEVEL): `report merge` names it per host
+                      "cpu_level_forced": os.environ.get(LEVEL_ENV) or None, "variant_pattern": variant})
     carried = Carried()
 
     def s_fetch() -> StageResult:
@@ -95,7 +100,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
         rows = [{"patch": o.patch.name, "status": o.status, "detail": o.detail} for o in outcomes]
         if bad:
             raise HarnessError("; ".join(f"{o.patch.name}: {o.status}" for o in bad))
-        return StageResult(f"{len(outcomes)} patch(es) applied (series {tree.series_hash[:12]})", {"patches": rows})
+        return StageResult(f"{len(outcomes)} patch(es) applied (series {tree.series_hash[:12]})", {"patches": rows, "series_hash": tree.series_hash})
 
     def s_abi() -> StageResult:
         r = check_engine(engine, carried.patched().path)
@@ -104,10 +109,18 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
                 f"{len(r.targets)} targets) in {r.seconds:.2f} s", {"fingerprint": r.fingerprint, "seconds": r.seconds})
 
     def s_build() -> StageResult:
-        # the matrix's default rows this engine builds (its variants: list and intent map decide)
-        rows = [v for v in load_matrix() if v.default and engine_support(engine, v) is None]
         built: list[dict[str, Any]] = []
         skipped: list[dict[str, str]] = []
+        if variant:  # the rows asked for (a CI entry's); those the engine does not build are skipped, saying why
+            rows = []
+            for v in select(load_matrix(), variant):
+                why = engine_support(engine, v)
+                if why:
+                    skipped.append({"variant": v.name, "reason": why})
+                else:
+                    rows.append(v)
+        else:  # the matrix's default rows this engine builds (its variants: list and intent map decide)
+            rows = [v for v in load_matrix() if v.default and engine_support(engine, v) is None]
         for v in rows:
             b = buildability(pm, v, host)
             if not b.buildable:
@@ -115,11 +128,14 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
                 continue
             r = build(pm, engine, v, carried.patched(), host, abi_fingerprint=carried.abi_fingerprint)
             built.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
-                          "seconds": round(r.seconds, 1), "build_seconds": r.manifest.get("build_seconds")})
+                          "seconds": round(r.seconds, 1), "build_seconds": r.manifest.get("build_seconds"),
+                          "ccache": r.manifest.get("ccache"), "ccache_summary": ccache_summary(r.manifest)})
         if not built:
             raise HarnessError("no default variant is buildable here: " + "; ".join(s["reason"] for s in skipped))
         carried.variants = tuple(str(b["variant"]) for b in built)
-        return StageResult(", ".join(f"{b['variant']} ({'built' if b['built'] else 'cached'})" for b in built)
+        return StageResult(", ".join(f"{b['variant']} ({'built' if b['built'] else 'cached'}"
+                                     + (f"; {b['ccache_summary']}" if b["built"] and b["ccache_summary"] else "") + ")"
+                                     for b in built)
                 + (f"; not buildable here: {', '.join(s['variant'] for s in skipped)}" if skipped else ""), {"built": built, "skipped": skipped})
 
     def s_backend() -> StageResult:
@@ -219,6 +235,8 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
         peer = engine.raw.get("qualify", {}).get("bench_peer")
         if not peer:
             raise SkippedStage(f"no peer baseline for {engine.name} (qualify.bench_peer in its engine.yaml)")
+        if "cpu" not in carried.variants:
+            raise SkippedStage("the cpu variant (our bench arm) was not built in this run")
         model = carried.model_env.get(model_var)
         if not model:
             raise SkippedStage(f"no {model_var} model (`harness models fetch` writes the fixtures)")

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Debian packages the harness needs. Idempotent: installs only what is missing.
-#   bash scripts/install-system-deps.sh            # build + video essentials
+#   bash scripts/install-system-deps.sh            # build + video essentials, redis-server for the tests
 #   bash scripts/install-system-deps.sh --vulkan   # plus the Vulkan toolchain (glslc, headers, lavapipe)
 set -euo pipefail
 
-pkgs=(git ccache ffmpeg binutils g++ patchelf)
+# redis-server: the unit tests start one on 127.0.0.1 as ccache's remote storage (a shared compiler cache)
+pkgs=(git ccache ffmpeg binutils g++ patchelf redis-server)
 if [[ "${1:-}" == "--vulkan" ]]; then
   pkgs+=(glslc libvulkan-dev spirv-headers mesa-vulkan-drivers vulkan-tools)
 fi

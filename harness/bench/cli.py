@@ -1,4 +1,5 @@
-"""``harness bench`` (ABBA A/B runs) and ``harness report compare`` (regressions between runs)."""
+"""``harness bench`` (ABBA A/B runs), ``harness report compare`` (regressions between runs) and
+``harness report merge`` (qualifications from several hosts side by side)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="print a table to paste into a pull request (B/A per metric, old vs new, verdict)")
     add_json_flag(c)
     c.set_defaults(func=cmd_report_compare)
+    m = rsub.add_parser("merge", help="combine qualification reports from several hosts into one report",
+                        description="Put qualification reports (reports/*-qualify-*/qualify.json) from different "
+                        "hosts, CPU levels or variants side by side: a stage x host table, the CPU levels each "
+                        "host ran or audited, each host's bench headline ratios with their 95%% intervals (never "
+                        "averaged across hosts), and the differences that matter (a stage or CPU level that "
+                        "passes on one host and fails on another, a ratio faster on one and slower on another). "
+                        "Reports of different engines, pins or patch series are refused "
+                        f"(exit {UsageError.exit_code}). Writes merged.md and merged.json.")
+    m.add_argument("reports", type=Path, nargs="+", metavar="DIR",
+                   help="a qualification report directory, its qualify.json, or a directory holding several "
+                   "(a CI run's downloaded artifacts)")
+    m.add_argument("--out", type=Path,
+                   help="output directory (default: reports/<timestamp>-merged-qualify-<engine>/)")
+    add_json_flag(m)
+    m.set_defaults(func=cmd_report_merge)
 
 
 def parse_concurrency(text: str) -> tuple[int, ...]:
@@ -260,6 +276,18 @@ def cmd_report_compare(args: argparse.Namespace) -> int:
     else:
         _print_compare(comp)
     return BenchError.exit_code if comp.regressions else 0
+
+
+def cmd_report_merge(args: argparse.Namespace) -> int:
+    from harness.report_merge import write_merged
+
+    merged, out = write_merged(args.reports, args.out)
+    if args.json:
+        print_json({"report": str(out), **merged})
+    else:
+        print((out / "merged.md").read_text(), end="")
+        print(f"report: {out}")
+    return 0
 
 
 def _print_compare(comp: Comparison) -> None:

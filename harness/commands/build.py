@@ -11,7 +11,7 @@ from harness import host as hostmod
 from harness import paths, pipeline, progress, recipes
 from harness.abi.check import check_engine
 from harness.artifacts import find_artifacts, package, status
-from harness.build import artifact_dir, build, smoke_cpu_level
+from harness.build import artifact_dir, build, ccache_summary, smoke_cpu_level
 from harness.cli import add_json_flag, print_json
 from harness.commands.core import _stdout_table
 from harness.engines import load_engine
@@ -108,10 +108,12 @@ def cmd_build(args: argparse.Namespace) -> int:
                   abi_fingerprint=abi.fingerprint)
         cpu = smoke_cpu_level(engine, v, r.artifact)
         results.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
-                        "seconds": round(r.seconds, 2), "selected_cpu_variant": cpu})
+                        "seconds": round(r.seconds, 2), "selected_cpu_variant": cpu,
+                        "ccache": r.manifest.get("ccache")})
         if not args.json:
             verb = "built" if r.built else "up to date, nothing to do"
-            print(f"{engine.name} {engine.pin} {v.name}: {verb} ({r.seconds:.1f} s)"
+            cache = ccache_summary(r.manifest) if r.built else ""
+            print(f"{engine.name} {engine.pin} {v.name}: {verb} ({r.seconds:.1f} s{', ' + cache if cache else ''})"
                   + (f"; host selects CPU level {cpu}" if cpu else "") + f"\n{r.artifact}")
     if args.json:
         print_json(results)

@@ -7,12 +7,16 @@ import dataclasses
 import time
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from harness import host as hostmod
-from harness import pipeline
+from harness import pipeline, progress
+from harness.ccache import remote_status as ccache_remote_status
+from harness.ci_matrix import CI_SYSTEMS, github_matrix
 from harness.cli import add_json_flag, print_json
 from harness.engines import engine_names, load_engine
+from harness.errors import UsageError
 from harness.matrix import buildability, load_matrix, select
 from harness.plugin import describe, get_manager
 
@@ -29,8 +33,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_host)
 
-    p = sub.add_parser("matrix", help="list variant rows and whether each builds on this host")
-    p.add_argument("--variant", default="*", help="fnmatch pattern(s), comma-separated (default: all)")
+    p = sub.add_parser("matrix", help="list variant rows and whether each builds on this host",
+                       description="Every variant row (matrix/*.yaml): buildable here, or exactly why not. "
+                       "With --ci github: the GitHub Actions strategy.matrix that qualifies the rows on CI "
+                       "runners instead, one line of JSON ({\"include\": [...]}: name, engine, variant, os, arch, "
+                       "runner, session, args) for a job output and fromJSON; see .github/workflows/qualify.yml. "
+                       "Rows and os/arch pairs without an entry are named on stderr.")
+    p.add_argument("--variant", default=None,
+                   help="fnmatch pattern(s), comma-separated (default: all rows; with --ci: the rows marked ci: true)")
+    p.add_argument("--ci", choices=CI_SYSTEMS, help="print the matrix for this CI system's runners")
+    p.add_argument("--engine", help="with --ci: only this engine (default: every engine that builds the row)")
     add_json_flag(p)
     p.set_defaults(func=cmd_matrix)
 
@@ -91,8 +103,9 @@ def cmd_host(args: argparse.Namespace) -> int:
         from harness.bench.roofline import measure_host
 
         measured = measure_host(force=args.force)
+    remote = ccache_remote_status()
     if args.json:
-        print_json({**hostmod.as_dict(h), **({"measure": measured} if measured else {})})
+        print_json({**hostmod.as_dict(h), "ccache_remote": remote, **({"measure": measured} if measured else {})})
         return 0
     t = Table("what", "found", show_header=False)
     t.add_row("os / arch", f"{h.os} {h.arch}" + (f" (macOS {h.macos_version})" if h.macos_version else ""))
@@ -102,6 +115,7 @@ def cmd_host(args: argparse.Namespace) -> int:
     for name, tool in h.tools.items():
         t.add_row(name, f"{tool.version or '?'} ({tool.path}{', ' + tool.detail if tool.detail else ''})"
                   if tool.found else "[dim]not found[/]")
+    t.add_row("ccache remote", _remote_text(remote))
     t.add_row("cuda toolkit", h.cuda_version or "[dim]none[/]")
     t.add_row("gpus", ", ".join(f"{g.api}:{g.name}" + (f" sm_{g.compute_capability}" if g.compute_capability else "")
                                 + (f" ({g.device_type})" if g.device_type else "") for g in h.gpus) or "[dim]none[/]")
@@ -116,10 +130,21 @@ def cmd_host(args: argparse.Namespace) -> int:
     return 0
 
 
+def _remote_text(remote: dict[str, Any]) -> str:
+    if not remote["configured"]:
+        return "[dim]not configured (CCACHE_REMOTE_STORAGE or remote_storage in ccache.conf)[/]"
+    return "; ".join(f"{r['url']}: " + ("[green]reachable[/]" if r["reachable"] else "[red]unreachable[/]")
+                     + f" ({escape(r['detail'])})" for r in remote["remotes"]) or escape(remote["setting"])
+
+
 def cmd_matrix(args: argparse.Namespace) -> int:
+    if args.ci:
+        return _ci_matrix(args)
+    if args.engine:
+        raise UsageError("--engine selects CI entries: use it with --ci github")
     pm = get_manager()
     h = hostmod.probe()
-    rows = select(load_matrix(), args.variant)
+    rows = select(load_matrix(), args.variant or "*")
     results = [(v, buildability(pm, v, h)) for v in rows]
     if args.json:
         print_json([{**dataclasses.asdict(v), **dataclasses.asdict(b)} for v, b in results])
@@ -132,6 +157,18 @@ def cmd_matrix(args: argparse.Namespace) -> int:
         t.add_row(v.name, v.backend, status, "; ".join((*b.reasons, *b.notes)), "yes" if v.ci else "",
                   "yes" if v.default else "")
     _stdout_table(t)
+    return 0
+
+
+def _ci_matrix(args: argparse.Namespace) -> int:
+    import json
+    import sys
+
+    m = github_matrix(engine=args.engine, variant=args.variant)
+    for note in m.notes:
+        progress.console.print(f"[dim]note:[/] {note}", highlight=False, markup=True, soft_wrap=True)
+    # one line: what a step appends to $GITHUB_OUTPUT as matrix=<json>
+    sys.stdout.write(json.dumps(m.as_strategy(), separators=(",", ":")) + "\n")
     return 0
 
 

@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--pn", type=int, default=512, help="bench prompt tokens (default 512)")
     p.add_argument("--gn", type=int, default=128, help="bench generated tokens (default 128)")
     p.add_argument("--concurrency", default="1,4", help="bench concurrency levels (default 1,4)")
+    p.add_argument("--variant", metavar="PAT",
+                   help="matrix rows to build and test, fnmatch pattern(s), comma-separated (default: the rows "
+                   "marked default: true that the engine builds); what a `harness matrix --ci github` entry passes")
     p.add_argument("--no-bench", action="store_true", help="skip the benchmark stage")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--old-pin", metavar="VERSION",
@@ -53,7 +56,7 @@ def cmd_qualify(args: argparse.Namespace) -> int:
                            bench_concurrency=conc, out=args.out, run_bench=not args.no_bench,
                            old_pin=args.old_pin, old_rev=args.old_rev, threads=args.threads,
                            fail_on_slower=args.fail_on_slower, until_halfwidth=args.until_halfwidth,
-                           max_blocks=args.max_blocks)
+                           max_blocks=args.max_blocks, variant=args.variant)
     if args.json:
         print_json({"passed": q.passed, "report": str(directory),
                     "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds, "summary": s.summary}
