@@ -186,7 +186,7 @@ def test_a_3gb_sparse_png_is_refused_at_once(tree: dict[str, Path]) -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert time.monotonic() - t0 < 1
+    assert time.monotonic() - t0 < 10  # a hang guard: refusing reads nothing (peak memory below)
     assert peak < 4 * 2**20
 
 
@@ -234,7 +234,7 @@ def test_cli_check_refuses_paths_outside(cli: Path, tree: dict[str, Path], value
                                          capsys: pytest.CaptureFixture[str]) -> None:
     t0 = time.monotonic()
     code = _check_cli(cli, tree["media"] / "req.json", {"start_image": value})
-    assert time.monotonic() - t0 < 1
+    assert time.monotonic() - t0 < 10  # a hang guard: the path is refused before anything is read
     assert code == VideoError.exit_code
     assert "outside the media directory" in capsys.readouterr().err
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def test_relocated_copy_runs(artifact: Path, tmp_path: Path) -> None:
 
 def test_second_build_is_a_noop(artifact: Path) -> None:
     t0 = time.perf_counter()
-    r = subprocess.run(["harness", "build", "llamacpp", "--variant", "cpu", "--json"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "harness", "build", "llamacpp", "--variant", "cpu", "--json"], capture_output=True,
                        text=True, timeout=300, check=True)
     elapsed = time.perf_counter() - t0
     result = json.loads(r.stdout)[0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,38 +26,34 @@ def one_slot(variant: str) -> Iterator[Engine]:
         yield eng
 
 
-def _next_request_start(eng: Engine) -> float:
-    t0 = time.perf_counter()
+def _next_request_start(eng: Engine) -> None:
     c = eng.complete("The capital of France is", temperature=0.0, max_tokens=1)
     assert c.n_generated == 1
-    return time.perf_counter() - t0
 
 
 def test_breaking_out_frees_the_slot(one_slot: Engine) -> None:
-    baseline = _next_request_start(one_slot)
     s = one_slot.stream("Once upon a time", temperature=0.0, max_tokens=500, ignore_eos=True)
     for n, _ in enumerate(s):
         if n == 2:
             break
     # `s` is still referenced: only the loop's end tells the engine nobody reads on.
-    waited = _next_request_start(one_slot)
-    list(s)  # drains what is left: the request ended as cancelled
+    _next_request_start(one_slot)  # one slot: it runs only once the abandoned request is gone
+    list(s)  # drains what is left: the request ended as cancelled, long before its 500 tokens
     assert s.result is not None and s.result.finish_reason == "cancelled"
     assert s.result.n_generated < 100, s.result.n_generated
-    # 500 tokens at SmolLM2's speed here take seconds; a freed slot starts at once.
-    assert waited < baseline + 1.0, (waited, baseline)
 
 
 def test_unread_stream_is_cancelled_after_the_stall_timeout(one_slot: Engine) -> None:
-    s = one_slot.stream("Once upon a time", temperature=0.0, max_tokens=500, ignore_eos=True)
+    # Long enough that even a fast host is still generating when the 1 s stall timeout fires;
+    # the outcome, not a wall-clock bound, is what is checked (timings are noisy on shared hosts).
+    s = one_slot.stream("Once upon a time", temperature=0.0, max_tokens=1000, ignore_eos=True)
     it = iter(s)
     next(it)  # the consumer reads once, then walks away holding the iterator
-    t0 = time.perf_counter()
-    _next_request_start(one_slot)
-    waited = time.perf_counter() - t0
+    _next_request_start(one_slot)  # one slot: it runs only once the watchdog has cancelled the stream
     assert s.stalled
-    assert waited < 1.0 + 0.5 + 2.0, waited  # timeout + watchdog period + slack
-    del it
+    list(it)  # what was produced before the cancel, then the end
+    assert s.result is not None and s.result.finish_reason == "cancelled"
+    assert s.result.n_generated < 1000, s.result.n_generated
 
 
 @pytest.fixture(scope="module")
