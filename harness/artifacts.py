@@ -52,6 +52,10 @@ def usable_on(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]
     notes: list[str] = []
     if manifest.get("host", {}).get("os") not in (None, host.os):
         return False, [f"built for {manifest['host']['os']}, host is {host.os}"]
+    target = manifest.get("target")
+    if target and not str(target).startswith(f"{host.arch}-"):
+        return False, [f"cross-built for {target}, host is {host.arch}: runs here only under emulation "
+                       "(qemu-user; harness qualify runs it so)"]
     if manifest.get("backend") == "cuda":
         gpus = [g for g in host.gpus if g.api == "cuda"]
         if not gpus:
