@@ -242,3 +242,23 @@ def test_exports_check_finds_a_used_function_no_library_exports(tmp_path: Path) 
     r = check_artifact(tmp_path, committed, tree=tmp_path / "tree")
     assert r.headers == {"api.h": "differs"} and not r.ok
     assert json.loads(json.dumps(r.as_dict()))["missing"] == []
+
+
+def test_the_level_table_shows_model_isolation_answer_divergence_and_speed() -> None:
+    from harness.emulate import table_lines
+
+    run = {"status": "ran", "ok": True, "diverges_at": None, "eval_tok_s": 3.21, "reference": True}
+    r = {"models": {"SmolLM2": "/m.gguf"}, "bench_shape": {"pp": 16, "tg": 8}, "levels": [
+        {"level": "armv8.0_1", "qemu_model": "cortex-a35", "isolated": True, "isolation_note": "",
+         "runs": {"SmolLM2": run}, "bench": {"status": "ran", "pp16": 9.5, "tg8": 3.1}},
+        {"level": "armv8.2_1", "qemu_model": "cortex-a76", "isolated": False,
+         "isolation_note": "no QEMU model isolates this level: cortex-a76 also has fp16",
+         "runs": {"SmolLM2": {"status": "ran", "ok": False, "diverges_at": 4, "eval_tok_s": 4.0}},
+         "bench": {"status": "crashed", "error": "crashed: SIGILL (illegal instruction) on level armv8.2_1"}},
+    ]}
+    lines = table_lines(r)
+    assert lines[0].startswith("| level | QEMU CPU model | isolated | SmolLM2: answer ok | SmolLM2: diverges at token")
+    assert "| armv8.0_1 | `cortex-a35` | yes | yes | (reference) | 3.21 | 9.5 / 3.1 |" in lines
+    assert "| armv8.2_1 | `cortex-a76` | no | NO | 4 | 4.00 | CRASHED: crashed: SIGILL (illegal instruction) " \
+           "on level armv8.2_1 |" in lines
+    assert lines[-1] == "- armv8.2_1: no QEMU model isolates this level: cortex-a76 also has fp16"
