@@ -121,7 +121,8 @@ def vulkan(session: nox.Session) -> None:
     e2e = dict(env)
     e2e.update(json.loads(str(session.run("harness", "models", "env", "--json", silent=True, env=env))))
     # Forced, the variant runs on a CPU-type device too (the engine lists it for ggml-vulkan).
-    session.run("harness", "e2e", "tests/e2e/llamacpp/test_text.py", "--variant", "vulkan", "--",
+    session.run("harness", "e2e", "tests/e2e/llamacpp/test_vulkan.py", "tests/e2e/llamacpp/test_text.py",
+                "--variant", "vulkan", "--",
                 *session.posargs, env=e2e)
 
 

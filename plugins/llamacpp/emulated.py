@@ -37,8 +37,8 @@ EXPECT = "Paris"
 RUN_TIMEOUT_S = 900
 _FIELD_RE = re.compile(r"^\s*bool\s+has_(\w+)\s*;", re.M)
 _LOADED_RE = re.compile(r"loaded CPU backend from \S*libggml-cpu-([\w.]+)\.so")
-_EVAL_RE = re.compile(r"^\S+:\s+eval time =.*?([\d.]+) tokens per second", re.M)
-_PROMPT_EVAL_RE = re.compile(r"^\S+:\s+prompt eval time =.*?([\d.]+) tokens per second", re.M)
+_EVAL_RE = re.compile(r"\S+:\s+eval time =.*?([\d.]+) tokens per second")
+_PROMPT_EVAL_RE = re.compile(r"\S+:\s+prompt eval time =.*?([\d.]+) tokens per second")
 _QEMU_SIGNAL_RE = re.compile(r"qemu: uncaught target signal (\d+)")
 
 
@@ -148,10 +148,12 @@ def run_completion(tc: cross_gnu.CrossToolchain, root: Path, level: str, cpu_mod
                    n_tokens: int, threads: int) -> LevelRun:
     argv = [*tc.run_argv(cpu_model), str(root / "bin" / "llama-completion"), "-m", str(model), "-p", PROMPT,
             "-n", str(n_tokens), "--temp", "0", "--seed", "1", "-no-cnv", "--no-display-prompt", "--no-warmup",
-            "-c", "256", "-t", str(threads)]
+            "-c", "256", "-t", str(threads),
+            # debug verbosity: the only way llama-completion prints which CPU level ggml loaded
+            "-lv", "4"]
     t0 = time.perf_counter()
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+        r = subprocess.run(argv, capture_output=True, encoding="utf-8", errors="replace", timeout=RUN_TIMEOUT_S, check=False,
                            stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return LevelRun(level=level, model=model.name, status="failed", loaded=None,
@@ -182,7 +184,7 @@ def run_bench(tc: cross_gnu.CrossToolchain, root: Path, level: str, cpu_model: s
     argv = [*tc.run_argv(cpu_model), str(root / "bin" / "llama-bench"), "-m", str(model), "-p", str(pp),
             "-n", str(tg), "-r", "1", "-t", str(threads), "-o", "json", "--no-warmup"]
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+        r = subprocess.run(argv, capture_output=True, encoding="utf-8", errors="replace", timeout=RUN_TIMEOUT_S, check=False,
                            stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return {"status": "failed", "error": f"hung for {RUN_TIMEOUT_S} s"}

@@ -262,3 +262,24 @@ def test_the_level_table_shows_model_isolation_answer_divergence_and_speed() -> 
     assert "| armv8.2_1 | `cortex-a76` | no | NO | 4 | 4.00 | CRASHED: crashed: SIGILL (illegal instruction) " \
            "on level armv8.2_1 |" in lines
     assert lines[-1] == "- armv8.2_1: no QEMU model isolates this level: cortex-a76 also has fp16"
+
+
+def test_a_guest_signal_is_named_whether_qemu_reraises_it_or_only_prints_it() -> None:
+    import subprocess
+
+    sigill = subprocess.CompletedProcess([], -4, "", "qemu: uncaught target signal 4 (Illegal instruction) - core dumped\n")
+    assert emulated._died(sigill) == "SIGILL (illegal instruction)"
+    via_shell = subprocess.CompletedProcess([], 139, "", "")
+    assert emulated._died(via_shell) is not None and emulated._died(via_shell).startswith("SIGSEGV")  # type: ignore[union-attr]
+    assert emulated._died(subprocess.CompletedProcess([], 1, "", "error: model not found\n")) is None
+
+
+def test_the_loaded_level_and_speeds_are_read_from_the_programs_log() -> None:
+    err = ("0.00.196.505 I load_backend: loaded CPU backend from /t/armv8.2_2/bin/../lib/libggml-cpu-armv8.2_2.so\n"
+           "0.31.781.402 I common_perf_print: prompt eval time =    7023.83 ms /     5 tokens "
+           "( 1404.77 ms per token,     0.71 tokens per second)\n"
+           "0.31.781.427 I common_perf_print:        eval time =   21143.37 ms /     7 runs   "
+           "( 3020.48 ms per token,     0.33 tokens per second)\n")
+    m = emulated._LOADED_RE.search(err)
+    assert m is not None and m.group(1) == "armv8.2_2"
+    assert emulated._EVAL_RE.findall(err) == ["0.33"] and emulated._PROMPT_EVAL_RE.findall(err) == ["0.71"]
