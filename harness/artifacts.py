@@ -68,7 +68,7 @@ def usable_on(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]
         if not devices:
             return False, ["no Vulkan device on this host (mesa-vulkan-drivers provides lavapipe, a CPU one)"]
         if all("CPU" in g.device_type.upper() for g in devices):
-            notes.append("only a CPU Vulkan device (lavapipe): run with GGML_VK_VISIBLE_DEVICES=0")
+            notes.append("only a CPU Vulkan device (lavapipe): used when the variant is named (--variant vulkan)")
         missing = sorted(k for k, ok in manifest.get("vulkan", {}).get("glslc_features", {}).items() if not ok)
         if missing:
             notes.append(f"built without {', '.join(missing)} shaders (glslc lacked them)")
