@@ -7,6 +7,10 @@ Default sessions: lint, tests. Others are opt-in (``default=False``):
 - ``generate_schema``: regenerate committed JSON Schemas.
 - ``update_pins``: move an engine pin (compares before writing).
 - ``bench``: pytest-benchmark micro-benchmarks of the harness's own hot paths.
+- ``cross-aarch64``: build the cpu-aarch64 row with the cross toolchain and run every ARM CPU level
+  under its QEMU CPU model (tiny model, SmolLM2 "Paris", a short llama-bench); the level table.
+- ``vulkan``: build the vulkan row and its backend, run its e2e specs on it (tiny model, SmolLM2
+  short shape; lavapipe here); spec files in posargs are added (``-- tests/e2e/llamacpp/test_text.py``).
 - ``localai_corpus``: validate a held-out corpus of real LocalAI model configs (errors fail).
 
 Posargs pass through to the underlying tool.
@@ -80,6 +84,50 @@ def tests(session: nox.Session) -> None:
     # One process per spec file: a crash (SIGILL on some CPU level) names its spec and
     # level, and the other files' results are kept.
     session.run("harness", "e2e", "tests/e2e", "--variant", "cpu", "--", *session.posargs, env=e2e)
+    if _cross_toolchain_present():
+        # The cpu-aarch64 row, every ARM level on the tiny model under qemu-user (the cold cross build
+        # is the cost: minutes once; with the stamp and ccache warm, the runs only).
+        session.run("harness", "emulate", "llamacpp", "--variant", "cpu-aarch64", "--model", "tiny",
+                    "--markdown", env=env)
+    else:
+        session.log("cpu-aarch64: no cross toolchain (bash scripts/install-system-deps.sh --cross-aarch64): skipped")
+
+
+def _cross_toolchain_present() -> bool:
+    import shutil
+
+    return all(shutil.which(t) for t in ("aarch64-linux-gnu-g++", "clang++-19", "qemu-aarch64-static"))
+
+
+@nox.session(name="cross-aarch64", python=PYTHON, default=False)
+def cross_aarch64(session: nox.Session) -> None:
+    """The cpu-aarch64 row: cross build, ABI exports, every ARM level under QEMU (tiny, SmolLM2, llama-bench)."""
+    _install(session, "all,test,convert")
+    session.run("bash", "scripts/install-system-deps.sh", "--cross-aarch64", external=True)
+    env = {"HARNESS_NO_PROGRESS": "1"}
+    session.run("harness", "models", "fetch", env=env)
+    session.run("harness", "emulate", "llamacpp", "--variant", "cpu-aarch64", "--model", "tiny", "--model", "smollm2",
+                "--bench", "smollm2", "--markdown", *session.posargs, env=env)
+
+
+@nox.session(python=PYTHON, default=False)
+def vulkan(session: nox.Session) -> None:
+    """The vulkan row on this host's Vulkan device (lavapipe: a CPU one): build, backend, its e2e specs."""
+    _install(session, "all,test,convert")
+    session.run("bash", "scripts/install-system-deps.sh", "--vulkan", external=True)
+    env = {"HARNESS_NO_PROGRESS": "1"}
+    session.run("harness", "build", "llamacpp", "--variant", "vulkan", env=env)
+    session.run("harness", "build-backend", "llamacpp", "--variant", "vulkan", env=env)
+    session.run("harness", "models", "fetch", env=env)
+    e2e = dict(env)
+    e2e.update(json.loads(str(session.run("harness", "models", "env", "--json", silent=True, env=env))))
+    # Forced, the variant runs on a CPU-type device too (the engine lists it for ggml-vulkan). The
+    # whole text suite passes on lavapipe as well but takes ~17 min here: name it in posargs to add it,
+    # e.g. nox -s vulkan -- tests/e2e/llamacpp/test_text.py
+    specs = [a for a in session.posargs if a.endswith(".py")] or []
+    rest = [a for a in session.posargs if not a.endswith(".py")]
+    session.run("harness", "e2e", "tests/e2e/llamacpp/test_vulkan.py", *specs, "--variant", "vulkan", "--", *rest,
+                env=e2e)
 
 
 @nox.session(python=PYTHON, default=False)

@@ -52,6 +52,10 @@ def usable_on(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]
     notes: list[str] = []
     if manifest.get("host", {}).get("os") not in (None, host.os):
         return False, [f"built for {manifest['host']['os']}, host is {host.os}"]
+    target = manifest.get("target")
+    if target and not str(target).startswith(f"{host.arch}-"):
+        return False, [f"cross-built for {target}, host is {host.arch}: runs here only under emulation "
+                       "(qemu-user; harness qualify runs it so)"]
     if manifest.get("backend") == "cuda":
         gpus = [g for g in host.gpus if g.api == "cuda"]
         if not gpus:
@@ -64,7 +68,7 @@ def usable_on(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]
         if not devices:
             return False, ["no Vulkan device on this host (mesa-vulkan-drivers provides lavapipe, a CPU one)"]
         if all("CPU" in g.device_type.upper() for g in devices):
-            notes.append("only a CPU Vulkan device (lavapipe): run with GGML_VK_VISIBLE_DEVICES=0")
+            notes.append("only a CPU Vulkan device (lavapipe): used when the variant is named (--variant vulkan)")
         missing = sorted(k for k, ok in manifest.get("vulkan", {}).get("glslc_features", {}).items() if not ok)
         if missing:
             notes.append(f"built without {', '.join(missing)} shaders (glslc lacked them)")

@@ -75,9 +75,19 @@ def build_key(engine: EngineSpec, tree: PatchedTree, variant: Variant, defines: 
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def stamp_key(key: str, engine: EngineSpec, abi_fingerprint: str | None) -> str:
+def row_targets(engine: EngineSpec, variant: Variant) -> list[str]:
+    """The CMake targets of a row: the engine's, plus its ``cross.targets`` for a cross-built row."""
+    return [*engine.targets, *(engine.cross.get("targets", ()) if variant.target else ())]
+
+
+def row_bins(engine: EngineSpec, variant: Variant) -> list[str]:
+    """The programs collected into ``bin/``: the engine's, plus ``cross.bin`` for a cross-built row."""
+    return [*engine.artifacts.get("bin", ()), *(engine.cross.get("bin", ()) if variant.target else ())]
+
+
+def stamp_key(key: str, engine: EngineSpec, abi_fingerprint: str | None, targets: list[str] | None = None) -> str:
     """Everything the artifact depends on: targets, collected files and the ABI fingerprint too."""
-    blob = json.dumps({"build": key, "targets": engine.targets, "artifacts": engine.artifacts,
+    blob = json.dumps({"build": key, "targets": targets or list(engine.targets), "artifacts": engine.artifacts,
                        "abi": abi_fingerprint, "manifest": MANIFEST_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -165,7 +175,7 @@ def _library_candidates(build_dir: Path, pattern: str,
     return [p for d in cmake_fileapi.library_dirs(build_dir, targets) for p in sorted(d.glob(pattern))]
 
 
-def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path) -> None:
+def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path, bins: list[str] | None = None) -> None:
     (dest / "lib").mkdir(parents=True)
     (dest / "bin").mkdir()
     (dest / "include").mkdir()
@@ -181,7 +191,7 @@ def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path) -> Non
             else:
                 shutil.copy2(src, target)
     exes = cmake_fileapi.executables(targets or [])
-    for name in engine.artifacts.get("bin", ()):
+    for name in engine.artifacts.get("bin", ()) if bins is None else bins:
         src = exes.get(name, bindir / name)
         if not src.is_file():
             msg = (f"expected binary {name} not built (looked for {src}); check targets: in "
@@ -211,6 +221,8 @@ def smoke_cpu_level(engine: EngineSpec, variant: Variant, artifact: Path) -> str
     artifact lacks the program, or the output does not say.
     """
     spec = with_current_build_data(engine).smoke
+    if variant.target:  # a cross-built artifact does not run natively here
+        return None
     if not spec or any(variant.intent.get(k) != v for k, v in dict(spec.get("when", {})).items()):
         return None
     argv = [str(a) for a in spec["argv"]]
@@ -249,7 +261,8 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
         raise HostError(msg)
     defines = effective_defines(pm, engine, variant, host, overrides or {})
     key = build_key(engine, tree, variant, defines)
-    stamp = stamp_key(key, engine, abi_fingerprint)
+    targets = row_targets(engine, variant)
+    stamp = stamp_key(key, engine, abi_fingerprint, targets)
     dest = artifact_dir(engine, variant)
     with FileLock(str(paths.locks_dir() / f"build-{dest.name}.lock")):
         if not force and (dest / MANIFEST).is_file():
@@ -278,13 +291,13 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
                         build_dir, log, env, f"configure {engine.name} {variant.name}")
             # this build's own ccache counts (other builds running now keep theirs): see harness/ccache.py
             build_env = {**env, **ccache.build_env(build_dir)} if _uses_ccache(defines) else env
-            _run_logged(["cmake", "--build", str(build_dir), "--parallel", str(jobs()), "--target", *engine.targets],
+            _run_logged(["cmake", "--build", str(build_dir), "--parallel", str(jobs()), "--target", *targets],
                         build_dir, log, build_env, f"build {engine.name} {variant.name} (-j{jobs()})")
         finally:
             compile_lock.release()
         staging = dest.with_name(f".{dest.name}.staging")
         shutil.rmtree(staging, ignore_errors=True)
-        _collect(engine, tree.path, build_dir, staging)
+        _collect(engine, tree.path, build_dir, staging, row_bins(engine, variant))
         manifest = {
             "manifest_version": MANIFEST_VERSION,
             "engine": engine.name,
@@ -301,6 +314,8 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             "cuda_archs": defines.get("CMAKE_CUDA_ARCHITECTURES", "").split(";") if variant.backend == "cuda" else [],
             "toolchain": toolchain_id(host),
             "host": {"os": host.os, "arch": host.arch, "microarch": host.microarch},
+            # A cross-built row's GNU triple (where the artifact runs); None for a build for the host.
+            "target": variant.target or None,
             "abi_fingerprint": abi_fingerprint or header_hash(staging / "include"),
             "abi_fingerprint_kind": "abi" if abi_fingerprint else "header-sha256",
             "build_key": stamp,

@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.commands.runtime",
     "harness.commands.qualify",
     "harness.commands.e2e",
+    "harness.commands.emulate",
     "harness.models.cli",
     "harness.abi.cli",
     "harness.audit.cli",

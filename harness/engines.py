@@ -115,6 +115,7 @@ def parse_engine(path: Path) -> EngineSpec:
         variants=tuple(data.get("variants", ())),
         intents=intents,
         smoke=dict(data.get("smoke", {})),
+        cross={k: tuple(v) for k, v in data.get("cross", {}).items()},
         raw=data,
     )
 

@@ -64,6 +64,7 @@ def load_matrix(directory: Path | None = None) -> list[Variant]:
                     default=bool(row.get("default", False)),
                     engines=tuple(row.get("engines", ())),
                     extra=dict(row.get("extra", {})),
+                    target=str(row.get("target", "")),
                 )
             )
     names = [r.name for r in rows]

@@ -22,6 +22,7 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("variant-vulkan", "harness_plugins.variant_vulkan"),
     ("variant-metal", "harness_plugins.variant_metal"),
     ("variant-mlx", "harness_plugins.variant_mlx"),
+    ("cross-gnu", "harness_plugins.cross_gnu"),
     ("bench-fake", "harness_plugins.bench_fake"),
 )
 

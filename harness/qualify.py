@@ -20,7 +20,7 @@ from typing import Any
 
 from harness import paths
 from harness.build import artifact_dir, ccache_summary
-from harness.errors import AuditError, EngineCrashError, HarnessError
+from harness.errors import AuditError, EngineCrashError, HarnessError, HostError
 from harness.matrix import get_variant
 from harness.qualify_bench import bench_plan, bench_section, old_pin_bench, peer_bench, stage_name
 from harness.runtime.levels import LEVEL_ENV
@@ -39,6 +39,7 @@ class Carried:
     tree: PatchedTree | None = None
     abi_fingerprint: str | None = None
     variants: tuple[str, ...] = ()
+    runnable_extra: tuple[str, ...] = ()
     model_env: dict[str, str] = field(default_factory=dict)
 
     def patched(self) -> PatchedTree:
@@ -52,7 +53,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
             run_bench: bool = True, old_pin: str | None = None, old_rev: str | None = None,
             threads: int | None = None, fail_on_slower: Sequence[str] | None = None,
             until_halfwidth: float | None = None, max_blocks: int | None = None,
-            variant: str | None = None) -> tuple[Qualification, Path]:
+            variant: str | None = None, arch: Sequence[str] | None = None) -> tuple[Qualification, Path]:
     """Every stage for the engine's pin; with ``old_pin``/``old_rev`` also the pin move's PR material:
     the ABI/API diff from the old pin and an old-vs-new ABBA run of the engine's own benchmark tool
     on the cpu variant. ``engine_name`` None: the default text engine.
@@ -60,7 +61,11 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
     The bench stages run on every model of the descriptor's ``qualify.bench.models``, adaptively
     (``until_halfwidth``, ``max_blocks``; 0 for a fixed ``bench_blocks``), and fail on the gate
     (``fail_on_slower``, default from the descriptor); ``threads`` defaults to the physical cores.
-    ``variant``: the matrix rows to build and test (fnmatch patterns), instead of the default rows."""
+    ``variant``: the matrix rows to build and test (fnmatch patterns), instead of the default rows.
+
+    ``arch``: the architectures whose cross-built rows (``target:`` in the matrix) are built and
+    qualified under emulation; None: every cross row this host can build and run (its toolchain
+    is installed); ``[]``: none."""
     from harness import host as hostmod
     from harness import pipeline
     from harness.abi.check import check_engine
@@ -133,6 +138,20 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
         if not built:
             raise HarnessError("no default variant is buildable here: " + "; ".join(s["reason"] for s in skipped))
         carried.variants = tuple(str(b["variant"]) for b in built)
+        # Rows qualify runs where they can run (extra.qualify: runnable, e.g. vulkan on lavapipe): built,
+        # given a backend and covered by the cross-variant check; the e2e suite stays on the default rows.
+        for v in ([] if variant else load_matrix()):  # a CI entry's --variant names every row it wants
+            if v.extra.get("qualify") != "runnable" or engine_support(engine, v) is not None or v.target:
+                continue
+            b = buildability(pm, v, host)
+            if not (b.buildable and b.runnable):
+                skipped.append({"variant": v.name, "reason": "; ".join(b.reasons) or "no device to run it on"})
+                continue
+            r = build(pm, engine, v, carried.patched(), host, abi_fingerprint=carried.abi_fingerprint)
+            built.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
+                          "seconds": round(r.seconds, 1), "build_seconds": r.manifest.get("build_seconds"),
+                          "ccache": r.manifest.get("ccache"), "ccache_summary": ccache_summary(r.manifest)})
+            carried.runnable_extra += (v.name,)
         return StageResult(", ".join(f"{b['variant']} ({'built' if b['built'] else 'cached'}"
                                      + (f"; {b['ccache_summary']}" if b["built"] and b["ccache_summary"] else "") + ")"
                                      for b in built)
@@ -142,7 +161,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
         from harness.backend import build_backend
 
         rows: list[dict[str, Any]] = []
-        for v in carried.variants:
+        for v in (*carried.variants, *carried.runnable_extra):
             art = artifact_dir(engine, get_variant(v))
             r = build_backend(engine, art)
             rows.append({"variant": v, "wheel": str(r.wheel), "built": r.built, "seconds": round(r.seconds, 1)})
@@ -229,6 +248,29 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
                                                                  else "; identical token sequences")
                 + (f"; audited (static), not run here: {', '.join(not_run)}" if not_run else ""), r)
 
+    def s_emulated(row: str) -> StageResult:
+        from harness.emulate import emulate
+
+        impl = registry.get(engine.name)
+        models: dict[str, Path] = {}
+        expect: dict[str, str] = {}
+        if impl.probe_model is not None:
+            models["tiny"] = impl.probe_model()
+        chat = carried.model_env.get("HARNESS_CHAT_MODEL")
+        if chat:
+            models["SmolLM2"], expect["SmolLM2"] = Path(chat), "Paris"
+        # Four greedy tokens (the answer is the first) and no llama-bench: under emulation SmolLM2
+        # decodes at 0.1-1 tok/s, so the full table (`harness emulate --bench`, nox -s cross-aarch64)
+        # would add some 20 minutes to every qualification.
+        r = emulate(engine.name, row, models=models, expect=expect, bench_model=None, threads=plan.threads,
+                    n_tokens=4)
+        if not r["passed"]:
+            raise HarnessError("; ".join(r["failures"]))
+        iso = [x["level"] for x in r["levels"] if x["isolated"]]
+        return StageResult(f"{len(r['levels'])} {r['triple']} levels ran under qemu {r['qemu']} "
+                           f"({len(iso)} isolated by a CPU model; not isolated: {', '.join(r['not_isolated']) or 'none'});"
+                           f" build {r['build']['seconds']} s, runs {r['seconds']} s", r)
+
     def s_bench(model_var: str) -> StageResult:
         if not run_bench:
             raise SkippedStage("disabled (--no-bench)")
@@ -280,11 +322,26 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
     q.run("isa-audit", s_audit, needs=("build",))
     q.run("e2e", s_e2e, needs=("backend", "models"))
     q.run("cross-variant", s_cross, needs=("backend", "models"))
+    from harness.emulate import cross_rows
+
+    rows_here, rows_not = cross_rows(engine.name, list(arch) if arch is not None else None)
+    if variant and arch is None:  # a CI entry's rows: the cross rows its pattern names, not every one
+        wanted = {v.name for v in select(load_matrix(), variant)}
+        rows_here = [r for r in rows_here if r.name in wanted]
+    for row in rows_here:
+        q.run(f"emulated-{row.name}", functools.partial(s_emulated, row.name), needs=("abi-check", "models"))
+    if arch:  # asked for by name: a row that cannot run here is a failure, with the reason
+        for s in rows_not:
+            q.run(f"emulated-{s['variant']}", functools.partial(_cannot, s["reason"]))
     for var in plan.models:
         q.run(stage_name(var), functools.partial(s_bench, var), needs=("backend", "models"))
     q.run("old-pin-abi", s_old_abi, needs=("patch",))
     q.run("old-pin-bench", s_old_bench, needs=("build", "models"))
     return q, write_qualification(q, report)
+
+
+def _cannot(reason: str) -> StageResult:
+    raise HostError(reason)
 
 
 def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> StageResult:
@@ -372,6 +429,17 @@ def render_markdown(doc: dict[str, Any]) -> str:
                 status = {"not-run": "audited (static), not run here"}.get(r.get("status", "ran"), r.get("status", "ran"))
                 lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {status} | {'yes' if r['ok'] else 'NO'} | "
                              f"{div} | {r['error']} |")
+        if s["name"].startswith("emulated-") and s["data"].get("levels"):
+            from harness.emulate import table_lines
+
+            d = s["data"]
+            lines += ["", f"## {d['build']['variant']}: every CPU level under qemu-user ({d['triple']}, qemu {d['qemu']})",
+                      "", f"Prompt {d['prompt']!r}, greedy, {d['n_tokens']} tokens, {d['threads']} threads; each level "
+                      "forced (only its library in the plugin dir) under the QEMU CPU model that has its features; "
+                      "tokens/s are under emulation (informational). ABI: "
+                      f"{d['abi']['used_functions']} used functions exported by the {d['abi']['machine']} libraries, "
+                      f"{len(d['abi']['headers'])} shipped headers identical to the checked ones.", "",
+                      *table_lines(d)]
         if (s["name"] in BENCH_TITLES or s["name"].startswith("bench")) and s["data"].get("markdown"):
             title = BENCH_TITLES.get(s["name"], BENCH_TITLES["bench"]).format(model=s["data"].get("model", "?"))
             lines += bench_section(title, s["data"])

@@ -50,6 +50,9 @@ class EngineImpl:
     cross_variant: Callable[..., dict[str, Any]] | None = None
     """``cross_variant(model, *, threads)``: the same greedy prompt on every installed variant and CPU
     level (qualify's cross-variant stage)."""
+    emulated_levels: Callable[..., dict[str, Any]] | None = None
+    """``emulated_levels(artifact, *, tree, models, expect, bench_model, threads, only, n_tokens)``: every
+    CPU level of a cross-built artifact run under an emulated CPU that has its features (the level table)."""
     fixture_env: Callable[[], Mapping[str, str]] | None = None
     """Extra model fixtures the engine's e2e specs need (name -> path), written on demand."""
     old_pin_bench_arm: str | None = None

@@ -96,6 +96,8 @@ class EngineSpec:
     """``cmake.intents``: intent key -> value -> the CMake defines that spell it for this engine."""
     smoke: dict[str, Any] = field(default_factory=dict)
     """``smoke:``: a command run in a fresh artifact (``argv``, ``when`` intent, ``cpu_level`` regex)."""
+    cross: dict[str, Any] = field(default_factory=dict)
+    """``cross:``: what a cross-built row adds (``targets``, ``bin``: the programs run under emulation)."""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # Set when the recipe comes from a commit of the history (harness.recipes), not the working tree.
     recipe_commit: str = ""
@@ -132,6 +134,8 @@ class Variant:
     default: bool = False
     engines: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    target: str = ""
+    """GNU triple of a cross-built row (``aarch64-linux-gnu``); empty for a build for the host itself."""
 
 
 @dataclass(frozen=True, kw_only=True)

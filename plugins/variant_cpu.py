@@ -14,6 +14,7 @@ from harness.errors import AuditError
 from harness.matrix import generic_reasons, intent_defines
 from harness.plugin import hookimpl
 from harness.types import Buildability, CpuLevel, EngineSpec, HostInfo, Variant
+from harness_plugins import cross_gnu
 
 
 @hookimpl
@@ -21,12 +22,13 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
     if variant.backend != "cpu":
         return None
     reasons = generic_reasons(variant, host)
-    notes = []
+    cross_reasons, notes = cross_gnu.reasons(variant)
+    reasons += cross_reasons
     if variant.intent.get("cpu_levels") == "native":
         notes.append(f"tuned for this host ({host.microarch}); not portable")
     if not host.tool("ccache").found:
         notes.append("ccache not found: cold builds every time (bash scripts/install-system-deps.sh)")
-    return Buildability(variant=variant.name, buildable=not reasons, runnable=not reasons,
+    return Buildability(variant=variant.name, buildable=not reasons, runnable=not reasons and cross_gnu.runnable(variant),
                         reasons=tuple(reasons), notes=tuple(notes))
 
 
@@ -41,12 +43,16 @@ def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostIn
 # ---------------------------------------------------------------- CPU levels (ggml's CPU backend)
 # ggml defines each level of a GGML_CPU_ALL_VARIANTS build in ggml/src/CMakeLists.txt
 # (`ggml_add_cpu_backend_variant(<name> <OPTION>...)`: option X compiles with GGML_X) and
-# the loader's check in ggml-cpu/arch/<arch>/cpu-feats.cpp (`#ifdef GGML_X ... is.Y()`).
+# the loader's check in ggml-cpu/arch/<arch>/cpu-feats.cpp (x86: `#ifdef GGML_X ... is.Y()`;
+# ARM: `#ifdef GGML_USE_X ... af.has_y`, the Linux hwcaps ggml-feats.h reads).
 
 _VARIANT_RE = re.compile(r"ggml_add_cpu_backend_variant\(\s*([\w.]+)([^)]*)\)")
-_IFDEF_RE = re.compile(r"#ifdef\s+GGML_(\w+)(.*?)#endif", re.S)
-_CHECK_RE = re.compile(r"\bis\.(\w+)\(\)")
-_ARCH_BLOCK = {"x86_64": "x86"}
+_IFDEF_RE = re.compile(r"#ifdef\s+GGML_(?:USE_)?(\w+)(.*?)#endif", re.S)
+_CHECK_RE = {"x86": re.compile(r"\bis\.(\w+)\(\)"), "arm": re.compile(r"\baf\.has_(\w+)\b")}
+#: our arch name -> (GGML_SYSTEM_ARCH in ggml's CMake, the ggml-cpu/arch/ folder)
+_ARCH_BLOCK = {"x86_64": ("x86", "x86"), "aarch64": ("ARM", "arm")}
+#: The ARM level set differs per OS (Linux, Android, Apple): the sub-block for Linux.
+_OS_BLOCK = {"ARM": "Linux"}
 #: cpuid_x86 method names in cpu-feats.cpp whose iced-x86 CpuidFeature name differs.
 _METHOD_TO_FEATURE = {"SSE42": "SSE4_2", "SSE41": "SSE4_1", "SSE3": "SSE3", "AVX512_FP16": "AVX512_FP16"}
 
@@ -64,17 +70,26 @@ def _arch_block(text: str, system_arch: str) -> tuple[str, int]:
     if start < 0 or m is None:
         return "", 0
     nxt = re.compile(r"\n    (?:elseif|else|endif)\b").search(text, m.end())
-    return text[m.end():nxt.start() if nxt else len(text)], text.count("\n", 0, m.end()) + 1
+    body, first = text[m.end():nxt.start() if nxt else len(text)], text.count("\n", 0, m.end()) + 1
+    os_name = _OS_BLOCK.get(system_arch)
+    if os_name:
+        sub = re.compile(rf'\n        if \(CMAKE_SYSTEM_NAME MATCHES "{os_name}"\)').search(body)
+        if sub is None:
+            return "", 0
+        end = re.compile(r"\n        (?:elseif|else|endif)\b").search(body, sub.end())
+        first += body.count("\n", 0, sub.end())
+        body = body[sub.end():end.start() if end else len(body)]
+    return body, first
 
 
 @hookimpl
 def harness_artifact_cpu_levels(tree: Path, arch: str) -> list[CpuLevel] | None:
     ggml = _ggml_root(tree)
-    system_arch = _ARCH_BLOCK.get(arch)
-    if ggml is None or system_arch is None:
+    if ggml is None or arch not in _ARCH_BLOCK:
         return None
+    system_arch, folder = _ARCH_BLOCK[arch]
     cmake = ggml / "src" / "CMakeLists.txt"
-    feats = ggml / "src" / "ggml-cpu" / "arch" / system_arch / "cpu-feats.cpp"
+    feats = ggml / "src" / "ggml-cpu" / "arch" / folder / "cpu-feats.cpp"
     if not feats.is_file():
         msg = f"{feats} is missing: cannot tell what the loader checks for each {arch} CPU level"
         raise AuditError(msg)
@@ -83,7 +98,7 @@ def harness_artifact_cpu_levels(tree: Path, arch: str) -> list[CpuLevel] | None:
     score = text[text.find("_score("):] if "_score(" in text else text
     checks: dict[str, list[str]] = {}
     for m in _IFDEF_RE.finditer(score):
-        checks.setdefault(m.group(1), []).extend(_CHECK_RE.findall(m.group(2)))
+        checks.setdefault(m.group(1), []).extend(_CHECK_RE[folder].findall(m.group(2)))
     levels = []
     for m in _VARIANT_RE.finditer(body):
         name, options = m.group(1), tuple(m.group(2).split())

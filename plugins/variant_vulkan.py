@@ -176,7 +176,7 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
     if not devices:
         notes.append("no Vulkan device: compile-only (mesa-vulkan-drivers provides lavapipe)")
     elif all("CPU" in g.device_type.upper() for g in devices):
-        notes.append("only CPU Vulkan devices (lavapipe): run with GGML_VK_VISIBLE_DEVICES=0")
+        notes.append("only CPU Vulkan devices (lavapipe): runs when the variant is named (--variant vulkan)")
     return Buildability(variant=variant.name, buildable=not reasons, runnable=bool(devices) and not reasons,
                         reasons=tuple(reasons), notes=tuple(notes))
 

@@ -61,6 +61,11 @@ def audit_engine(engine_name: str, variant: str = "cpu", artifact: Path | None =
     pm = get_manager()
     tree = pipeline.patched_tree(engine, pm)
     arch = _artifact_arch(lib) or normalize_arch(platform.machine())
+    if arch != "x86_64":
+        msg = (f"{art} holds {arch} code: the static ISA audit decodes x86-64 only. A cross-built row's levels "
+               f"are run instead, each under the emulated CPU model that has its features: harness emulate "
+               f"--variant {variant}")
+        raise AuditError(msg)
     levels = pm.hook.harness_artifact_cpu_levels(tree=tree.path, arch=arch)
     if levels is None:
         msg = f"no plugin defines the CPU levels of {engine.name} for {arch}; nothing to audit"

@@ -43,6 +43,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="also compare with the pin this one replaces: the API/ABI diff and an ABBA run of both "
                    "cpu artifacts' own benchmark tool (the old recipe comes from git history and is built when needed)")
     g.add_argument("--old-rev", metavar="GITREV", help="like --old-pin, naming the commit/branch (e.g. main)")
+    p.add_argument("--arch", action="append", metavar="ARCH",
+                   help="qualify the cross-built rows for ARCH (e.g. aarch64) under emulation: every CPU level under "
+                   "the QEMU CPU model that has its features; a row that cannot be built or run here fails with the "
+                   "reason (repeatable; default: every cross row whose toolchain is installed; 'none' for none)")
     p.add_argument("--out", type=Path, help="reports directory (default: reports/ in the checkout)")
     add_json_flag(p)
     p.set_defaults(func=cmd_qualify)
@@ -56,7 +60,8 @@ def cmd_qualify(args: argparse.Namespace) -> int:
                            bench_concurrency=conc, out=args.out, run_bench=not args.no_bench,
                            old_pin=args.old_pin, old_rev=args.old_rev, threads=args.threads,
                            fail_on_slower=args.fail_on_slower, until_halfwidth=args.until_halfwidth,
-                           max_blocks=args.max_blocks, variant=args.variant)
+                           max_blocks=args.max_blocks, variant=args.variant,
+                           arch=None if args.arch is None else [a for a in args.arch if a != "none"])
     if args.json:
         print_json({"passed": q.passed, "report": str(directory),
                     "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds, "summary": s.summary}

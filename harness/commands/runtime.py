@@ -72,7 +72,8 @@ def cmd_engine_info(args: argparse.Namespace) -> int:
     cands = discovery.discover(engine.name, engine.pin, fingerprint)
     forced = discovery.choose_or_none(engine.name, engine.pin, fingerprint)
     rows = [{"name": c.name, "variant": c.variant, "package": c.package, "location": str(c.location),
-             "accepted": c.accepted, "reason": c.reason, "pin": c.identity.get("pin"),
+             "accepted": c.accepted, "reason": c.reason, "forced_only": c.forced_only, "note": c.note,
+             "pin": c.identity.get("pin"),
              "abi_fingerprint": c.identity.get("abi_fingerprint"), "selected": forced is not None and c.name == forced.name}
             for c in cands]
     level_lines: list[str] = []
@@ -89,9 +90,11 @@ def cmd_engine_info(args: argparse.Namespace) -> int:
         return 0
     t = Table("variant", "status", "pin", "abi", "where / why")
     for r in rows:
-        status = "[green]selected[/]" if r["selected"] else ("accepted" if r["accepted"] else "[red]rejected[/]")
+        status = "[green]selected[/]" if r["selected"] else (
+            ("accepted (when forced)" if r["forced_only"] else "accepted") if r["accepted"] else "[red]rejected[/]")
+        where = r["location"] if r["accepted"] else r["reason"]
         t.add_row(str(r["variant"]), status, str(r["pin"]), str(r["abi_fingerprint"] or "")[:12],
-                  str(r["location"] if r["accepted"] else r["reason"]))
+                  f"{where}\n{r['note']}" if r["note"] else str(where))
     _stdout_table(t)
     for line in level_lines:
         print(line)

@@ -4,6 +4,11 @@ Candidates come from the ``harness.backends`` entry-point group and from
 directories on ``HARNESS_BACKEND_PATH`` (``os.pathsep``-separated). A candidate is
 accepted only when its identity (engine, pin, variant, ABI fingerprint) matches
 what this checkout expects; every rejected one is reported with the reason.
+
+A backend is *usable* when the host has a device its code can run on, and *preferred* when
+automatic choice should pick it. They differ for a CPU-type Vulkan device (Mesa's lavapipe):
+the vulkan variant runs there, so naming it (``--variant vulkan``, ``$HARNESS_VARIANT``) loads
+it, but automatic choice keeps the cpu build, which is faster on the same CPU.
 """
 
 from __future__ import annotations
@@ -36,22 +41,44 @@ class Candidate:
     accepted: bool
     reason: str = ""
     priority: int = 99
+    forced_only: bool = False
+    """Usable here but not chosen automatically (a vulkan build with only a CPU-type device)."""
+    note: str = ""
+    devices: tuple[int, ...] = ()
+    """For a forced-only backend: the indices (in its API's enumeration order) of the devices it runs on."""
 
     @property
     def variant(self) -> str:
         return str(self.identity.get("variant", "?"))
 
 
+def _cpu_type(device_type: str) -> bool:
+    return "CPU" in device_type.upper()
+
+
 def platform_priority(host: HostInfo) -> list[str]:
-    """Backends in preference order: GPUs with a present device first, then CPU."""
+    """Backends automatic choice picks from, in preference order: GPUs with a present device
+    (not a CPU-type Vulkan device) first, then CPU."""
     if host.os == "darwin" and host.arch == "arm64":
         return ["mlx", "metal", "cpu"]
     order = []
     if host.has_gpu("cuda"):
         order.append("cuda")
-    if any(g.api == "vulkan" and "CPU" not in g.device_type.upper() for g in host.gpus):
+    if any(g.api == "vulkan" and not _cpu_type(g.device_type) for g in host.gpus):
         order.append("vulkan")
     return [*order, "cpu", "package"]
+
+
+def forced_only_backends(host: HostInfo) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Backends that run here only on a CPU-type device: backend -> (why automatic choice skips it,
+    the device indices in the API's enumeration order, which is vulkaninfo's)."""
+    out = {}
+    vk = [g for g in host.gpus if g.api == "vulkan"]
+    if vk and all(_cpu_type(g.device_type) for g in vk) and "vulkan" not in platform_priority(host):
+        names = ", ".join(g.name for g in vk)
+        out["vulkan"] = (f"only a CPU-type Vulkan device here ({names}): used when forced "
+                         "(--variant vulkan); automatic choice prefers the cpu build", tuple(range(len(vk))))
+    return out
 
 
 def _from_entry_points() -> list[tuple[str, str, Path]]:
@@ -77,6 +104,8 @@ def discover(engine: str, pin: str, abi_fingerprint: str | None, host: HostInfo 
     """Every candidate for ``engine``, accepted ones first in priority order."""
     host = host or probe()
     prio = platform_priority(host)
+    forced_only = forced_only_backends(host)
+    usable = [*prio, *forced_only]
     seen: set[Path] = set()
     out: list[Candidate] = []
     for name, package, loc in _from_path() + _from_entry_points():
@@ -97,13 +126,16 @@ def discover(engine: str, pin: str, abi_fingerprint: str | None, host: HostInfo 
         elif abi_fingerprint and ident.get("abi_fingerprint") != abi_fingerprint:
             reason = (f"ABI fingerprint {str(ident.get('abi_fingerprint'))[:16]} differs from the committed surface "
                       f"{abi_fingerprint[:16]}: rebuild the artifact and backend")
-        elif ident.get("backend") not in prio:
+        elif ident.get("backend") not in usable:
             reason = f"backend {ident.get('backend')} has no usable device here (order: {', '.join(prio)})"
         elif not (loc / "lib").is_dir():
             reason = "lib/ with the engine libraries is missing"
-        p = prio.index(ident["backend"]) if ident.get("backend") in prio else 99
+        backend = str(ident.get("backend"))
+        p = usable.index(backend) if backend in usable else 99
         out.append(Candidate(name=name, package=package, location=loc, identity=ident, accepted=not reason,
-                             reason=reason, priority=p))
+                             reason=reason, priority=p, forced_only=backend in forced_only,
+                             note=forced_only[backend][0] if backend in forced_only else "",
+                             devices=forced_only[backend][1] if backend in forced_only else ()))
     out.sort(key=lambda c: (not c.accepted, c.priority, c.name))
     return out
 
@@ -124,9 +156,9 @@ def choose(engine: str, pin: str, abi_fingerprint: str | None, variant: str | No
                f"run harness build-backend {engine} --variant {wanted}")
         raise BackendError(msg)
     for c in cands:
-        if c.accepted:
+        if c.accepted and not c.forced_only:
             return c
-    detail = "; ".join(f"{c.name}: {c.reason}" for c in cands) or "none installed"
+    detail = "; ".join(f"{c.name}: {c.reason or c.note}" for c in cands) or "none installed"
     msg = f"no usable {engine} backend ({detail}); run harness build-backend {engine} --variant cpu"
     raise BackendError(msg)
 

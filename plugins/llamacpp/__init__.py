@@ -106,11 +106,18 @@ def _cross_variant(model: Path, *, threads: int | None = None) -> dict[str, Any]
     return cross_variant(model, threads=threads)
 
 
+def _emulated_levels(artifact: Path, **kw: Any) -> dict[str, Any]:
+    from harness_plugins.llamacpp.emulated import emulated_levels
+
+    return emulated_levels(artifact, **kw)
+
+
 @hookimpl
 def harness_engine_register() -> list[EngineImpl]:
     return [EngineImpl(name=NAME, serves=("text", "embeddings"), default=True, load=_load,
                        probe_model=_probe_model, random_models=_random_models(), convert=_convert,
-                       cross_variant=_cross_variant, old_pin_bench_arm="llama-bench")]
+                       cross_variant=_cross_variant, emulated_levels=_emulated_levels,
+                       old_pin_bench_arm="llama-bench")]
 
 
 # ---------------------------------------------------------------------------

@@ -188,6 +188,7 @@ class Engine:
             defaults, not_applied = _config_defaults(effective)
         path = resolve_model(Path(model))
         cand = discovery.choose(ENGINE, spec.pin, _committed_fingerprint(), variant)
+        _admit_cpu_type_devices(cand)
         module = discovery.import_core(cand)
         handshake(module, cand)
         # HARNESS_BACKEND_LIB_DIR points ggml at another plugin dir (e.g. one CPU level only);
@@ -328,6 +329,19 @@ class Engine:
 
 def _committed_fingerprint() -> str | None:
     return discovery.committed_fingerprint(ENGINE)
+
+
+#: ggml-vulkan skips CPU-type devices (lavapipe) unless they are listed here (indices in
+#: vkEnumeratePhysicalDevices order).
+VK_VISIBLE_ENV = "GGML_VK_VISIBLE_DEVICES"
+
+
+def _admit_cpu_type_devices(cand: discovery.Candidate) -> None:
+    """A forced vulkan variant on a host whose only Vulkan devices are CPU-type: make ggml-vulkan use
+    them, or it would silently run everything on its CPU backend. An explicit setting is kept."""
+    if cand.forced_only and cand.identity.get("backend") == "vulkan" and cand.devices \
+            and VK_VISIBLE_ENV not in os.environ:
+        os.environ[VK_VISIBLE_ENV] = ",".join(map(str, cand.devices))
 
 
 def handshake(module: Any, cand: discovery.Candidate) -> None:

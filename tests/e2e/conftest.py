@@ -37,7 +37,9 @@ def _variants(config: pytest.Config) -> list[str]:
         from harness_plugins.llamacpp.engine import _committed_fingerprint
 
         spec = load_engine("llamacpp")
-        found = [c.variant for c in discovery.discover("llamacpp", spec.pin, _committed_fingerprint()) if c.accepted]
+        # A forced-only variant (vulkan on lavapipe) runs only when named: --variant vulkan.
+        found = [c.variant for c in discovery.discover("llamacpp", spec.pin, _committed_fingerprint())
+                 if c.accepted and not c.forced_only]
     except Exception:
         found = []
     return found or ["<none installed>"]

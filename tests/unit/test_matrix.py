@@ -97,4 +97,11 @@ def test_unknown_variant_did_you_mean(rows) -> None:  # type: ignore[no-untyped-
 
 
 def test_pattern_selection(rows) -> None:  # type: ignore[no-untyped-def]
-    assert [r.name for r in select(rows, "cpu*")] == ["cpu", "cpu-native"]
+    assert [r.name for r in select(rows, "cpu*")] == ["cpu", "cpu-aarch64", "cpu-native"]
+    assert [r.name for r in select(rows, "cpu-a*")] == ["cpu-aarch64"]
+
+
+def test_a_cross_row_carries_its_target_triple(rows) -> None:  # type: ignore[no-untyped-def]
+    by = {r.name: r for r in rows}
+    assert by["cpu-aarch64"].target == "aarch64-linux-gnu" and by["cpu-aarch64"].arch == ("x86_64",)
+    assert by["cpu"].target == ""

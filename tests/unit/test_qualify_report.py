@@ -150,3 +150,18 @@ def test_a_failed_gate_keeps_its_figures() -> None:
     st = q.run("bench", bench)
     assert st.status == "failed" and st.summary.startswith("m.gguf: decode") and st.data["report"] == "bench/x"
     assert not q.passed
+
+
+def test_the_report_has_the_emulated_level_table() -> None:
+    data = {"build": {"variant": "cpu-aarch64"}, "triple": "aarch64-linux-gnu", "qemu": "7.2.22",
+            "prompt": "The capital of France is", "n_tokens": 12, "threads": 2,
+            "abi": {"used_functions": 38, "machine": "AArch64", "headers": {"llama.h": "same"}},
+            "models": {"SmolLM2": "/m.gguf"}, "bench_shape": None,
+            "levels": [{"level": "armv8.2_2", "qemu_model": "cortex-a76", "isolated": True, "isolation_note": "",
+                        "runs": {"SmolLM2": {"status": "ran", "ok": True, "diverges_at": None, "eval_tok_s": 0.5,
+                                             "reference": True}}}]}
+    md = render_markdown(_doc([{"name": "emulated-cpu-aarch64", "status": "passed", "seconds": 300.0,
+                                "summary": "8 aarch64-linux-gnu levels ran", "data": data}]))
+    assert "## cpu-aarch64: every CPU level under qemu-user (aarch64-linux-gnu, qemu 7.2.22)" in md
+    assert "38 used functions exported by the AArch64 libraries" in md
+    assert "| armv8.2_2 | `cortex-a76` | yes | yes | (reference) | 0.50 |" in md

@@ -252,7 +252,7 @@ def test_vulkan_artifact_usability() -> None:
         False, ["no Vulkan device on this host (mesa-vulkan-drivers provides lavapipe, a CPU one)"])
     lavapipe = dataclasses.replace(_host("1.3.239"), gpus=(GpuInfo(api="vulkan", name="llvmpipe", device_type="PHYSICAL_DEVICE_TYPE_CPU"),))
     ok, notes = usable_on(manifest, lavapipe)
-    assert ok and notes == ["only a CPU Vulkan device (lavapipe): run with GGML_VK_VISIBLE_DEVICES=0",
+    assert ok and notes == ["only a CPU Vulkan device (lavapipe): used when the variant is named (--variant vulkan)",
                             "built without GL_EXT_bfloat16, GL_KHR_cooperative_matrix shaders (glslc lacked them)"]
     gpu = dataclasses.replace(lavapipe, gpus=(GpuInfo(api="vulkan", name="RTX", device_type="PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"),))
     assert usable_on({**manifest, "vulkan": {}}, gpu) == (True, [])
