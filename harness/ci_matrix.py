@@ -85,7 +85,7 @@ def github_matrix(engine: str | None = None, variant: str | None = None,
                     "name": f"{SESSION}-{e.name}-{row.name}-{runner.os}-{runner.arch}",
                     "engine": e.name, "variant": row.name, "os": runner.os, "arch": runner.arch,
                     "runner": runner.github if isinstance(runner.github, str) else list(runner.github),
-                    "session": SESSION, "args": f"{e.name} --variant {row.name}",
+                    "session": SESSION, "args": _qualify_args(e.name, row.name, row.target),
                 })
             uncovered = [o for o in row.os if not any(r.os == o and r.arch in row.arch for r in runners)]
             if uncovered:
@@ -96,3 +96,12 @@ def github_matrix(engine: str | None = None, variant: str | None = None,
                + ". Pick rows with --variant, or add runners for their os/arch to matrix/*.yaml")
         raise UsageError(msg)
     return CiMatrix(include=include, notes=notes)
+
+
+def _qualify_args(engine: str, row: str, target: str | None) -> str:
+    """``harness qualify`` arguments for one entry. A cross-built row (``target:``) is qualified by
+    the emulated stage of a run on the host's own cpu row: ``--arch`` names the target's architecture."""
+    if target:
+        return f"{engine} --variant cpu --arch {target.split('-', 1)[0]}"
+    return f"{engine} --variant {row}"
+

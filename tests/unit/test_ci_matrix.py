@@ -61,7 +61,11 @@ def test_default_entries_are_the_ci_rows_on_the_listed_runners() -> None:
 
 def test_engine_and_variant_select(tmp_path: Path) -> None:
     m = github_matrix(engine="llamacpp", variant="cpu*")
-    assert {(e["engine"], e["variant"]) for e in m.include} == {("llamacpp", "cpu"), ("llamacpp", "cpu-native")}
+    assert {(e["engine"], e["variant"]) for e in m.include} == {("llamacpp", "cpu"), ("llamacpp", "cpu-native"),
+                                                                ("llamacpp", "cpu-aarch64")}
+    cross = [e for e in m.include if e["variant"] == "cpu-aarch64"]
+    # built on an x86_64 runner, qualified under emulation by the cpu row's run
+    assert [(e["arch"], e["args"]) for e in cross] == [("x86_64", "llamacpp --variant cpu --arch aarch64")]
     with pytest.raises(UsageError, match="no CI entry: llamacpp metal: no runner for darwin"):
         github_matrix(engine="llamacpp", variant="metal")
 
