@@ -64,7 +64,9 @@ def _complete_info(variant: str, **env: str) -> dict[str, object]:
     return dict(json.loads(r.stdout)["info"])
 
 
-def test_smoke_probe_passes_ggmls_choice(variant: str) -> None:
+def test_smoke_probe_passes_ggmls_choice(variant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ggml's own pick, even in a run that forces a level (a qualification with $HARNESS_CPU_LEVEL)
+    monkeypatch.delenv(levels.LEVEL_ENV, raising=False)
     lib = _lib(variant)
     if len(levels.cpu_levels(lib)) < 2:
         pytest.skip(f"{variant} has one built-in CPU level")
@@ -72,7 +74,7 @@ def test_smoke_probe_passes_ggmls_choice(variant: str) -> None:
     assert not v.error, v.error
     assert v.excluded == {}, f"levels crashed the smoke probe on this host: {v.excluded}"
     # With nothing excluded the engine loads from the artifact dir, so ggml's own pick is the one probed.
-    natural = _complete_info(variant, HARNESS_BACKEND_LIB_DIR=str(lib))
+    natural = _complete_info(variant, HARNESS_BACKEND_LIB_DIR=str(lib), **{levels.LEVEL_ENV: ""})
     assert natural["cpu_variant"] == v.chosen
     assert levels.select(lib).lib_dir == lib
 
