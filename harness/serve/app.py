@@ -136,6 +136,11 @@ async def _body(request: Request) -> Any:
         raise protocol.invalid(None, f"the request body is not JSON: {e}") from None
 
 
+def _model_name(body: Any) -> str:
+    m = body.get("model") if isinstance(body, dict) else None
+    return m if isinstance(m, str) else ""
+
+
 async def _until_done_or_gone(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``; when the client disconnects first, cancel it (the engine request with it)."""
     task = asyncio.ensure_future(work)
@@ -181,17 +186,16 @@ class API:
     def route(self, endpoint: str, handler: Callable[[Request], Awaitable[Response]],
               *, auth: bool = True) -> Callable[[Request], Awaitable[Response]]:
         async def wrapped(request: Request) -> Response:
-            model = ""
             try:
                 if auth:
                     self._authorized(request)
                 response = await handler(request)
-                model = request.state.model if hasattr(request.state, "model") else ""
                 status = response.status_code
             except APIError as e:
-                model = getattr(request.state, "model", "")
                 response, status = _error_response(e), e.status
-            self.metrics.requests.labels(model, endpoint, str(status)).inc()
+            # a served model's name, or "": a label never takes arbitrary client text
+            model = getattr(request.state, "model", "")
+            self.metrics.requests.labels(model if model in self.models else "", endpoint, str(status)).inc()
             return response
         return wrapped
 
@@ -213,8 +217,9 @@ class API:
         return JSONResponse({"object": "list", "data": data})
 
     async def chat(self, request: Request) -> Response:
-        req = protocol.chat_request(await _body(request))
-        request.state.model = req.model
+        body = await _body(request)
+        request.state.model = _model_name(body)
+        req = protocol.chat_request(body)
         m = self._model(req.model, embeddings=False)
         release = m.admit()
         try:
@@ -274,8 +279,9 @@ class API:
             release()
 
     async def completions(self, request: Request) -> Response:
-        req = protocol.completion_request(await _body(request))
-        request.state.model = req.model
+        body = await _body(request)
+        request.state.model = _model_name(body)
+        req = protocol.completion_request(body)
         m = self._model(req.model, embeddings=False)
         release = m.admit()
         try:
@@ -328,8 +334,9 @@ class API:
             release()
 
     async def embeddings(self, request: Request) -> Response:
-        req = protocol.embedding_request(await _body(request))
-        request.state.model = req.model
+        body = await _body(request)
+        request.state.model = _model_name(body)
+        req = protocol.embedding_request(body)
         m = self._model(req.model, embeddings=True)
         release = m.admit()
         try:
