@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.runtime.aio import AsyncEngine, AsyncStream
 from harness.runtime.api import (
     ChatDelta,
     ChatResult,
@@ -88,5 +89,5 @@ def _resolve_config(path: Path, name: str | None, models_dir: str | Path | None)
     return effective, loaded.validated.engine
 
 
-__all__ = ["CONFIG_SUFFIXES", "ChatDelta", "ChatResult", "ChatStream", "Completion", "Engine", "Pending", "Sampling",
+__all__ = ["CONFIG_SUFFIXES", "AsyncEngine", "AsyncStream", "ChatDelta", "ChatResult", "ChatStream", "Completion", "Engine", "Pending", "Sampling",
            "Stream", "Usage", "parse_arguments"]
