@@ -222,12 +222,14 @@ class API:
         req = protocol.chat_request(body)
         m = self._model(req.model, embeddings=False)
         release = m.admit()
+        handed_over = False
         try:
             if req.stream:
                 try:
                     stream = await m.engine.chat_stream(req.messages, **req.engine_kwargs())
                 except Exception as e:
                     raise protocol.from_engine_error(e) from e
+                handed_over = True  # the stream releases its place when it ends
                 return StreamingResponse(self._chat_chunks(m, req, stream, release), media_type="text/event-stream",
                                          background=BackgroundTask(release))
             try:
@@ -238,7 +240,7 @@ class API:
             except Exception as e:
                 raise protocol.from_engine_error(e) from e
         finally:
-            if not req.stream:
+            if not handed_over:
                 release()
         self.metrics.done(m.name, result.completion)
         message = {k: v for k, v in result.message.items() if k in ("role", "content", "tool_calls", "reasoning_content")}
@@ -284,12 +286,14 @@ class API:
         req = protocol.completion_request(body)
         m = self._model(req.model, embeddings=False)
         release = m.admit()
+        handed_over = False
         try:
             if req.stream:
                 try:
                     stream = await m.engine.stream(req.prompt, req.sampling)
                 except Exception as e:
                     raise protocol.from_engine_error(e) from e
+                handed_over = True
                 return StreamingResponse(self._completion_chunks(m, req, stream, release),
                                          media_type="text/event-stream", background=BackgroundTask(release))
             try:
@@ -299,7 +303,7 @@ class API:
             except Exception as e:
                 raise protocol.from_engine_error(e) from e
         finally:
-            if not req.stream:
+            if not handed_over:
                 release()
         self.metrics.done(m.name, c)
         body = {"id": protocol.new_id("cmpl"), "object": "text_completion", "created": protocol.now(),

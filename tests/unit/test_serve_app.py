@@ -143,6 +143,11 @@ def test_every_request_gives_its_place_back(client: TestClient, served: dict[str
         client.post("/v1/completions", json={"model": "chat", "prompt": "x", "stream": stream})
     client.post("/v1/chat/completions", json={"model": "chat", "messages": USER, "temperature": 9})
     assert served["chat"].in_flight == 0
+    # refused by the engine when submitted (the fake's vocabulary has 359 tokens), streaming or not
+    for stream in (False, True):
+        r = client.post("/v1/completions", json={"model": "chat", "prompt": [5, 1000], "stream": stream})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt[1]", r.text
+        assert served["chat"].in_flight == 0
 
 
 def test_api_key(served: dict[str, Any]) -> None:
