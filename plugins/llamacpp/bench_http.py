@@ -62,8 +62,10 @@ class _HttpArm:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         self.argv = argv
+        # A connection per request, for both arms: llama-server drops idle keep-alive connections,
+        # and a request sent on one it just closed fails without an answer.
         self.client = httpx.Client(base_url=self.base, timeout=httpx.Timeout(3600.0, connect=30.0),
-                                   limits=httpx.Limits(max_connections=256, max_keepalive_connections=256))
+                                   limits=httpx.Limits(max_connections=256, max_keepalive_connections=0))
         self._wait_ready()
 
     def _command(self, tmp: Path) -> tuple[list[str], dict[str, str]]:
