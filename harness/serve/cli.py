@@ -137,7 +137,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from harness.serve.app import create_app
 
-    opts = check_options(args.host, args.port, args.api_key or os.environ.get(API_KEY_ENV), args.max_queue)
+    # an empty $HARNESS_API_KEY is unset; an empty --api-key is a mistake check_options names
+    key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+    opts = check_options(args.host, args.port, key, args.max_queue)
     models = load_models(list(args.configs), models_dir=args.models_dir, variant=args.variant,
                          max_queue=opts.max_queue)
     app = create_app(models, api_key=opts.api_key)
