@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.config.cli",
     "harness.video.cli",
     "harness.bench.cli",
+    "harness.serve.cli",
 )
 
 EPILOG = """\

@@ -11,7 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.runtime.api import ChatResult, Completion, Stream
+from harness.runtime.aio import AsyncEngine, AsyncStream
+from harness.runtime.api import (
+    ChatDelta,
+    ChatResult,
+    ChatStream,
+    Completion,
+    Pending,
+    Stream,
+    Usage,
+    parse_arguments,
+)
 from harness.runtime.sampling import Sampling
 
 if TYPE_CHECKING:
@@ -79,4 +89,5 @@ def _resolve_config(path: Path, name: str | None, models_dir: str | Path | None)
     return effective, loaded.validated.engine
 
 
-__all__ = ["CONFIG_SUFFIXES", "ChatResult", "Completion", "Engine", "Sampling", "Stream"]
+__all__ = ["CONFIG_SUFFIXES", "AsyncEngine", "AsyncStream", "ChatDelta", "ChatResult", "ChatStream", "Completion", "Engine", "Pending", "Sampling",
+           "Stream", "Usage", "parse_arguments"]

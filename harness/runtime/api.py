@@ -12,11 +12,32 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from harness import errors
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    """Token counts of one request, as OpenAI's ``usage`` reports them."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    """prompt tokens reused from the prefix cache (OpenAI's ``prompt_tokens_details.cached_tokens``)"""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_openai(self) -> dict[str, Any]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens, "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,14 +54,38 @@ class Completion:
     total_s: float
 
     @property
+    def usage(self) -> Usage:
+        return Usage(prompt_tokens=self.n_prompt, completion_tokens=self.n_generated, cached_tokens=self.n_cached)
+
+    @property
     def decode_tokens_per_s(self) -> float:
         decode_s = self.total_s - self.ttft_s
         return (self.n_generated - 1) / decode_s if self.n_generated > 1 and decode_s > 0 else 0.0
 
 
+def parse_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's ``function.arguments`` (OpenAI's JSON string form) as a dict.
+
+    :raises EngineError: the model wrote arguments that are not a JSON object.
+    """
+    fn = call.get("function") or {}
+    args = fn.get("arguments", "{}")
+    if isinstance(args, dict):
+        return args
+    try:
+        value = json.loads(args or "{}")
+    except json.JSONDecodeError as e:
+        msg = f"tool call {fn.get('name')!r}: arguments are not JSON ({e}): {args!r:.200}"
+        raise errors.EngineError(msg) from None
+    if not isinstance(value, dict):
+        msg = f"tool call {fn.get('name')!r}: arguments must be a JSON object, got {args!r:.200}"
+        raise errors.EngineError(msg)
+    return value
+
+
 @dataclass(frozen=True, kw_only=True)
 class ChatResult:
-    """A chat turn: the parsed assistant message plus the raw completion."""
+    """A chat turn: the parsed assistant message (OpenAI's form) plus the raw completion."""
 
     message: dict[str, Any]
     completion: Completion
@@ -51,15 +96,41 @@ class ChatResult:
 
     @property
     def tool_calls(self) -> list[dict[str, Any]]:
-        calls = []
-        for c in self.message.get("tool_calls") or []:
-            fn = dict(c.get("function", {}))
-            args = fn.get("arguments")
-            if isinstance(args, str):
-                with contextlib.suppress(json.JSONDecodeError):
-                    fn["arguments"] = json.loads(args)
-            calls.append({**c, "function": fn})
-        return calls
+        """The message's tool calls; ``function.arguments`` is the JSON string (parse with
+        :func:`parse_arguments`)."""
+        return list(self.message.get("tool_calls") or [])
+
+    @property
+    def finish_reason(self) -> str:
+        """``tool_calls`` when the model called a tool and finished, else the completion's
+        (stop | length | cancelled)."""
+        reason = self.completion.finish_reason
+        return "tool_calls" if self.tool_calls and reason == "stop" else reason
+
+    @property
+    def usage(self) -> Usage:
+        return self.completion.usage
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatDelta:
+    """One step of a streamed chat turn, already parsed: text goes to ``content`` (or
+    ``reasoning_content``), a tool call arrives as OpenAI ``tool_calls`` deltas (``index``, then
+    ``id`` and ``function.name`` once, then ``function.arguments`` fragments)."""
+
+    content: str = ""
+    reasoning_content: str = ""
+    tool_calls: tuple[dict[str, Any], ...] = ()
+
+    def as_openai(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.content:
+            out["content"] = self.content
+        if self.reasoning_content:
+            out["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            out["tool_calls"] = [dict(c) for c in self.tool_calls]
+        return out
 
 
 _CORE_ERRORS = {
@@ -208,16 +279,101 @@ def _drain(req: Any) -> None:
         raise _CORE_ERRORS.get(etype, errors.EngineError)(text)
 
 
-class ChatStream(Stream):
+class Pending(Generic[T]):
+    """A submitted non-streaming request: ``result()`` waits for it (in C++, the GIL released),
+    ``cancel()`` stops it within one token (``finish_reason == "cancelled"``)."""
+
+    def __init__(self, req: Any, started: float, finish: Callable[[Any, float], T]) -> None:
+        self._req = req
+        self._started = started
+        self._finish = finish
+
+    def result(self) -> T:
+        _drain(self._req)
+        return self._finish(self._req, self._started)
+
+    def cancel(self) -> None:
+        if not self._req.done:
+            self._req.cancel()
+
+
+class ChatStream:
+    """Iterator of :class:`ChatDelta`: the assistant message parsed as it is written (the engine's
+    partial chat parsing), so a tool call arrives as ``tool_calls`` deltas, never as raw text in
+    ``content``. ``.message`` holds the whole parsed message at the end, ``.finish_reason`` is
+    ``tool_calls`` when the model called a tool. Closing and cancelling work as for :class:`Stream`.
+    """
+
     def __init__(self, req: Any, started: float, core: Any, stall_timeout: float = STREAM_STALL_TIMEOUT_S) -> None:
-        super().__init__(req, started, stall_timeout=stall_timeout)
+        self.raw = Stream(req, started, stall_timeout=stall_timeout)
+        self._req = req
         self._core = core
+        self._pending: deque[ChatDelta] = deque()
+        self._ended = False
         self.message: dict[str, Any] | None = None
 
-    def __next__(self) -> str:
+    def __iter__(self) -> Iterator[ChatDelta]:
+        return self._deltas()
+
+    def _deltas(self) -> Iterator[ChatDelta]:
+        finished = False
         try:
-            return super().__next__()
-        except StopIteration:
-            if self.message is None and self._req.done and self._req.finish_reason != "error":
-                self.message = json.loads(self._core.parse_chat(self._req))
-            raise
+            while True:
+                try:
+                    delta = self.__next__()
+                except StopIteration:
+                    finished = True
+                    return
+                yield delta
+        finally:
+            if not finished:
+                self.close()
+
+    def __next__(self) -> ChatDelta:
+        while not self._pending:
+            if self._ended:
+                raise StopIteration
+            try:
+                self.raw.__next__()
+            except StopIteration:
+                self._ended = True
+                if self._req.done and self._req.finish_reason not in ("error", "cancelled"):
+                    self._pending.extend(self._diffs(final=True))
+                    self.message = json.loads(self._core.parse_chat(self._req))
+                continue
+            self._pending.extend(self._diffs(final=False))
+        return self._pending.popleft()
+
+    def _diffs(self, *, final: bool) -> list[ChatDelta]:
+        out = []
+        for d in json.loads(self._core.chat_diffs(self._req, final)):
+            out.append(ChatDelta(content=d.get("content", ""), reasoning_content=d.get("reasoning_content", ""),
+                                 tool_calls=tuple(d.get("tool_calls", ()))))
+        return out
+
+    @property
+    def result(self) -> Completion | None:
+        return self.raw.result
+
+    @property
+    def stalled(self) -> bool:
+        return self.raw.stalled
+
+    @property
+    def finish_reason(self) -> str | None:
+        """None until the stream ended; ``tool_calls`` when the message holds tool calls."""
+        if self.raw.result is None:
+            return None
+        reason = self.raw.result.finish_reason
+        if self.message and self.message.get("tool_calls") and reason == "stop":
+            return "tool_calls"
+        return reason
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> ChatStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

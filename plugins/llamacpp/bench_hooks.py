@@ -1,5 +1,6 @@
-"""Bench arms ``backend`` (our engine on a built variant), ``xllamacpp`` (the peer baseline)
-and ``llama-bench`` (an artifact's own llama-bench: old pin vs new pin)."""
+"""Bench arms ``backend`` (our engine on a built variant), ``xllamacpp`` (the peer baseline),
+``llama-bench`` (an artifact's own llama-bench: old pin vs new pin), and over HTTP ``server``
+(``harness serve``) and ``llama-server`` (the artifact's own server, the same settings)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
         from harness_plugins.llamacpp.bench import XllamacppArm
 
         return XllamacppArm(options)
+    if kind == "server":
+        from harness_plugins.llamacpp.bench_http import ServerArm
+
+        return ServerArm(options)
+    if kind == "llama-server":
+        from harness_plugins.llamacpp.bench_http import LlamaServerArm
+
+        return LlamaServerArm(options)
     return None
 
 

@@ -29,9 +29,9 @@ from harness.runtime.api import (
     ChatResult,
     ChatStream,
     Completion,
+    Pending,
     Stream,
     _completion,
-    _drain,
     _translate,
 )
 from harness.runtime.sampling import Sampling, config_sampling
@@ -207,10 +207,13 @@ class Engine:
     def complete(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
                  **overrides: Any) -> Completion:
         """Generate a completion (blocking; the GIL is released while waiting)."""
+        return self.start(prompt, sampling, **overrides).result()
+
+    def start(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
+              **overrides: Any) -> Pending[Completion]:
+        """Submit a completion and return at once: ``.result()`` waits, ``.cancel()`` stops it."""
         req = self._submit(prompt, self._sampling(sampling, overrides), stream=False)
-        started = time.perf_counter()
-        _drain(req)
-        return _completion(req, started)
+        return Pending(req, time.perf_counter(), _completion)
 
     def stream(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
                **overrides: Any) -> Stream:
@@ -236,16 +239,26 @@ class Engine:
     def chat(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None,
              tool_choice: str | dict[str, Any] = "auto", sampling: Sampling | dict[str, Any] | None = None,
              response_format: dict[str, Any] | None = None, **overrides: Any) -> ChatResult:
-        """One chat turn with the model's own template; tool calls come back parsed."""
+        """One chat turn with the model's own template; tool calls come back parsed (``arguments``
+        as the JSON string, :func:`harness.runtime.parse_arguments` reads it)."""
+        return self.start_chat(messages, tools=tools, tool_choice=tool_choice, sampling=sampling,
+                               response_format=response_format, **overrides).result()
+
+    def start_chat(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None,
+                   tool_choice: str | dict[str, Any] = "auto", sampling: Sampling | dict[str, Any] | None = None,
+                   response_format: dict[str, Any] | None = None, **overrides: Any) -> Pending[ChatResult]:
+        """Submit a chat turn and return at once: ``.result()`` waits, ``.cancel()`` stops it."""
         req = self._submit_chat(messages, tools, tool_choice, sampling, response_format, overrides, stream=False)
-        started = time.perf_counter()
-        _drain(req)
-        return ChatResult(message=json.loads(self.core.parse_chat(req)), completion=_completion(req, started))
+
+        def finish(r: Any, started: float) -> ChatResult:
+            return ChatResult(message=json.loads(self.core.parse_chat(r)), completion=_completion(r, started))
+        return Pending(req, time.perf_counter(), finish)
 
     def chat_stream(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None,
                     tool_choice: str | dict[str, Any] = "auto", sampling: Sampling | dict[str, Any] | None = None,
                     response_format: dict[str, Any] | None = None, **overrides: Any) -> ChatStream:
-        """Stream the raw assistant text; ``.message`` holds the parsed message at the end."""
+        """Stream the assistant message as parsed deltas (:class:`ChatDelta`: content, tool-call
+        fragments); ``.message`` holds the whole parsed message at the end."""
         req = self._submit_chat(messages, tools, tool_choice, sampling, response_format, overrides)
         return ChatStream(req, time.perf_counter(), self.core, self.stream_stall_timeout)
 

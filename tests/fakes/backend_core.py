@@ -27,20 +27,33 @@ def library_build_number() -> int:
     return 1
 
 
+#: What every request generates, as the deltas a streaming request hands out one by one.
+DELTAS = (" Paris", ", and", " more.")
+
+
 class _Req:
     def __init__(self) -> None:
         self.done = True
         self.finish_reason = "length"
         self._t = time.perf_counter()
+        self._events: list[tuple[str, str, str]] = [("delta", d, "") for d in DELTAS] + [("done", "length", "")]
+        self._sent = 0
+        self.reported = ""
 
     def wait(self) -> tuple[str, str, str]:
-        return ("done", "", "")
+        self._events = []
+        return ("done", "length", "")
 
     def next(self) -> tuple[str, str, str] | None:
-        return None
+        if not self._events:
+            return None
+        kind, text, etype = self._events.pop(0)
+        if kind == "delta":
+            self._sent += 1
+        return (kind, text, etype)
 
     def text(self) -> str:
-        return " Paris, and more."
+        return "".join(DELTAS)
 
     def timings(self) -> dict[str, float]:
         return {"t_submit": self._t, "t_first_token": self._t + 0.001, "t_done": self._t + 0.002,
@@ -73,11 +86,20 @@ class Engine:
     def parse_chat(self, req: _Req) -> str:
         return json.dumps({"role": "assistant", "content": req.text()})
 
+    def chat_diffs(self, req: _Req, final: bool) -> str:
+        """The content the deltas handed out so far add, as the real core's partial parse does."""
+        now = req.text() if final else "".join(DELTAS[:req._sent])
+        new, req.reported = now[len(req.reported):], now
+        return json.dumps([{"content": new}] if new else [])
+
+    def embed(self, texts: list[str], normalize: bool) -> list[list[float]]:
+        return [[float(len(t)), 1.0, 0.0, 0.0] for t in texts]
+
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
         return [ord(c) % 300 for c in text]
 
     def stats(self) -> dict[str, int]:
-        return {}
+        return {"active": 0, "pending": 0}
 
     def close(self) -> None:
         pass

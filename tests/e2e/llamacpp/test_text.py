@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from harness.runtime import Engine
+from harness.runtime import Engine, parse_arguments
 
 from ..conftest import model_path, require_variant
 
@@ -98,8 +98,22 @@ def test_tool_call_required(smol: Engine) -> None:
     calls = r.tool_calls
     assert calls, r.message
     assert calls[0]["function"]["name"] == "get_weather"
-    assert isinstance(calls[0]["function"]["arguments"], dict)
-    assert "city" in calls[0]["function"]["arguments"]
+    assert isinstance(calls[0]["function"]["arguments"], str), "OpenAI's form: the JSON string"
+    assert "city" in parse_arguments(calls[0])
+    assert r.finish_reason == "tool_calls" and r.usage.completion_tokens == r.completion.n_generated
+
+
+def test_tool_call_streams_as_deltas(smol: Engine) -> None:
+    s = smol.chat_stream([{"role": "user", "content": "What is the weather in Paris?"}], tools=[WEATHER],
+                         tool_choice="required", sampling={"temperature": 0, "max_tokens": 64})
+    deltas = list(s)
+    calls = [c for d in deltas for c in d.tool_calls]
+    assert not any(d.content for d in deltas), "the call's JSON does not leak into content"
+    assert calls[0]["id"] and calls[0]["function"]["name"] == "get_weather"
+    assert len(calls) > 2 and all("name" not in c["function"] for c in calls[1:])
+    streamed = "".join(c["function"].get("arguments", "") for c in calls)
+    assert s.message is not None and streamed == s.message["tool_calls"][0]["function"]["arguments"]
+    assert s.finish_reason == "tool_calls"
 
 
 def test_tool_call_named(smol: Engine) -> None:
@@ -119,12 +133,13 @@ def test_json_schema_response(smol: Engine) -> None:
     jsonschema.validate(data, schema)
 
 
-def test_chat_stream_parses_at_the_end(smol: Engine) -> None:
+def test_chat_stream_is_the_parsed_message(smol: Engine) -> None:
     s = smol.chat_stream([{"role": "system", "content": "You are a helpful geography assistant. Answer briefly."},
                           {"role": "user", "content": "What is the capital of France?"}],
                          sampling={"temperature": 0, "max_tokens": 32})
-    text = "".join(s)
-    assert s.message is not None and "Paris" in s.message["content"] and "Paris" in text
+    text = "".join(d.content for d in s)
+    assert s.message is not None and "Paris" in s.message["content"] and text == s.message["content"]
+    assert s.finish_reason in ("stop", "length")
 
 
 def test_eight_concurrent_streams_finish(smol: Engine) -> None:

@@ -7,6 +7,7 @@
 #include "ggml-backend.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -557,38 +558,216 @@ std::shared_ptr<Request> Engine::submit_chat(const std::string & messages_json, 
     return submit(std::move(tokens), sp, setup, streaming);
 }
 
-std::string Engine::parse_chat(const Request & req) const {
+namespace {
+
+// Reads the generic tool envelope ({"tool_call": {"name": ..., "arguments": {...}}} or
+// {"response": "..."}) as far as it has been written. The arguments are the model's own bytes,
+// so the fragments streamed while partial add up to the final string.
+struct EnvelopeReader {
+    const std::string & s;
+    size_t i = 0;
+    bool partial;
+
+    void ws() { while (i < s.size() && std::isspace((unsigned char) s[i])) ++i; }
+    bool at_end() { ws(); return i >= s.size(); }
+    bool eat(char c) {
+        ws();
+        if (i < s.size() && s[i] == c) { ++i; return true; }
+        return false;
+    }
+    // A JSON string starting at s[i] == '"'. complete=false when the text ends inside it; then
+    // `out` holds what is decoded so far (never half an escape).
+    bool string(std::string & out, bool & complete) {
+        ws();
+        if (i >= s.size() || s[i] != '"') return false;
+        ++i;
+        complete = false;
+        while (i < s.size()) {
+            char c = s[i];
+            if (c == '"') { ++i; complete = true; return true; }
+            if (c != '\\') { out += c; ++i; continue; }
+            if (i + 1 >= s.size()) return true;
+            char e = s[i + 1];
+            static const std::string simple = "\"\\/bfnrt", mapped = "\"\\/\b\f\n\r\t";
+            auto k = simple.find(e);
+            if (k != std::string::npos) { out += mapped[k]; i += 2; continue; }
+            if (e != 'u') return false;
+            auto hex4 = [&](size_t at, uint32_t & v) {
+                if (at + 4 > s.size()) return false;
+                v = 0;
+                for (size_t j = at; j < at + 4; ++j) {
+                    char h = s[j];
+                    int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                    if (d < 0) return false;
+                    v = v * 16 + (uint32_t) d;
+                }
+                return true;
+            };
+            uint32_t cp;
+            if (!hex4(i + 2, cp)) return true;  // incomplete (or bad: the final parse says so)
+            size_t used = 6;
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                uint32_t lo;
+                if (i + 12 > s.size() || s[i + 6] != '\\' || s[i + 7] != 'u' || !hex4(i + 8, lo)) return true;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                used = 12;
+            }
+            if (cp < 0x80) out += (char) cp;
+            else if (cp < 0x800) { out += (char) (0xC0 | (cp >> 6)); out += (char) (0x80 | (cp & 0x3F)); }
+            else if (cp < 0x10000) { out += (char) (0xE0 | (cp >> 12)); out += (char) (0x80 | ((cp >> 6) & 0x3F)); out += (char) (0x80 | (cp & 0x3F)); }
+            else { out += (char) (0xF0 | (cp >> 18)); out += (char) (0x80 | ((cp >> 12) & 0x3F)); out += (char) (0x80 | ((cp >> 6) & 0x3F)); out += (char) (0x80 | (cp & 0x3F)); }
+            i += used;
+        }
+        return true;
+    }
+    // The raw text of one JSON value; complete=false when the text ends inside it.
+    std::string raw_value(bool & complete) {
+        ws();
+        size_t start = i;
+        int depth = 0;
+        bool in_str = false;
+        complete = false;
+        for (; i < s.size(); ++i) {
+            char c = s[i];
+            if (in_str) {
+                if (c == '\\') ++i;
+                else if (c == '"') in_str = false;
+                continue;
+            }
+            if (c == '"') in_str = true;
+            else if (c == '{' || c == '[') ++depth;
+            else if (c == '}' || c == ']') {
+                if (--depth == 0) { ++i; complete = true; break; }
+                if (depth < 0) break;
+            } else if (depth == 0 && (c == ',' )) { complete = true; break; }
+        }
+        if (i > s.size()) i = s.size();
+        return s.substr(start, std::min(i, s.size()) - start);
+    }
+
+    // false: not the envelope (or, when complete, not a whole one)
+    bool read(common_chat_msg & msg, const std::string & call_id) {
+        msg.role = "assistant";
+        if (!eat('{')) return partial && at_end();
+        std::string key;
+        bool done;
+        if (!string(key, done)) return partial && at_end();
+        if (!done) return partial;
+        if (!eat(':')) return partial && at_end();
+        if (key == "response") {
+            if (!string(msg.content, done)) return partial && at_end();
+            return partial || (done && eat('}') && at_end());
+        }
+        if (key != "tool_call") return false;
+        if (!eat('{')) return partial && at_end();
+        common_chat_tool_call call;
+        bool have_name = false, args_done = false;
+        while (true) {
+            std::string k;
+            if (!string(k, done)) return partial && at_end();
+            if (!done || !eat(':')) return partial;
+            if (k == "name") {
+                std::string name;
+                if (!string(name, done)) return partial && at_end();
+                if (!done) return partial;
+                call.name = name;
+                call.id = call_id;
+                have_name = true;
+                msg.tool_calls = {call};
+            } else if (k == "arguments") {
+                if (!have_name) return false;
+                call.arguments = raw_value(args_done);
+                while (!call.arguments.empty() && std::isspace((unsigned char) call.arguments.back())) call.arguments.pop_back();
+                msg.tool_calls = {call};
+                if (!args_done) return partial;
+            } else {
+                return false;
+            }
+            if (eat(',')) continue;
+            if (!eat('}')) return partial && at_end();
+            break;
+        }
+        if (!have_name) return false;
+        if (call.arguments.empty()) {
+            call.arguments = "{}";
+            msg.tool_calls = {call};
+        }
+        return partial || (eat('}') && at_end());
+    }
+};
+
+}  // namespace
+
+common_chat_msg Engine::chat_message(const Request & req, bool partial) const {
     if (!req.chat) throw std::invalid_argument("not a chat request");
+    const std::string text = req.text();
     common_chat_msg msg;
     if (req.chat->generic_tools) {
+        const std::string id = "call_" + std::to_string(req.id) + "_0";
+        EnvelopeReader rd{text, 0, partial};
+        if (rd.read(msg, id)) return msg;
+        if (partial) throw std::invalid_argument("not (yet) the tool envelope");
+        // Cut short (max_tokens): what the envelope holds so far, as the stream reported it.
+        msg = common_chat_msg();
+        EnvelopeReader cut{text, 0, true};
+        if (cut.read(msg, id)) return msg;
+        msg = common_chat_msg();
         msg.role = "assistant";
-        try {
-            auto j = common_json::parse(req.text());
-            if (j.is_object() && j.contains("tool_call")) {
-                const auto & c = j.at("tool_call");
-                common_chat_tool_call call;
-                call.name = c.at("name").get<std::string>();
-                call.arguments = c.contains("arguments") ? c.at("arguments").dump() : "{}";
-                call.id = "call_" + std::to_string(req.id);
-                msg.tool_calls.push_back(call);
-            } else if (j.is_object() && j.contains("response")) {
-                msg.content = j.at("response").get<std::string>();
-            } else {
-                msg.content = req.text();
-            }
-        } catch (const std::exception &) {
-            msg.content = req.text();  // cut short (max_tokens): hand back what came
-        }
-        return msg.to_json_oaicompat().dump();
+        msg.content = text;  // not the envelope at all: hand back what came
+        return msg;
     }
     try {
-        msg = common_chat_parse(req.text(), false, req.chat->parser);
+        msg = common_chat_parse(text, partial, req.chat->parser);
     } catch (const std::exception &) {
-        msg.role = "assistant";
-        msg.content = req.text();
+        if (partial) throw;
+        msg = common_chat_msg();
+        msg.content = text;
     }
     if (msg.role.empty()) msg.role = "assistant";
-    return msg.to_json_oaicompat().dump();
+    for (size_t k = 0; k < msg.tool_calls.size(); ++k) {
+        if (msg.tool_calls[k].id.empty()) msg.tool_calls[k].id = "call_" + std::to_string(req.id) + "_" + std::to_string(k);
+    }
+    return msg;
+}
+
+std::string Engine::parse_chat(const Request & req) const {
+    return chat_message(req, false).to_json_oaicompat().dump();
+}
+
+std::string Engine::chat_diffs(Request & req, bool final) const {
+    common_chat_msg now;
+    std::vector<common_chat_msg_diff> diffs;
+    try {
+        now = chat_message(req, !final);
+        diffs = common_chat_msg_diff::compute_diffs(req.chat_sent, now);
+    } catch (const std::exception &) {
+        // Not parseable yet (or the parse went back on itself): report nothing until it is.
+        return "[]";
+    }
+    req.chat_sent = std::move(now);
+    auto out = common_json::array();
+    for (const auto & d : diffs) {
+        auto delta = common_json::object();
+        if (!d.reasoning_content_delta.empty()) delta["reasoning_content"] = common_json::make(d.reasoning_content_delta);
+        if (!d.content_delta.empty()) delta["content"] = common_json::make(d.content_delta);
+        if (d.tool_call_index != std::string::npos) {
+            auto call = common_json::object();
+            call["index"] = common_json::make((int64_t) d.tool_call_index);
+            if (!d.tool_call_delta.id.empty()) {
+                call["id"] = common_json::make(d.tool_call_delta.id);
+                call["type"] = common_json::make("function");
+            }
+            auto fn = common_json::object();
+            if (!d.tool_call_delta.name.empty()) fn["name"] = common_json::make(d.tool_call_delta.name);
+            fn["arguments"] = common_json::make(d.tool_call_delta.arguments);
+            call["function"] = fn;
+            auto calls = common_json::array();
+            calls.push_back(call);
+            delta["tool_calls"] = calls;
+        }
+        out.push_back(delta);
+    }
+    return out.dump();
 }
 
 // ---------------------------------------------------------------------------

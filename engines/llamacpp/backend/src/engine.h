@@ -112,6 +112,7 @@ public:
     size_t sent = 0;                         // bytes of `generated` already emitted
     std::string final_text;                  // emitted text
     int id = 0;
+    common_chat_msg chat_sent;               // the parsed message as far as chat_diffs() has reported it
 
 private:
     mutable std::mutex mu_;
@@ -148,6 +149,10 @@ public:
                                          const std::string & tool_choice, const std::string & json_schema,
                                          SamplingParams sp, bool streaming = true);
     std::string parse_chat(const Request & req) const;  // OpenAI-style message JSON
+    // What the message gained since the last call, as OpenAI chat.completion.chunk deltas (a JSON
+    // array): the text so far parsed with is_partial (llama.cpp's partial chat parsing), diffed
+    // against what was reported before. final: parse the whole text as complete.
+    std::string chat_diffs(Request & req, bool final) const;
 
     std::vector<std::vector<float>> embed(const std::vector<std::string> & texts, bool normalize);
 
@@ -172,6 +177,7 @@ private:
         uint64_t last_used = 0;
     };
 
+    common_chat_msg chat_message(const Request & req, bool partial) const;
     void loop();
     bool admit_locked();
     void release(Slot & s, const std::string & reason);

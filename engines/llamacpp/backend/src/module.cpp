@@ -164,6 +164,9 @@ PYBIND11_MODULE(_core, m) {
         }, py::arg("messages_json"), py::arg("tools_json") = "", py::arg("tool_choice") = "auto",
            py::arg("json_schema") = "", py::arg("sampling") = py::dict(), py::arg("stream") = true)
         .def("parse_chat", [](const Engine & e, const Request & r) { return e.parse_chat(r); })
+        .def("chat_diffs", [](const Engine & e, Request & r, bool final) { return e.chat_diffs(r, final); },
+             py::arg("request"), py::arg("final") = false,
+             "OpenAI chunk deltas the chat message gained since the last call (JSON array), by partial parsing.")
         .def("embed", [](Engine & e, const std::vector<std::string> & texts, bool normalize) {
             std::vector<std::vector<float>> out;
             {

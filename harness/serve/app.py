@@ -1,0 +1,387 @@
+"""The Starlette application: OpenAI routes over loaded engines, admission, streaming, metrics.
+
+Admission: each model takes ``capacity`` requests at once (its engine's parallel sequences
+plus a waiting queue); one more is answered 429 with ``Retry-After`` at once, never left
+hanging. Admitted requests go straight into the engine's continuous batching. A client that
+goes away cancels its request: a stream when its response is torn down, a non-streaming
+request when the disconnect is noticed while it waits (checked every quarter second).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hmac
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from harness.runtime.aio import AsyncEngine, AsyncStream
+from harness.runtime.api import ChatDelta, Completion
+from harness.serve import protocol
+from harness.serve.protocol import APIError
+
+T = TypeVar("T")
+
+#: A non-streaming request checks for a vanished client this often while it waits.
+DISCONNECT_POLL_S = 0.25
+
+
+@dataclass(kw_only=True)
+class ServedModel:
+    """One loaded config: its name (``model`` in requests), engine and admission bound."""
+
+    name: str
+    engine: AsyncEngine
+    capacity: int
+    """requests admitted at once: the engine's parallel sequences plus the waiting queue"""
+    embeddings: bool = False
+    """an embedding model: /v1/embeddings only"""
+    config: str = ""
+    in_flight: int = 0
+    created: int = field(default_factory=protocol.now)
+
+    def admit(self) -> Callable[[], None]:
+        """Take a place (or raise 429); returns the release, safe to call more than once."""
+        if self.in_flight >= self.capacity:
+            raise APIError(429, f"model {self.name} is at capacity ({self.capacity} requests running or queued); "
+                                "retry after a second", type="server_error", code="rate_limit_exceeded",
+                           headers={"Retry-After": "1"})
+        self.in_flight += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight -= 1
+        return release
+
+
+class Metrics:
+    """Prometheus metrics of one app (its own registry: several apps in one process stay apart)."""
+
+    def __init__(self, models: dict[str, ServedModel]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("harness_requests", "HTTP API requests by model, endpoint and status",
+                                ["model", "endpoint", "status"], registry=self.registry)
+        self.prompt_tokens = Counter("harness_prompt_tokens", "prompt tokens processed", ["model"],
+                                     registry=self.registry)
+        self.completion_tokens = Counter("harness_completion_tokens", "tokens generated", ["model"],
+                                         registry=self.registry)
+        self.ttft = Histogram("harness_time_to_first_token_seconds", "time from submission to the first token",
+                              ["model"], registry=self.registry,
+                              buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self._models = models
+        self.registry.register(self)
+
+    def collect(self) -> Any:
+        """Gauges read at scrape time from the engines and the admission counters."""
+        depth = GaugeMetricFamily("harness_queue_depth", "requests waiting for a sequence slot in the engine",
+                                  labels=["model"])
+        active = GaugeMetricFamily("harness_active_requests", "requests holding a sequence slot", labels=["model"])
+        admitted = GaugeMetricFamily("harness_in_flight_requests", "requests admitted by the server",
+                                     labels=["model"])
+        capacity = GaugeMetricFamily("harness_capacity_requests", "requests the server admits at once",
+                                     labels=["model"])
+        for m in self._models.values():
+            stats = m.engine.stats() if not m.embeddings else {}
+            depth.add_metric([m.name], float(stats.get("pending", 0)))
+            active.add_metric([m.name], float(stats.get("active", 0)))
+            admitted.add_metric([m.name], float(m.in_flight))
+            capacity.add_metric([m.name], float(m.capacity))
+        yield from (depth, active, admitted, capacity)
+
+    def done(self, model: str, c: Completion | None) -> None:
+        if c is None:
+            return
+        self.prompt_tokens.labels(model).inc(c.n_prompt)
+        self.completion_tokens.labels(model).inc(c.n_generated)
+        if c.n_generated:
+            self.ttft.labels(model).observe(c.ttft_s)
+
+
+def _error_response(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
+
+
+async def _body(request: Request) -> Any:
+    size = request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > protocol.MAX_BODY_BYTES:
+        raise APIError(413, f"request body of {size} bytes is larger than {protocol.MAX_BODY_BYTES}")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > protocol.MAX_BODY_BYTES:
+            raise APIError(413, f"request body is larger than {protocol.MAX_BODY_BYTES} bytes")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise protocol.invalid(None, f"the request body is not JSON: {e}") from None
+
+
+def _model_name(body: Any) -> str:
+    m = body.get("model") if isinstance(body, dict) else None
+    return m if isinstance(m, str) else ""
+
+
+async def _until_done_or_gone(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``; when the client disconnects first, cancel it (the engine request with it)."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            raise APIError(499, "client closed the request", type="server_error")
+
+
+class API:
+    """Route handlers over the served models."""
+
+    def __init__(self, models: dict[str, ServedModel], api_key: str | None) -> None:
+        self.models = models
+        self.api_key = api_key
+        self.metrics = Metrics(models)
+
+    # ------------------------------------------------------------ plumbing
+    def _model(self, name: str, *, embeddings: bool) -> ServedModel:
+        m = self.models.get(name)
+        if m is None:
+            raise APIError(404, f"model {name!r} is not served here (served: {', '.join(self.models)})",
+                           param="model", code="model_not_found")
+        if m.embeddings != embeddings:
+            what = "an embedding model: use /v1/embeddings" if m.embeddings else "not an embedding model"
+            raise APIError(400, f"model {name!r} is {what}", param="model", code="model_not_supported")
+        return m
+
+    def _authorized(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        auth = request.headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
+            raise APIError(401, "missing or wrong API key: send Authorization: Bearer <key> (harness serve --api-key)",
+                           code="invalid_api_key")
+
+    def route(self, endpoint: str, handler: Callable[[Request], Awaitable[Response]],
+              *, auth: bool = True) -> Callable[[Request], Awaitable[Response]]:
+        async def wrapped(request: Request) -> Response:
+            try:
+                if auth:
+                    self._authorized(request)
+                response = await handler(request)
+                status = response.status_code
+            except APIError as e:
+                response, status = _error_response(e), e.status
+            # a served model's name, or "": a label never takes arbitrary client text
+            model = getattr(request.state, "model", "")
+            self.metrics.requests.labels(model if model in self.models else "", endpoint, str(status)).inc()
+            return response
+        return wrapped
+
+    # ------------------------------------------------------------ routes
+    async def health(self, request: Request) -> Response:
+        models = {}
+        for m in self.models.values():
+            stats = m.engine.stats() if not m.embeddings else {}
+            models[m.name] = {"in_flight": m.in_flight, "capacity": m.capacity,
+                              "active": stats.get("active", 0), "pending": stats.get("pending", 0)}
+        return JSONResponse({"status": "ok", "models": models})
+
+    async def metrics_route(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def list_models(self, request: Request) -> Response:
+        data = [{"id": m.name, "object": "model", "created": m.created, "owned_by": "harness"}
+                for m in self.models.values()]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def chat(self, request: Request) -> Response:
+        body = await _body(request)
+        request.state.model = _model_name(body)
+        req = protocol.chat_request(body)
+        m = self._model(req.model, embeddings=False)
+        release = m.admit()
+        handed_over = False
+        try:
+            if req.stream:
+                try:
+                    stream = await m.engine.chat_stream(req.messages, **req.engine_kwargs())
+                except Exception as e:
+                    raise protocol.from_engine_error(e) from e
+                handed_over = True  # the stream releases its place when it ends
+                return StreamingResponse(self._chat_chunks(m, req, stream, release), media_type="text/event-stream",
+                                         background=BackgroundTask(release))
+            try:
+                work = m.engine.chat(req.messages, **req.engine_kwargs())
+                result = await _until_done_or_gone(request, work)
+            except APIError:
+                raise
+            except Exception as e:
+                raise protocol.from_engine_error(e) from e
+        finally:
+            if not handed_over:
+                release()
+        self.metrics.done(m.name, result.completion)
+        message = {k: v for k, v in result.message.items() if k in ("role", "content", "tool_calls", "reasoning_content")}
+        message.setdefault("content", None)
+        body = {"id": protocol.new_id("chatcmpl"), "object": "chat.completion", "created": protocol.now(),
+                "model": m.name, "choices": [{"index": 0, "message": message, "logprobs": None,
+                                              "finish_reason": protocol.finish_reason(result.finish_reason)}],
+                "usage": result.usage.as_openai()}
+        return JSONResponse(body)
+
+    async def _chat_chunks(self, m: ServedModel, req: protocol.ChatRequest, stream: AsyncStream[ChatDelta],
+                           release: Callable[[], None]) -> AsyncIterator[bytes]:
+        cid, created = protocol.new_id("chatcmpl"), protocol.now()
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": m.name,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        try:
+            yield _sse(chunk({"role": "assistant", "content": ""}, None))
+            try:
+                async for d in stream:
+                    yield _sse(chunk(d.as_openai(), None))
+            except Exception as e:
+                err = protocol.from_engine_error(e)
+                yield _sse(err.body())
+                return
+            chat_stream = stream.stream
+            result = stream.result
+            self.metrics.done(m.name, result)
+            reason = getattr(chat_stream, "finish_reason", None) or (result.finish_reason if result else "stop")
+            yield _sse(chunk({}, protocol.finish_reason(reason)))
+            if req.include_usage and result is not None:
+                yield _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": m.name,
+                            "choices": [], "usage": result.usage.as_openai()})
+            yield b"data: [DONE]\n\n"
+        finally:
+            await stream.aclose()
+            release()
+
+    async def completions(self, request: Request) -> Response:
+        body = await _body(request)
+        request.state.model = _model_name(body)
+        req = protocol.completion_request(body)
+        m = self._model(req.model, embeddings=False)
+        release = m.admit()
+        handed_over = False
+        try:
+            if req.stream:
+                try:
+                    stream = await m.engine.stream(req.prompt, req.sampling)
+                except Exception as e:
+                    raise protocol.from_engine_error(e) from e
+                handed_over = True
+                return StreamingResponse(self._completion_chunks(m, req, stream, release),
+                                         media_type="text/event-stream", background=BackgroundTask(release))
+            try:
+                c = await _until_done_or_gone(request, m.engine.complete(req.prompt, req.sampling))
+            except APIError:
+                raise
+            except Exception as e:
+                raise protocol.from_engine_error(e) from e
+        finally:
+            if not handed_over:
+                release()
+        self.metrics.done(m.name, c)
+        body = {"id": protocol.new_id("cmpl"), "object": "text_completion", "created": protocol.now(),
+                "model": m.name, "choices": [{"index": 0, "text": c.text, "logprobs": None,
+                                              "finish_reason": protocol.finish_reason(c.finish_reason)}],
+                "usage": c.usage.as_openai()}
+        return JSONResponse(body)
+
+    async def _completion_chunks(self, m: ServedModel, req: protocol.CompletionRequest, stream: AsyncStream[str],
+                                 release: Callable[[], None]) -> AsyncIterator[bytes]:
+        cid, created = protocol.new_id("cmpl"), protocol.now()
+
+        def chunk(text: str, finish: str | None) -> dict[str, Any]:
+            return {"id": cid, "object": "text_completion", "created": created, "model": m.name,
+                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+        try:
+            try:
+                async for d in stream:
+                    yield _sse(chunk(d, None))
+            except Exception as e:
+                yield _sse(protocol.from_engine_error(e).body())
+                return
+            result = stream.result
+            self.metrics.done(m.name, result)
+            yield _sse(chunk("", protocol.finish_reason(result.finish_reason if result else "stop")))
+            if req.include_usage and result is not None:
+                yield _sse({"id": cid, "object": "text_completion", "created": created, "model": m.name,
+                            "choices": [], "usage": result.usage.as_openai()})
+            yield b"data: [DONE]\n\n"
+        finally:
+            await stream.aclose()
+            release()
+
+    async def embeddings(self, request: Request) -> Response:
+        body = await _body(request)
+        request.state.model = _model_name(body)
+        req = protocol.embedding_request(body)
+        m = self._model(req.model, embeddings=True)
+        release = m.admit()
+        try:
+            try:
+                vectors = await m.engine.embed(req.inputs)
+                n_tokens = 0
+                for t in req.inputs:
+                    n_tokens += len(await m.engine.tokenize(t))
+            except Exception as e:
+                raise protocol.from_engine_error(e) from e
+        finally:
+            release()
+        self.metrics.prompt_tokens.labels(m.name).inc(n_tokens)
+        data = []
+        for i, v in enumerate(np.asarray(vectors, dtype=np.float32)):
+            emb: Any = base64.b64encode(v.tobytes()).decode() if req.encoding_format == "base64" else v.tolist()
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        return JSONResponse({"object": "list", "data": data, "model": m.name,
+                             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}})
+
+
+def create_app(models: dict[str, ServedModel], *, api_key: str | None = None) -> Starlette:
+    """The ASGI app serving ``models`` (name -> loaded model); ``api_key`` requires a bearer token."""
+    api = API(models, api_key)
+    routes = [
+        Route("/health", api.route("health", api.health, auth=False), methods=["GET"]),
+        Route("/metrics", api.route("metrics", api.metrics_route), methods=["GET"]),
+        Route("/v1/models", api.route("models", api.list_models), methods=["GET"]),
+        Route("/v1/chat/completions", api.route("chat", api.chat), methods=["POST"]),
+        Route("/v1/completions", api.route("completions", api.completions), methods=["POST"]),
+        Route("/v1/embeddings", api.route("embeddings", api.embeddings), methods=["POST"]),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _error_response(APIError(404, f"no route {request.method} {request.url.path}: the API has /v1/models, "
+                                             "/v1/chat/completions, /v1/completions, /v1/embeddings, /health, /metrics",
+                                        code="not_found"))
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return _error_response(APIError(405, f"{request.method} is not allowed on {request.url.path}"))
+
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    app.state.api = api
+    return app

@@ -1,0 +1,195 @@
+"""Bench arms over HTTP, measured client-side: ``server`` (``harness serve``) and ``llama-server``
+(the artifact's own ``bin/llama-server``), started with the same settings.
+
+Both serve one model with ``max_num_seqs`` parallel sequences sharing one unified KV pool of
+``n_ctx`` cells, ``threads`` compute threads, batch 512, no prompt cache; the arm's worker sends
+each request to ``/v1/completions`` as token ids (the same prompts the in-process ``backend``
+arm uses), greedy, ``ignore_eos``, streamed, and times the server-sent events it reads: time to
+the first text, then decode tokens/s between the first and the last text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from harness import __version__
+from harness.errors import BenchError
+from harness_plugins.llamacpp.bench import (
+    _metrics,
+    _model_facts,
+    _opts,
+    n_vocab_of,
+    run_concurrently,
+    synthetic_prompt,
+)
+
+#: Seconds a server gets to load its model and answer /health.
+START_TIMEOUT_S = 180.0
+BATCH = 512
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _HttpArm:
+    """A server child process on 127.0.0.1 and the client that measures it."""
+
+    kind = ""
+    extra_body: dict[str, Any] = {}  # noqa: RUF012 - read-only per class
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.opts = _opts(options)
+        self.opts.setdefault("max_num_seqs", 4)
+        self.n_vocab = n_vocab_of(self.opts["model"])
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self._tmp = tempfile.TemporaryDirectory(prefix=f"harness-{self.kind}-")
+        self.log = Path(self._tmp.name) / "server.log"
+        argv, env = self._command(Path(self._tmp.name))
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.argv = argv
+        # A connection per request, for both arms: llama-server drops idle keep-alive connections,
+        # and a request sent on one it just closed fails without an answer.
+        self.client = httpx.Client(base_url=self.base, timeout=httpx.Timeout(3600.0, connect=30.0),
+                                   limits=httpx.Limits(max_connections=256, max_keepalive_connections=0))
+        self._wait_ready()
+
+    def _command(self, tmp: Path) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if self.proc.poll() is not None:
+                msg = f"{self.kind} exited with {self.proc.returncode} while starting:\n{self.log.read_text()[-3000:]}"
+                raise BenchError(msg)
+            try:
+                if self.client.get("/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self.close()
+                msg = f"{self.kind} did not answer /health within {START_TIMEOUT_S:.0f} s; log: {self.log}"
+                raise BenchError(msg)
+            time.sleep(0.2)
+
+    def _one(self, prompt: list[int], gn: int) -> tuple[float, float, int]:
+        """(ttft_s, decode tok/s, generated) of one streamed request, timed as the client reads it."""
+        body = {"model": "bench", "prompt": prompt, "max_tokens": gn, "temperature": 0, "stream": True,
+                "ignore_eos": True, **self.extra_body}
+        t0 = time.perf_counter()
+        first = last = 0.0
+        with self.client.stream("POST", "/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                raise BenchError(f"{self.kind}: HTTP {r.status_code}: {r.read()[:500]!r}")
+            for line in r.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    raise BenchError(f"{self.kind}: {chunk['error']}")
+                if any(c.get("text") for c in chunk.get("choices", ())):
+                    last = time.perf_counter()
+                    first = first or last
+        if not first:
+            raise BenchError(f"{self.kind}: the stream carried no text")
+        decode = (gn - 1) / (last - first) if gn > 1 and last > first else 0.0
+        return first - t0, decode, gn
+
+    def warmup(self) -> None:
+        self._one(synthetic_prompt(64, self.n_vocab), 8)
+
+    def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
+        prompts = [synthetic_prompt(pn, self.n_vocab, salt=i) for i in range(concurrency)]
+        done, wall = run_concurrently(lambda p: self._one(p, gn), prompts, self.kind)
+        return _metrics(pn, wall, done)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "engine": "llamacpp", "argv": self.argv, "versions": {"harness": __version__},
+                "options": self.opts, "model": _model_facts(self.opts["model"])}
+
+    def close(self) -> None:
+        self.client.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self._tmp.cleanup()
+
+
+class ServerArm(_HttpArm):
+    """``harness serve`` on a model config written from the options (``variant`` picks the backend)."""
+
+    kind = "server"
+
+    def _command(self, tmp: Path) -> tuple[list[str], dict[str, str]]:
+        model = Path(self.opts["model"]).resolve()
+        config = tmp / "bench.yaml"
+        config.write_text(
+            "name: bench\nbackend: llamacpp\n"
+            f"context_size: {int(self.opts['n_ctx'])}\n"
+            f"parameters:\n  model: {model.name}\n"
+            "options:\n"
+            f"  - n_parallel:{int(self.opts['max_num_seqs'])}\n"
+            f"  - threads:{int(self.opts['threads'])}\n"
+            "  - enable_prefix_caching:false\n"
+            f"engine_args:\n  n_batch: {BATCH}\n")
+        argv = [sys.executable, "-m", "harness", "serve", str(config), "--models-dir", str(model.parent),
+                "--port", str(self.port), "--max-queue", "256", "--log-level", "error"]
+        if self.opts.get("variant"):
+            argv += ["--variant", str(self.opts["variant"])]
+        return argv, dict(os.environ)
+
+    def describe(self) -> dict[str, Any]:
+        health = self.client.get("/health").json()
+        return {**super().describe(), "health": health}
+
+
+class LlamaServerArm(_HttpArm):
+    """The artifact's ``bin/llama-server`` (``artifact=DIR``, default: the built ``variant``, cpu)."""
+
+    kind = "llama-server"
+    extra_body = {"cache_prompt": False}  # noqa: RUF012
+
+    def _command(self, tmp: Path) -> tuple[list[str], dict[str, str]]:
+        artifact = Path(str(self.opts.get("artifact") or self._default_artifact())).expanduser()
+        exe = artifact / "bin" / "llama-server"
+        if not exe.is_file():
+            msg = f"no llama-server in {artifact}: give artifact=DIR of a built artifact (harness artifacts lists them)"
+            raise BenchError(msg)
+        self.manifest = json.loads((artifact / "manifest.json").read_text())
+        t, s = str(int(self.opts["threads"])), str(int(self.opts["max_num_seqs"]))
+        argv = [str(exe), "-m", self.opts["model"], "-t", t, "-tb", t, "-c", str(int(self.opts["n_ctx"])), "-np", s,
+                "-kvu", "-b", str(BATCH), "-ub", str(BATCH), "--no-cache-prompt", "--host", "127.0.0.1",
+                "--port", str(self.port), "--no-webui"]
+        return argv, dict(os.environ)
+
+    def _default_artifact(self) -> Path:
+        from harness.build import artifact_dir
+        from harness.engines import load_engine
+        from harness.matrix import get_variant
+
+        return artifact_dir(load_engine("llamacpp"), get_variant(str(self.opts.get("variant", "cpu"))))
+
+    def describe(self) -> dict[str, Any]:
+        m = self.manifest
+        return {**super().describe(), "pin": m.get("pin"), "variant": m.get("variant"), "upstream": m.get("upstream"),
+                "abi_fingerprint": m.get("abi_fingerprint")}
