@@ -14,6 +14,7 @@ it, but automatic choice keeps the cpu build, which is faster on the same CPU.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import json
@@ -164,10 +165,36 @@ def choose(engine: str, pin: str, abi_fingerprint: str | None, variant: str | No
 
 
 def import_core(c: Candidate) -> Any:
-    """Import the candidate's ``_core`` module, with its package dir importable."""
-    parent = str(c.location.parent)
-    if parent not in sys.path and importlib.util.find_spec(c.package) is None:
-        sys.path.insert(0, parent)
+    """Import the candidate's ``_core`` module from the candidate's own directory.
+
+    Never by package name alone: a copy of the same package installed elsewhere (site-packages,
+    while the candidate came from ``$HARNESS_BACKEND_PATH``) would be loaded instead, and what
+    ``engine info`` names would not be what runs. One process holds one copy of a package: a
+    second location for a package already loaded is refused."""
+    loaded = sys.modules.get(c.package)
+    if loaded is not None:
+        where = Path(getattr(loaded, "__file__", None) or ".").resolve().parent
+        if where == c.location.resolve():
+            return importlib.import_module(f"{c.package}._core")
+        core_file = str(getattr(sys.modules.get(f"{c.package}._core"), "__file__", None) or "")
+        if core_file.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+            msg = (f"backend package {c.package} is already loaded from {where} in this process; a native module "
+                   f"cannot be loaded twice, so {c.location} cannot be: use one backend location per process "
+                   f"(see $HARNESS_BACKEND_PATH)")
+            raise BackendError(msg)
+        for name in [n for n in sys.modules if n == c.package or n.startswith(c.package + ".")]:
+            del sys.modules[name]  # a pure-Python copy (a test double): the candidate's own replaces it
+    spec = importlib.util.spec_from_file_location(c.package, c.location / "__init__.py",
+                                                  submodule_search_locations=[str(c.location)])
+    if spec is None or spec.loader is None:
+        raise BackendError(f"{c.location} is not an importable backend package (no __init__.py)")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[c.package] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[c.package]
+        raise
     return importlib.import_module(f"{c.package}._core")
 
 

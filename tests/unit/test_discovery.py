@@ -93,3 +93,22 @@ def test_a_forced_vulkan_variant_makes_ggml_use_the_cpu_type_device(installed: P
     monkeypatch.setenv(VK_VISIBLE_ENV, "1")
     _admit_cpu_type_devices(cands["vulkan"])
     assert os.environ[VK_VISIBLE_ENV] == "1"  # an explicit choice is kept
+
+
+def test_the_candidate_is_imported_from_its_own_location(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A same-named package importable elsewhere (site-packages) must not be what loads."""
+    import sys
+
+    elsewhere = install_backend(tmp_path / "site", "shadow", {"engine": "x"})
+    (elsewhere / "_core.py").write_text("WHERE = 'site-packages'\n")
+    chosen = install_backend(tmp_path / "path", "shadow", {"engine": "x"})
+    (chosen / "_core.py").write_text("WHERE = 'backend path'\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for name in ("harness_fake_shadow", "harness_fake_shadow._core"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    cand = discovery.Candidate(name="shadow", package="harness_fake_shadow", location=chosen, identity={},
+                               accepted=True)
+    core = discovery.import_core(cand)
+    assert core.WHERE == "backend path"
+    assert Path(core.__file__).parent == chosen
+    assert discovery.import_core(cand) is core  # loaded once
