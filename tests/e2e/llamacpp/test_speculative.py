@@ -1,10 +1,18 @@
 """Speculative decoding in the backend's batching loop: greedy output unchanged, distribution kept.
 
-SmolLM2-135M-Instruct (HARNESS_CHAT_MODEL) with n-gram drafting (ngram-simple) and with a draft
-model (draft-simple: SmolLM2 drafting for itself, the only same-vocabulary pair among the
-fixtures), against the same model without speculation; the tiny random llama
-(HARNESS_TINY_MODEL) for the statistical test, drafted by a tiny llama of another seed (same
-vocabulary, different weights: its drafts are often wrong, which is what the test needs).
+Exact identity needs kernels whose result for one token does not depend on how many rows share
+its batch. ggml's CPU matmuls on Q4_1 weights are such kernels; F32/F16/Q8_0/Q4_0 go through
+llamafile's tinyBLAS for two rows or more and ggml_vec_dot for one, and flash attention has a
+split-KV path for single rows, so a near-tie in the logits can flip with the batch shape: the
+engine without speculation already shows it (a SmolLM2 request batched with others can differ
+from the same request alone, because SmolLM2's tied output matrix is Q8_0). So:
+
+- the tiny llama written as Q4_1 (seed 0 target; seed 1 as a draft of the same vocabulary and other
+  weights, often wrong) carries the exact identity specs: several prompts, both kinds, and n-gram
+  at 4 concurrent streams; and the chi-square test of the sampled distribution;
+- SmolLM2-135M-Instruct (HARNESS_CHAT_MODEL), single stream, on prompts without near-ties in
+  their first 64 tokens: identity with n-gram drafting and with SmolLM2 drafting for itself (the
+  only same-vocabulary pair of the fixtures), stop strings, max_tokens, JSON schema, cancel.
 """
 
 from __future__ import annotations
@@ -32,11 +40,11 @@ PASSAGE = ("The river begins as a thin line of snowmelt high in the northern hil
 PROMPTS = (
     f"Passage:\n{PASSAGE}\n\nRepeat the passage above word for word.\n\nPassage:\n",
     f"{PASSAGE}\n\nQuestion: What do the farmers in the valley watch?\nAnswer, quoting the text:",
-    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n\n"
-    "def factorial(n):\n",
     "The capital of France is",
-    "Once upon a time",
     "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
+    "Q: What is the largest planet in the solar system?\nA:",
+    "List three colours of the rainbow:\n1.",
+    f"Summarise this text in one sentence.\n\n{PASSAGE}\n\nSummary:",
 )
 
 
@@ -96,28 +104,73 @@ def test_copy_prompt_takes_fewer_forward_passes(ngram: Engine) -> None:
     assert c.tokens_per_step is not None and c.tokens_per_step > 1.5, c
 
 
-@pytest.mark.parametrize("kind", ["ngram", "drafted"])
-def test_four_concurrent_streams_are_identical(request: pytest.FixtureRequest, kind: str,
-                                               reference: dict[str, str]) -> None:
-    eng = _spec(request, kind)
-    prompts = PROMPTS[:4]
-    got: dict[int, str] = {}
-    failures: list[BaseException] = []
+# -- exact identity on the tiny llama (batch-invariant kernels) --------------------------------
 
-    def run(i: int) -> None:
-        try:
-            got[i] = "".join(eng.stream(prompts[i], GREEDY))
-        except BaseException as e:
-            failures.append(e)
+TINY_PROMPTS = ("the cat sat on the mat and the cat sat on the", "once upon a time there was", "abc abc abc abc",
+                "hello world", "1 2 3 4 5 6", "the quick brown fox jumps over the lazy dog. the quick brown",
+                "def f(x): return x", "rivers and maps")
+TINY_GREEDY: dict[str, Any] = {"temperature": 0.0, "max_tokens": 48, "ignore_eos": True}
+TINY_KW: dict[str, Any] = {"n_ctx": 512, "max_num_seqs": 4, "threads": 2}
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not failures, failures
-    for i, p in enumerate(prompts):
-        assert got[i] == reference[p], (kind, p)
+
+@pytest.fixture(scope="module")
+def tiny_q41(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny llama as Q4_1: seed 0 (the target) and seed 1 (a draft of the same vocabulary)."""
+    from harness_plugins.llamacpp.tiny import write_tiny_llama
+
+    d = tmp_path_factory.mktemp("tiny-q41")
+    write_tiny_llama(d / "tiny-s0-q41.gguf", seed=0, quant="Q4_1")
+    write_tiny_llama(d / "tiny-s1-q41.gguf", seed=1, quant="Q4_1")
+    return d / "tiny-s0-q41.gguf", d / "tiny-s1-q41.gguf"
+
+
+@pytest.fixture(scope="module")
+def tiny_reference(variant: str, tiny_q41: tuple[Path, Path]) -> dict[str, str]:
+    require_variant(variant)
+    with Engine.load(tiny_q41[0], variant=variant, **TINY_KW) as eng:
+        return {p: eng.complete(p, TINY_GREEDY).text for p in TINY_PROMPTS}
+
+
+def _tiny_spec(kind: str, tiny_q41: tuple[Path, Path]) -> dict[str, Any]:
+    return {"ngram": {"spec_type": "ngram-simple", "n_draft": 8, "ngram_n": 2},
+            "draft": {"draft_model": str(tiny_q41[1]), "n_draft": 4, "spec_min_acceptance": 0.0},
+            "self": {"draft_model": str(tiny_q41[0]), "n_draft": 4}}[kind]
+
+
+@pytest.mark.parametrize("kind", ["ngram", "draft", "self"])
+def test_tiny_greedy_output_is_identical(variant: str, kind: str, tiny_q41: tuple[Path, Path],
+                                         tiny_reference: dict[str, str]) -> None:
+    with Engine.load(tiny_q41[0], variant=variant, **TINY_KW, **_tiny_spec(kind, tiny_q41)) as eng:
+        for p in TINY_PROMPTS:
+            assert eng.complete(p, TINY_GREEDY).text == tiny_reference[p], (kind, p)
+        stats = eng.stats()
+    assert stats["drafted"] > 0 and stats["accepted"] > 0, stats
+    if kind == "self":  # a model drafting greedily for itself is always right
+        assert stats["accepted"] == stats["drafted"] and stats["gen_steps"] < stats["gen_tokens"] / 2, stats
+
+
+def test_tiny_four_concurrent_streams_are_identical(variant: str, tiny_q41: tuple[Path, Path],
+                                                    tiny_reference: dict[str, str]) -> None:
+    with Engine.load(tiny_q41[0], variant=variant, **TINY_KW, **_tiny_spec("ngram", tiny_q41)) as eng:
+        for group in (TINY_PROMPTS[:4], TINY_PROMPTS[4:]):
+            got: dict[int, str] = {}
+            failures: list[BaseException] = []
+
+            def run(i: int, prompts: tuple[str, ...] = group, out: dict[int, str] = got,
+                    errs: list[BaseException] = failures) -> None:
+                try:
+                    out[i] = "".join(eng.stream(prompts[i], TINY_GREEDY))
+                except BaseException as e:
+                    errs.append(e)
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not failures, failures
+            assert [got[i] for i in range(4)] == [tiny_reference[p] for p in group]
+        assert eng.stats()["accepted"] > 0
 
 
 def test_stop_strings_and_max_tokens_as_without_speculation(ngram: Engine, plain: Engine,
@@ -137,13 +190,13 @@ def test_stop_strings_and_max_tokens_as_without_speculation(ngram: Engine, plain
         assert c.text == plain.complete(PROMPTS[0], temperature=0.0, max_tokens=n, ignore_eos=True).text
 
 
-def test_json_schema_as_without_speculation(ngram: Engine, plain: Engine) -> None:
-    schema = {"type": "object", "properties": {"river": {"type": "string"}, "hills": {"type": "string"}},
-              "required": ["river", "hills"]}
-    prompt = f"{PASSAGE}\n\nAs JSON, where does the river begin?\n"
-    want = plain.complete(prompt, temperature=0.0, max_tokens=48, json_schema=schema)
-    got = ngram.complete(prompt, temperature=0.0, max_tokens=48, json_schema=schema)
-    assert got.text == want.text
+def test_grammar_as_without_speculation(ngram: Engine, plain: Engine) -> None:
+    # a GBNF grammar constrains every sampled position, drafted ones included
+    grammar = 'root ::= "The river " [a-z ]+ "."'
+    prompt = f"{PASSAGE}\n\nWhere does the river begin? Answer in one sentence.\n"
+    want = plain.complete(prompt, temperature=0.0, max_tokens=48, grammar=grammar)
+    got = ngram.complete(prompt, temperature=0.0, max_tokens=48, grammar=grammar)
+    assert got.text == want.text and got.text.startswith("The river ")
 
 
 def test_cancel_mid_stream_frees_the_slot(ngram: Engine, reference: dict[str, str]) -> None:
@@ -163,7 +216,7 @@ def test_draft_model_of_another_vocabulary_is_refused(variant: str) -> None:
         _load(variant, draft_model=str(model_path("HARNESS_TINY_MODEL")))
 
 
-def test_config_with_speculative_settings_loads_and_speculates(variant: str, tmp_path: Path,
+def test_config_with_speculative_settings_loads_and_speculates(variant: str, tmp_path: Path, plain: Engine,
                                                                reference: dict[str, str]) -> None:
     require_variant(variant)
     model = model_path("HARNESS_CHAT_MODEL")
@@ -174,8 +227,11 @@ def test_config_with_speculative_settings_loads_and_speculates(variant: str, tmp
     with Engine.load(config=cfg, models_dir=tmp_path, threads=2) as eng:
         info = eng.info()
         assert info["spec_type"] == "draft-simple" and info["n_draft"] == 6, info
+        # the config's sampling defaults apply (repeat_penalty 1.1 over the last 64 tokens): the
+        # penalty sampler runs at every verified position
         c = eng.complete(PROMPTS[0], max_tokens=64)
-        assert c.text == reference[PROMPTS[0]]
+        assert c.text == plain.complete(PROMPTS[0], temperature=0.0, max_tokens=64, repetition_penalty=1.1,
+                                        repeat_last_n=64).text
         assert c.n_accepted > 0
     ng = tmp_path / "smol-ngram.yaml"
     ng.write_text(f"name: smol-ngram\nparameters:\n  model: {model.name}\n  temperature: 0\n"
@@ -183,7 +239,7 @@ def test_config_with_speculative_settings_loads_and_speculates(variant: str, tmp
     with Engine.load(config=ng, models_dir=tmp_path, threads=2) as eng:
         info = eng.info()
         assert (info["spec_type"], info["n_draft"], info["ngram_n"]) == ("ngram-simple", 5, 2), info
-        assert eng.complete(PROMPTS[0], max_tokens=64).text == reference[PROMPTS[0]]
+        assert eng.complete(PROMPTS[0], max_tokens=64, repetition_penalty=1.0).text == reference[PROMPTS[0]]
 
 
 # -- the accept rule keeps the target distribution ----------------------------------------------
@@ -231,20 +287,21 @@ def test_sampled_distribution_is_kept(variant: str, tmp_path: Path) -> None:
     """Two-sample chi-square test (alpha 0.001) of the distribution of the continuation whose second
     token is the first one verified against a draft, with and
     without a draft model, on disjoint seeds (so a speculating run cannot simply replay the same
-    random numbers). The draft is another tiny llama: wrong often enough that an accept rule which
-    favoured the draft would shift the distribution far past the threshold."""
+    random numbers). The draft is the model's own greedy choice: wrong whenever the sample is not the
+    argmax, so an accept rule that favoured the draft would shift the distribution towards the argmax
+    far past the threshold."""
     scipy_stats = pytest.importorskip("scipy.stats")
     require_variant(variant)
     from harness_plugins.llamacpp.tiny import write_tiny_llama
 
-    target = model_path("HARNESS_TINY_MODEL")
-    draft = tmp_path / "tiny-draft-s1.gguf"
-    write_tiny_llama(draft, seed=1)
+    target = tmp_path / "tiny-s0.gguf"
+    write_tiny_llama(target, seed=0, quant="Q4_1")
     kw: dict[str, Any] = {"variant": variant, "n_ctx": 512, "max_num_seqs": 4, "threads": 2}
     with Engine.load(target, **kw) as eng:
         prompt = eng.tokenize("the cat sat on the mat and the cat")
         off = _samples(eng, prompt, range(SAMPLES))
-    with Engine.load(target, draft_model=str(draft), n_draft=3, spec_min_acceptance=0.0, **kw) as eng:
+    # a greedy draft by the target itself: right when the sample is the argmax, wrong otherwise
+    with Engine.load(target, draft_model=str(target), n_draft=3, spec_min_acceptance=0.0, **kw) as eng:
         on = _samples(eng, prompt, range(SAMPLES, 2 * SAMPLES))
         stats = eng.stats()
     assert stats["drafted"] >= SAMPLES, "every request must have had a draft verified"
