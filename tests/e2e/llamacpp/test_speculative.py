@@ -110,7 +110,10 @@ TINY_PROMPTS = ("the cat sat on the mat and the cat sat on the", "once upon a ti
                 "hello world", "1 2 3 4 5 6", "the quick brown fox jumps over the lazy dog. the quick brown",
                 "def f(x): return x", "rivers and maps")
 TINY_GREEDY: dict[str, Any] = {"temperature": 0.0, "max_tokens": 48, "ignore_eos": True}
-TINY_KW: dict[str, Any] = {"n_ctx": 512, "max_num_seqs": 4, "threads": 2}
+#: Flash attention off: ggml's CPU flash attention takes a split-KV path for a one-row batch
+#: (n_kv >= 512, work split across threads) and a tiled one from 64 rows, so its rounding follows the
+#: batch shape, which drafting varies (with it on, self-drafting differed in 2 of 7 repeated runs).
+TINY_KW: dict[str, Any] = {"n_ctx": 512, "max_num_seqs": 4, "threads": 2, "flash_attn": False}
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +148,14 @@ def test_tiny_greedy_output_is_identical(variant: str, kind: str, tiny_q41: tupl
             assert eng.complete(p, TINY_GREEDY).text == tiny_reference[p], (kind, p)
         stats = eng.stats()
     assert stats["drafted"] > 0 and stats["accepted"] > 0, stats
-    if kind == "self":  # a model drafting greedily for itself is always right
-        assert stats["accepted"] == stats["drafted"] and stats["gen_steps"] < stats["gen_tokens"] / 2, stats
+    if kind == "self":  # a model drafting greedily for itself is right but at near-ties (other batch shapes)
+        assert stats["accepted"] >= 0.95 * stats["drafted"] and stats["gen_steps"] < stats["gen_tokens"] / 2, stats
 
 
-def test_tiny_four_concurrent_streams_are_identical(variant: str, tiny_q41: tuple[Path, Path],
+@pytest.mark.parametrize("kind", ["ngram", "draft", "self"])
+def test_tiny_four_concurrent_streams_are_identical(variant: str, kind: str, tiny_q41: tuple[Path, Path],
                                                     tiny_reference: dict[str, str]) -> None:
-    with Engine.load(tiny_q41[0], variant=variant, **TINY_KW, **_tiny_spec("ngram", tiny_q41)) as eng:
+    with Engine.load(tiny_q41[0], variant=variant, **TINY_KW, **_tiny_spec(kind, tiny_q41)) as eng:
         for group in (TINY_PROMPTS[:4], TINY_PROMPTS[4:]):
             got: dict[int, str] = {}
             failures: list[BaseException] = []
