@@ -11,6 +11,8 @@ Default sessions: lint, tests. Others are opt-in (``default=False``):
   under its QEMU CPU model (tiny model, SmolLM2 "Paris", a short llama-bench); the level table.
 - ``vulkan``: build the vulkan row and its backend, run its e2e specs on it (tiny model, SmolLM2
   short shape; lavapipe here); spec files in posargs are added (``-- tests/e2e/llamacpp/test_text.py``).
+- ``bench_speculative``: ABBA runs of speculative decoding on SmolLM2 (copy-heavy and free
+  generation, speculation off vs on, and n-gram speculation vs the artifact's llama-bench).
 - ``localai_corpus``: validate a held-out corpus of real LocalAI model configs (errors fail).
 
 Posargs pass through to the underlying tool.
@@ -141,6 +143,25 @@ def build(session: nox.Session, variant: str) -> None:
         # glslc, libvulkan-dev, spirv-headers, lavapipe (Debian); newer headers come from the matrix row.
         session.run("bash", "scripts/install-system-deps.sh", "--vulkan", external=True)
     session.run("harness", "build", "llamacpp", "--variant", variant, *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def bench_speculative(session: nox.Session) -> None:
+    """Speculative decoding benchmarks (SmolLM2, reports/): off vs on for copy and free, and vs llama-bench."""
+    _install(session, "all,test")
+    env = {"HARNESS_NO_PROGRESS": "1"}
+    e2e = _prepare_cpu(session, env)
+    model, artifact = e2e["HARNESS_MODEL"], e2e["HARNESS_ARTIFACT"]
+    spec = "spec_type=ngram-simple,n_draft=8,ngram_n=3"
+    common = ["--concurrency", "1,4", "--pn", "512", "--gn", "128", *session.posargs]
+    for task in ("copy", "free"):
+        session.run("harness", "bench", "--name", f"speculative-{task}",
+                    "--a", f"backend:model={model},task={task},name=off",
+                    "--b", f"backend:model={model},task={task},{spec},name=ngram", *common, env=env)
+    session.run("harness", "bench", "--name", "speculative-copy-vs-llama-bench",
+                "--a", f"llama-bench:artifact={artifact},model={model},name=llama-bench",
+                "--b", f"backend:model={model},task=copy,{spec},name=ngram",
+                "--concurrency", "1", "--pn", "512", "--gn", "128", *session.posargs, env=env)
 
 
 @nox.session(python=PYTHON, default=False)

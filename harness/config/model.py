@@ -37,6 +37,8 @@ SEED_MAX = 2**63 - 1
 Partition = Literal["t2va", "fl2va", "ref2va"]
 VideoDevice = Literal["cpu", "cuda", "gpu"]
 SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
+#: Speculative decoding kinds, spelled as llama.cpp's --spec-type (and LocalAI's spec_type option).
+SpecType = Literal["none", "ngram-simple", "draft-simple"]
 #: ``video_canvas``: WIDTHxHEIGHT.
 CANVAS_PATTERN = r"^\s*[0-9]+\s*[xX]\s*[0-9]+\s*$"
 
@@ -213,8 +215,8 @@ class ModelConfig:
     draft_model: str | None = None
     """Draft model for speculative decoding: a path, a models-dir name or a reference."""
 
-    n_draft: int | None = _c(minimum=1, maximum=INT_MAX)
-    """Tokens the draft model proposes per step."""
+    n_draft: int | None = _c(minimum=1, maximum=64)
+    """Most tokens drafted per sequence and step (spec_n_max in options/engine_args wins)."""
 
     mmproj: str | None = None
     """Multimodal projector (.gguf), relative to the models directory."""
@@ -258,6 +260,19 @@ class EngineOptions:
 
     speculative_config: dict[str, Any] | None = field(default=None, metadata=JSON_VALUE)
     """Speculative decoding, as vLLM's --speculative-config JSON ({"method": "mtp", ...})."""
+
+    spec_type: SpecType | None = None
+    """Speculative decoding (alias speculative_type): ngram-simple drafts from the sequence's own
+    prompt and output, draft-simple from draft_model, none; unset: draft-simple when draft_model is set."""
+
+    spec_n_max: int | None = _c(minimum=1, maximum=64)
+    """Most tokens drafted per sequence and step (alias draft_max; the config's n_draft feeds it); unset: 8."""
+
+    spec_ngram_size_n: int = _c(3, minimum=1, maximum=64)
+    """ngram-simple: how many of the latest tokens must recur to draft what followed them (alias ngram_size_n)."""
+
+    spec_min_acceptance: float = _c(0.1, minimum=0, maximum=1)
+    """A sequence whose running draft acceptance falls below this stops drafting for a while (backing off)."""
 
     kv_transfer_config: dict[str, Any] | None = field(default=None, metadata=JSON_VALUE)
     """External KV connector, as vLLM's --kv-transfer-config JSON."""
@@ -375,6 +390,9 @@ OPTION_ALIASES: dict[str, str] = {
     "tokenizer_config": "tokenizer_config_path",
     "enable_radix_attention": "enable_prefix_caching",
     "video_ffmpeg": "ffmpeg",
+    "speculative_type": "spec_type",
+    "draft_max": "spec_n_max",
+    "ngram_size_n": "spec_ngram_size_n",
 }
 
 #: Prefixes of dotted option keys and the dataclass their second part names a field of.

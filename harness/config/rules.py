@@ -193,6 +193,13 @@ class Rules:
         spec = self.opts.values.get("speculative_config")
         if spec is not None and isinstance(spec.value, dict) and spec.path is not None:
             refs += [(spec.path, spec.value[k]) for k in DRAFT_CONFIG_KEYS if isinstance(spec.value.get(k), str)]
+        kind = self.opts.values.get("spec_type")
+        if kind is not None and kind.path is not None:
+            if kind.value == "draft-simple" and top is None:
+                self.add(kind.path, "error", "spec_type draft-simple needs a draft model: set draft_model "
+                                             "(or spec_type ngram-simple to draft from the sequence itself)")
+            elif kind.value in ("ngram-simple", "none") and top is not None:
+                self.add(kind.path, "warning", f"spec_type {kind.value} does not use draft_model {top!r}")
         models_dir = self.ctx.models_dir
         for path, ref in refs:
             if not ref.strip():

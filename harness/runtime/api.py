@@ -52,6 +52,12 @@ class Completion:
     n_generated: int
     ttft_s: float
     total_s: float
+    n_steps: int = 0
+    """Forward passes that produced this request's tokens (fewer than n_generated when drafts are accepted)."""
+    n_drafted: int = 0
+    """Speculative draft tokens verified for this request."""
+    n_accepted: int = 0
+    """Draft tokens the model accepted."""
 
     @property
     def usage(self) -> Usage:
@@ -61,6 +67,16 @@ class Completion:
     def decode_tokens_per_s(self) -> float:
         decode_s = self.total_s - self.ttft_s
         return (self.n_generated - 1) / decode_s if self.n_generated > 1 and decode_s > 0 else 0.0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens; None when nothing was drafted."""
+        return self.n_accepted / self.n_drafted if self.n_drafted else None
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """Generated tokens per forward pass (1.0 without speculation); None when not reported."""
+        return self.n_generated / self.n_steps if self.n_steps else None
 
 
 def parse_arguments(call: dict[str, Any]) -> dict[str, Any]:
@@ -269,7 +285,8 @@ def _completion(req: Any, started: float) -> Completion:
     ttft = t["t_first_token"] - t["t_submit"] if t["t_first_token"] else 0.0
     return Completion(text=req.text(), finish_reason=req.finish_reason, n_prompt=t["n_prompt"],
                       n_cached=t["n_cached"], n_generated=t["n_generated"], ttft_s=max(ttft, 0.0),
-                      total_s=max(t["t_done"] - t["t_submit"], 0.0))
+                      total_s=max(t["t_done"] - t["t_submit"], 0.0), n_steps=int(t.get("n_steps", 0)),
+                      n_drafted=int(t.get("n_drafted", 0)), n_accepted=int(t.get("n_accepted", 0)))
 
 
 def _drain(req: Any) -> None:

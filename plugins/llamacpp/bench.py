@@ -21,6 +21,7 @@ from harness import __version__, paths, progress
 from harness.errors import BenchError
 from harness.host import default_threads
 from harness.jsonvalue import json_value
+from harness_plugins.llamacpp.bench_tasks import TASKS, copy_prompt, free_prompt
 
 #: The peer baseline, pinned (moved with `nox -s update_pins` like the engine pins).
 XLLAMACPP_VERSION = "2026.10.11549"
@@ -101,27 +102,70 @@ def _metrics(pn: int, wall: float, runs: list[tuple[float, float, int]]) -> dict
             "aggregate_tps": sum(r[2] for r in runs) / wall, "prefill_tps": pn * len(runs) / ttft if ttft else 0.0}
 
 
+#: Backend arm options that are speculative-decoding settings (Engine.load's names) and their types.
+SPEC_OPTIONS: dict[str, type] = {"spec_type": str, "draft_model": str, "n_draft": int, "ngram_n": int,
+                                 "spec_min_acceptance": float}
+
+
+def _spec_args(opts: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, kind in SPEC_OPTIONS.items():
+        if key in opts:
+            try:
+                out[key] = kind(opts[key])
+            except ValueError as e:
+                msg = f"backend arm option {key}={opts[key]!r}: expected {kind.__name__}"
+                raise BenchError(msg) from e
+    if "draft_model" in out:
+        out["draft_model"] = str(Path(out["draft_model"]).expanduser())
+    return out
+
+
 class BackendArm:
-    """Our engine (harness.runtime) on one installed variant."""
+    """Our engine (harness.runtime) on one installed variant.
+
+    Options beyond model/threads/n_ctx: ``max_num_seqs``; ``task`` (synthetic, copy, free: see
+    :mod:`harness_plugins.llamacpp.bench_tasks`); the speculative settings ``spec_type``
+    (none, ngram-simple, draft-simple), ``draft_model``, ``n_draft``, ``ngram_n``,
+    ``spec_min_acceptance``, so that A (speculation off) and B (on) run on the same artifact.
+    Its metrics add the draft acceptance rate and generated tokens per forward pass.
+    """
 
     def __init__(self, options: dict[str, Any]) -> None:
         from harness.runtime import Engine
 
         self.opts = _opts(options)
         self.variant = self.opts.get("variant")
+        self.task = str(self.opts.get("task", "synthetic"))
+        if self.task not in TASKS:
+            msg = f"backend arm option task={self.task!r}: expected one of {', '.join(TASKS)}"
+            raise BenchError(msg)
         self.engine = Engine.load(self.opts["model"], variant=self.variant, n_ctx=int(self.opts["n_ctx"]),
                                   threads=int(self.opts["threads"]), max_num_seqs=int(self.opts.get("max_num_seqs", 4)),
-                                  prefix_caching=False)
+                                  prefix_caching=False, **_spec_args(self.opts))
         self.n_vocab = n_vocab_of(self.opts["model"])
+
+    def _prompt(self, pn: int, salt: int) -> list[int]:
+        if self.task == "copy":
+            return self.engine.tokenize(copy_prompt(pn, self.engine.tokenize, salt))
+        if self.task == "free":
+            return self.engine.tokenize(free_prompt(salt))
+        return synthetic_prompt(pn, self.n_vocab, salt=salt)
 
     def warmup(self) -> None:
         self.engine.complete(synthetic_prompt(64, self.n_vocab), temperature=0.0, max_tokens=8, ignore_eos=True)
 
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
-        prompts = [synthetic_prompt(pn, self.n_vocab, salt=i) for i in range(concurrency)]
+        prompts = [self._prompt(pn, i) for i in range(concurrency)]
         done, wall = run_concurrently(
             lambda p: self.engine.complete(p, temperature=0.0, max_tokens=gn, ignore_eos=True), prompts, "backend")
-        return _metrics(pn, wall, [(r.ttft_s, r.decode_tokens_per_s, r.n_generated) for r in done])
+        out = _metrics(sum(len(p) for p in prompts) // len(prompts), wall,
+                       [(r.ttft_s, r.decode_tokens_per_s, r.n_generated) for r in done])
+        drafted, steps = sum(r.n_drafted for r in done), sum(r.n_steps for r in done)
+        out["acceptance"] = sum(r.n_accepted for r in done) / drafted if drafted else 0.0
+        out["tokens_per_step"] = sum(r.n_generated for r in done) / steps if steps else 1.0
+        out["drafted_per_step"] = drafted / steps if steps else 0.0
+        return out
 
     def describe(self) -> dict[str, Any]:
         info = self.engine.info()

@@ -50,7 +50,11 @@ _CORE: dict[str, str] = {
     "max_num_batched_tokens": "n_batch", "n_ubatch": "n_ubatch", "n_parallel": "max_num_seqs",
     "cache_type_k": "kv_cache_type", "cache_type_v": "kv_cache_type",
     "enable_prefix_caching": "prefix_caching", "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
+    "spec_type": "spec_type", "draft_model": "draft_model", "spec_n_max": "n_draft",
+    "spec_ngram_size_n": "ngram_n", "spec_min_acceptance": "spec_min_acceptance",
 }
+#: The speculative decoding kinds the backend runs (the config's spec_type values).
+SPEC_TYPES = ("none", "ngram-simple", "draft-simple")
 #: Core parameters no config parameter sets: taken under their own names only.
 _OWN = frozenset({"seed", "embeddings", "verbose"})
 #: llama.cpp's flash-attention type (-1 auto, 0 off, 1 on) for each tri-state encoding.
@@ -61,6 +65,7 @@ _FLASH_ATTN = {0: -1, 1: 1, 2: 0}
 _INT_ARGS: dict[str, tuple[int, int]] = {
     "n_ctx": (0, 1 << 24), "n_threads": (1, 4096), "n_threads_batch": (1, 4096), "n_batch": (1, 1 << 20),
     "n_ubatch": (1, 1 << 20), "max_num_seqs": (1, 4096), "seed": (-1, (1 << 32) - 1), "n_gpu_layers": (-1, 1 << 16),
+    "n_draft": (1, 64), "ngram_n": (1, 64),
 }
 
 
@@ -101,10 +106,27 @@ def core_params(engine_args: Mapping[str, Any]) -> dict[str, Any]:
             v = _tristate(k, v)
         elif target == "flash_attn":
             v = _FLASH_ATTN[_tristate(k, v)]
+        elif target == "spec_type" and v not in SPEC_TYPES:
+            raise errors.InvalidRequestError(f"engine argument {k} must be one of {', '.join(SPEC_TYPES)}, got {v!r}"
+                                             f"{errors.did_you_mean(str(v), SPEC_TYPES)}")
+        elif target == "spec_min_acceptance" and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                  or not 0.0 <= v <= 1.0):
+            raise errors.InvalidRequestError(f"engine argument {k} must be a number in [0, 1], got {v!r}")
+        elif target == "draft_model":
+            if not isinstance(v, (str, os.PathLike)) or not str(v):
+                raise errors.InvalidRequestError(f"engine argument {k} must be a path to a .gguf draft model, got {v!r}")
+            try:
+                v = str(resolve_model(Path(v)))
+            except errors.ModelError as e:
+                raise errors.ModelError(f"draft model ({k}): {e}") from e
         if target in out and out[target] != v:
             raise errors.InvalidRequestError(f"engine arguments {given[target]} and {k} both set {target} "
                                              f"({out[target]!r} and {v!r}); give one")
         out[target], given[target] = v, k
+    if "draft_model" in out and "spec_type" not in out:
+        out["spec_type"] = "draft-simple"
+    if out.get("spec_type") == "draft-simple" and "draft_model" not in out:
+        raise errors.InvalidRequestError("spec_type draft-simple needs draft_model (a .gguf of the same vocabulary)")
     if out.get("max_num_seqs", 1) < 1:
         raise errors.InvalidRequestError("max_num_seqs must be >= 1")
     if out.get("n_ctx", 0) < 0:
@@ -313,6 +335,12 @@ class Engine:
         for k in ("n_params", "size_bytes", "n_ctx", "n_ctx_train", "n_embd", "n_vocab", "max_num_seqs"):
             out[k] = int(raw[k])
         out["embedding_only"] = raw["embedding_only"] == "1"
+        # speculative decoding as loaded: spec_type none, ngram-simple or draft-simple
+        out["spec_type"] = raw.get("spec_type", "none")
+        out["draft_model"] = raw.get("draft_model") or None
+        for k in ("n_draft", "ngram_n"):
+            if k in raw:
+                out[k] = int(raw[k])
         out["prefix_caching"] = raw["prefix_caching"] == "1"
         out["variant"] = self.candidate.variant
         out["pin"] = self.candidate.identity.get("pin")
@@ -321,6 +349,9 @@ class Engine:
         return out
 
     def stats(self) -> dict[str, int]:
+        """Scheduler counters: active/pending requests, KV use, decode calls; for speculation
+        ``gen_steps`` (per-sequence forward passes that produced tokens), ``gen_tokens``, ``drafted``
+        and ``accepted`` (acceptance = accepted / drafted; tokens per pass = gen_tokens / gen_steps)."""
         return dict(self.core.stats())
 
     def close(self) -> None:

@@ -42,6 +42,13 @@ struct EngineParams {
     bool embeddings = false;
     int32_t flash_attn = -1;        // -1 auto, 0 off, 1 on
     bool verbose = false;
+    // Speculative decoding: "none", "ngram-simple" (prompt lookup in the sequence's own tokens)
+    // or "draft-simple" (a draft model of the same vocabulary, greedy, in a second context).
+    std::string spec_type = "none";
+    std::string draft_model;        // draft-simple: the draft GGUF
+    int32_t n_draft = 8;            // most tokens drafted per sequence and step
+    int32_t ngram_n = 3;            // ngram-simple: tokens matched to find a continuation
+    float spec_min_acceptance = 0.1f;  // a sequence whose acceptance falls below this pauses drafting
 };
 
 struct SamplingParams {
@@ -72,6 +79,9 @@ struct Timings {
     int32_t n_prompt = 0;
     int32_t n_cached = 0;           // prompt tokens reused from the prefix cache
     int32_t n_generated = 0;
+    int32_t n_steps = 0;            // forward passes that produced tokens for this request
+    int32_t n_drafted = 0;          // draft tokens verified
+    int32_t n_accepted = 0;         // draft tokens accepted
     double t_submit = 0;            // seconds, steady clock
     double t_first_token = 0;
     double t_done = 0;
@@ -175,6 +185,13 @@ private:
         llama_token last = -1;               // sampled, not yet decoded
         bool decoding = false;               // prefill done
         uint64_t last_used = 0;
+        // speculation
+        std::vector<llama_token> draft;      // drafted after `last` in the current batch
+        std::vector<llama_token> dcache;     // tokens in the draft context's KV for seq `id`
+        int32_t n_draft_cur = 0;             // adaptive draft length
+        float acceptance = 1.0f;             // running (exponentially weighted) acceptance rate
+        int32_t pause = 0;                   // steps left without drafting
+        int32_t pause_next = 0;              // the next pause, doubled while acceptance stays low
     };
 
     common_chat_msg chat_message(const Request & req, bool partial) const;
@@ -184,6 +201,16 @@ private:
     void on_token(Slot & s, llama_token tok);
     void emit(Slot & s, bool final);
     llama_token argmax(int32_t i_batch) const;
+    llama_token argmax_ctx(llama_context * ctx, int32_t i_batch) const;
+    // speculation
+    bool speculating() const { return spec_kind_ != SpecKind::None; }
+    void init_speculation(const llama_context_params & cp);
+    void reset_spec(Slot & s);
+    void plan_drafts(int32_t batch_room, int32_t kv_room);
+    void draft_ngram(Slot & s, int32_t limit);
+    void draft_with_model(std::vector<std::pair<Slot *, int32_t>> & want);
+    void trim_draft_kv(Slot & s, size_t n);
+    void verify(Slot & s);
     std::vector<llama_token> suppressed_;
     size_t kv_used() const;
     bool prefix_caching() const { return params_.prefix_caching != 2; }
@@ -192,6 +219,10 @@ private:
     llama_model * model_ = nullptr;
     llama_context * ctx_ = nullptr;
     llama_context * embd_ctx_ = nullptr;
+    enum class SpecKind { None, Ngram, DraftModel } spec_kind_ = SpecKind::None;
+    llama_model * draft_model_ = nullptr;
+    llama_context * draft_ctx_ = nullptr;
+    llama_batch draft_batch_{};
     const llama_vocab * vocab_ = nullptr;
     common_chat_templates_ptr templates_;
     int32_t n_ctx_ = 0;
@@ -209,6 +240,8 @@ private:
     uint64_t tick_ = 0;
     std::mutex embed_mu_;
     std::atomic<int64_t> n_decode_calls_{0}, n_tokens_decoded_{0}, n_prefix_hits_{0}, n_completed_{0};
+    std::atomic<int64_t> n_gen_steps_{0}, n_gen_tokens_{0}, n_spec_steps_{0}, n_drafted_{0}, n_accepted_{0},
+        n_draft_decode_calls_{0};
 };
 
 double now_seconds();

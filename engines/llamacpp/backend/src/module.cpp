@@ -31,7 +31,8 @@ using harness_py::get;
 
 EngineParams engine_params(const py::dict & d) {
     check_keys(d, {"backend_dir", "n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "max_num_seqs",
-                   "n_gpu_layers", "kv_cache_type", "prefix_caching", "seed", "embeddings", "flash_attn", "verbose"},
+                   "n_gpu_layers", "kv_cache_type", "prefix_caching", "seed", "embeddings", "flash_attn", "verbose",
+                   "spec_type", "draft_model", "n_draft", "ngram_n", "spec_min_acceptance"},
                "engine parameter");
     EngineParams p;
     p.backend_dir = get<std::string>(d, "backend_dir", "");
@@ -48,6 +49,11 @@ EngineParams engine_params(const py::dict & d) {
     p.embeddings = get<bool>(d, "embeddings", false);
     p.flash_attn = get<int32_t>(d, "flash_attn", -1);
     p.verbose = get<bool>(d, "verbose", false);
+    p.spec_type = get<std::string>(d, "spec_type", p.spec_type);
+    p.draft_model = get<std::string>(d, "draft_model", "");
+    p.n_draft = get<int32_t>(d, "n_draft", p.n_draft);
+    p.ngram_n = get<int32_t>(d, "ngram_n", p.ngram_n);
+    p.spec_min_acceptance = get<float>(d, "spec_min_acceptance", p.spec_min_acceptance);
     if (p.n_ctx < 0) throw std::invalid_argument("n_ctx must be >= 0");
     if (p.n_batch < 1 || p.n_ubatch < 1) throw std::invalid_argument("n_batch and n_ubatch must be >= 1");
     if (p.prefix_caching < 0 || p.prefix_caching > 2) throw std::invalid_argument("prefix_caching is tri-state: 0 unset, 1 on, 2 off");
@@ -81,6 +87,9 @@ py::dict timings_dict(const Timings & t) {
     d["n_prompt"] = t.n_prompt;
     d["n_cached"] = t.n_cached;
     d["n_generated"] = t.n_generated;
+    d["n_steps"] = t.n_steps;
+    d["n_drafted"] = t.n_drafted;
+    d["n_accepted"] = t.n_accepted;
     d["t_submit"] = t.t_submit;
     d["t_first_token"] = t.t_first_token;
     d["t_done"] = t.t_done;
