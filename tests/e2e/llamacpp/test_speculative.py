@@ -10,8 +10,9 @@ from the same request alone, because SmolLM2's tied output matrix is Q8_0). So:
 - the tiny llama written as Q4_1 (seed 0 target; seed 1 as a draft of the same vocabulary and other
   weights, often wrong) carries the exact identity specs: several prompts, both kinds, and n-gram
   at 4 concurrent streams; and the chi-square test of the sampled distribution;
-- SmolLM2-135M-Instruct (HARNESS_CHAT_MODEL), single stream, on prompts without near-ties in
-  their first 64 tokens: identity with n-gram drafting and with SmolLM2 drafting for itself (the
+- SmolLM2-135M-Instruct (HARNESS_CHAT_MODEL), single stream, on the prompts whose plain output
+  does not change when batched with others on the host running the spec (near-ties flip with
+  the CPU level's rounding, so which prompts those are depends on the host): identity with n-gram drafting and with SmolLM2 drafting for itself (the
   only same-vocabulary pair of the fixtures), stop strings, max_tokens, JSON schema, cancel.
 """
 
@@ -79,18 +80,36 @@ def reference(plain: Engine) -> dict[str, str]:
     return {p: plain.complete(p, GREEDY).text for p in PROMPTS}
 
 
+@pytest.fixture(scope="module")
+def batch_sensitive(plain: Engine, reference: dict[str, str]) -> set[str]:
+    """Prompts whose plain greedy output already changes when batched with others on this host.
+
+    A near-tie that flips with the batch shape is a property of the host's kernels (another CPU
+    level rounds differently), not of speculation; for those prompts identity is undecidable here.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4) as pool:  # up to 4 rows per forward pass
+        batched = dict(zip(PROMPTS, pool.map(lambda p: plain.complete(p, GREEDY).text, PROMPTS), strict=True))
+    return {p for p in PROMPTS if batched[p] != reference[p]}
+
+
 def _spec(request: pytest.FixtureRequest, kind: str) -> Engine:
     eng: Engine = request.getfixturevalue(kind)
     return eng
 
 
 @pytest.mark.parametrize("kind", ["ngram", "drafted"])
-def test_greedy_output_is_identical(request: pytest.FixtureRequest, kind: str, reference: dict[str, str]) -> None:
+def test_greedy_output_is_identical(request: pytest.FixtureRequest, kind: str, reference: dict[str, str],
+                                    batch_sensitive: set[str]) -> None:
     eng = _spec(request, kind)
+    decidable = [p for p in PROMPTS if p not in batch_sensitive]
+    assert len(decidable) >= 4, f"{len(batch_sensitive)} of {len(PROMPTS)} prompts change with the batch shape here"
     before = eng.stats()
     for p in PROMPTS:
         c = eng.complete(p, GREEDY)
-        assert c.text == reference[p], (kind, p)
+        if p in decidable:
+            assert c.text == reference[p], (kind, p)
         assert c.n_steps <= c.n_generated
     after = eng.stats()
     assert after["drafted"] > before["drafted"], "the spec must exercise drafting"
@@ -195,12 +214,14 @@ def test_stop_strings_and_max_tokens_as_without_speculation(ngram: Engine, plain
 
 
 def test_grammar_as_without_speculation(ngram: Engine, plain: Engine) -> None:
-    # a GBNF grammar constrains every sampled position, drafted ones included
+    # A GBNF grammar constrains every sampled position, drafted ones included. The copy prompt: its
+    # continuation is confident (drafts get accepted), where a free answer ("Where does the river
+    # begin?") sits on a near-tie that flips with flash attention or the batch shape, speculation or not.
     grammar = 'root ::= "The river " [a-z ]+ "."'
-    prompt = f"{PASSAGE}\n\nWhere does the river begin? Answer in one sentence.\n"
-    want = plain.complete(prompt, temperature=0.0, max_tokens=48, grammar=grammar)
-    got = ngram.complete(prompt, temperature=0.0, max_tokens=48, grammar=grammar)
+    want = plain.complete(PROMPTS[0], temperature=0.0, max_tokens=48, grammar=grammar)
+    got = ngram.complete(PROMPTS[0], temperature=0.0, max_tokens=48, grammar=grammar)
     assert got.text == want.text and got.text.startswith("The river ")
+    assert got.n_accepted > 0, "drafted positions must go through the grammar"
 
 
 def test_cancel_mid_stream_frees_the_slot(ngram: Engine, reference: dict[str, str]) -> None:
