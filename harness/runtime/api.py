@@ -173,6 +173,24 @@ def _translate(e: BaseException) -> BaseException:
 STREAM_STALL_TIMEOUT_S = 30.0
 
 
+def _reading(next_item: Callable[[], T], close: Callable[[], None]) -> Iterator[T]:
+    """Iterate ``next_item`` until StopIteration, in a generator CPython closes as soon as a ``for``
+    loop drops it: when the loop ends early (``break``, an exception), ``close`` cancels the request,
+    since nobody will read the rest."""
+    finished = False
+    try:
+        while True:
+            try:
+                item = next_item()
+            except StopIteration:
+                finished = True
+                return
+            yield item
+    finally:
+        if not finished:
+            close()
+
+
 class Stream:
     """Iterator of text deltas; use it as ``with eng.stream(...) as s: for d in s: ...``.
 
@@ -201,18 +219,7 @@ class Stream:
         return self._deltas()
 
     def _deltas(self) -> Iterator[str]:
-        finished = False
-        try:
-            while True:
-                try:
-                    delta = self.__next__()
-                except StopIteration:
-                    finished = True
-                    return
-                yield delta
-        finally:
-            if not finished:  # the loop ended early: nobody will read the rest
-                self.close()
+        return _reading(self.__next__, self.close)
 
     def __next__(self) -> str:
         self._reading = True
@@ -333,18 +340,7 @@ class ChatStream:
         return self._deltas()
 
     def _deltas(self) -> Iterator[ChatDelta]:
-        finished = False
-        try:
-            while True:
-                try:
-                    delta = self.__next__()
-                except StopIteration:
-                    finished = True
-                    return
-                yield delta
-        finally:
-            if not finished:
-                self.close()
+        return _reading(self.__next__, self.close)
 
     def __next__(self) -> ChatDelta:
         while not self._pending:
