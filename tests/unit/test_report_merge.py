@@ -19,7 +19,9 @@ from harness.errors import ReportMismatchError, UsageError
 from harness.report_merge import find_reports, load_reports, merge, render_markdown, series_hash
 
 REPORTS = Path(__file__).parents[2] / "reports"
-REFERENCE = REPORTS / "reference-20261201-qualify-llamacpp"
+# A real qualification (this project's machine, 2026-12-01, patch series 77d0126a7654), kept as
+# test data when the committed reference moved on: the figures below are its own.
+REFERENCE = Path(__file__).parent / "data" / "qualify-20261201-series-77d0126a7654"
 OLDER_SERIES = REPORTS / "reference-20261129-qualify-llamacpp-from-0.3.35"
 
 
