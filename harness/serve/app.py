@@ -258,27 +258,14 @@ class API:
         def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
             return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": m.name,
                     "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
-        try:
-            yield _sse(chunk({"role": "assistant", "content": ""}, None))
-            try:
-                async for d in stream:
-                    yield _sse(chunk(d.as_openai(), None))
-            except Exception as e:
-                err = protocol.from_engine_error(e)
-                yield _sse(err.body())
-                return
-            chat_stream = stream.stream
-            result = stream.result
-            self.metrics.done(m.name, result)
-            reason = getattr(chat_stream, "finish_reason", None) or (result.finish_reason if result else "stop")
-            yield _sse(chunk({}, protocol.finish_reason(reason)))
-            if req.include_usage and result is not None:
-                yield _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": m.name,
-                            "choices": [], "usage": result.usage.as_openai()})
-            yield b"data: [DONE]\n\n"
-        finally:
-            await stream.aclose()
-            release()
+
+        def last(result: Any) -> dict[str, Any]:
+            reason = getattr(stream.stream, "finish_reason", None) or (result.finish_reason if result else "stop")
+            return chunk({}, protocol.finish_reason(reason))
+        async for event in self._events(m, stream, release, opening=chunk({"role": "assistant", "content": ""}, None),
+                                        each=lambda d: chunk(d.as_openai(), None), last=last,
+                                        usage=(cid, created, "chat.completion.chunk") if req.include_usage else None):
+            yield event
 
     async def completions(self, request: Request) -> Response:
         body = await _body(request)
@@ -319,18 +306,32 @@ class API:
         def chunk(text: str, finish: str | None) -> dict[str, Any]:
             return {"id": cid, "object": "text_completion", "created": created, "model": m.name,
                     "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+        async for event in self._events(m, stream, release, opening=None, each=lambda d: chunk(d, None),
+                                        last=lambda r: chunk("", protocol.finish_reason(r.finish_reason if r else "stop")),
+                                        usage=(cid, created, "text_completion") if req.include_usage else None):
+            yield event
+
+    async def _events(self, m: ServedModel, stream: AsyncStream[Any], release: Callable[[], None], *,
+                      opening: dict[str, Any] | None, each: Callable[[Any], dict[str, Any]],
+                      last: Callable[[Any], dict[str, Any]], usage: tuple[str, int, str] | None) -> AsyncIterator[bytes]:
+        """The SSE events of one streamed request: ``opening``, a chunk per delta, an engine error as an
+        OpenAI error event (and the end), else the finishing chunk, the usage chunk when asked
+        (``usage``: id, created, object) and ``[DONE]``; the stream closed and the place released always."""
         try:
+            if opening is not None:
+                yield _sse(opening)
             try:
                 async for d in stream:
-                    yield _sse(chunk(d, None))
+                    yield _sse(each(d))
             except Exception as e:
                 yield _sse(protocol.from_engine_error(e).body())
                 return
             result = stream.result
             self.metrics.done(m.name, result)
-            yield _sse(chunk("", protocol.finish_reason(result.finish_reason if result else "stop")))
-            if req.include_usage and result is not None:
-                yield _sse({"id": cid, "object": "text_completion", "created": created, "model": m.name,
+            yield _sse(last(result))
+            if usage is not None and result is not None:
+                cid, created, obj = usage
+                yield _sse({"id": cid, "object": obj, "created": created, "model": m.name,
                             "choices": [], "usage": result.usage.as_openai()})
             yield b"data: [DONE]\n\n"
         finally:
