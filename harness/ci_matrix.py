@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.engines import engine_names, load_engine
 from harness.errors import ConfigError, UsageError
-from harness.matrix import engine_support, load_matrix, matrix_files, select
 
 #: CI systems ``--ci`` knows.
 CI_SYSTEMS = ("github",)
@@ -37,6 +35,7 @@ class Runner:
 
 def load_runners(directory: Path | None = None) -> list[Runner]:
     """The ``runners:`` of every ``matrix/*.yaml``; an os/arch listed twice is a config error."""
+    from harness.matrix import matrix_files
     runners: list[Runner] = []
     for f, data in matrix_files(directory):
         for r in data.get("runners", []):
@@ -66,6 +65,8 @@ def github_matrix(engine: str | None = None, variant: str | None = None,
     """One entry per engine x row x (os, arch) with a runner. Without ``variant``, the rows marked
     ``ci: true``; with it, the rows it matches (fnmatch, comma-separated). Without ``engine``, every
     engine that builds the row."""
+    from harness.engines import engine_names, load_engine
+    from harness.matrix import engine_support, load_matrix, select
     rows = load_matrix(directory)
     chosen = select(rows, variant) if variant else [r for r in rows if r.ci]
     engines = [load_engine(engine)] if engine else [load_engine(n) for n in engine_names()]

@@ -1,8 +1,14 @@
 """The ``harness`` command line: one entry point, subcommands registered by area.
 
 Each area module exposes ``register(subparsers)``; its parsers set
-``func=handler`` where ``handler(args) -> int``. Errors derived from
-:class:`harness.errors.HarnessError` map to their class's exit code.
+``func=handler`` where ``handler(args) -> int``, and ``extras=(...)`` when the command needs
+optional dependency groups (checked before the handler runs: a typed error naming the extra,
+never a traceback). Errors derived from :class:`harness.errors.HarnessError` map to their
+class's exit code.
+
+Start-up imports only what builds the parser: an area module's top level is argparse and the
+standard library; everything else is imported inside its handlers (``tests/unit/test_cli_startup.py``
+checks that ``--help`` of every command loads no numpy, scipy, rich, yaml, jsonschema, ...).
 """
 
 from __future__ import annotations
@@ -15,8 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from harness import __version__, progress
-from harness.errors import HarnessError
+from harness import __version__
+from harness.errors import HarnessError, MissingExtraError
 
 #: Modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -94,14 +100,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    from harness import extras, progress
+
     progress.set_quiet(bool(args.quiet or getattr(args, "json", False)))
+    command = _command_name(args)
     try:
+        extras.require(command, *getattr(args, "extras", ()))
         return int(args.func(args) or 0)
+    except ModuleNotFoundError as e:
+        # an optional dependency a code path needs that its command did not declare: still a typed
+        # error naming the extra, never a traceback; a missing module no extra provides is a bug
+        extra = extras.extra_for_module(e.name or "")
+        if extra is None:
+            raise
+        return _report(MissingExtraError(command, extra, [e.name or "?"]))
     except HarnessError as e:
-        progress.console.print(f"[bold red]error:[/] {type(e).__name__}: ", end="", highlight=False)
-        # soft_wrap keeps one difference / diagnostic per line, whatever the width
-        progress.console.print(str(e), markup=False, highlight=False, soft_wrap=True)
-        return e.exit_code
+        return _report(e)
     except KeyboardInterrupt:
         progress.console.print("interrupted", style="red")
         return 130
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    """``harness report compare``: the subcommand path argparse chose (its dest names)."""
+    words = [getattr(args, "command", None) or ""]
+    for key in sorted(vars(args)):
+        if key.endswith("_command") and isinstance(getattr(args, key), str):
+            words.append(getattr(args, key))
+    return "harness " + " ".join(w for w in words if w)
+
+
+def _report(e: HarnessError) -> int:
+    from harness import progress
+
+    progress.console.print(f"[bold red]error:[/] {type(e).__name__}: ", end="", highlight=False)
+    # soft_wrap keeps one difference / diagnostic per line, whatever the width
+    progress.console.print(str(e), markup=False, highlight=False, soft_wrap=True)
+    return e.exit_code

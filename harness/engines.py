@@ -20,6 +20,7 @@ import jsonschema
 import yaml
 
 from harness import paths
+from harness.datafile import load_yaml
 from harness.errors import ConfigError, HarnessError, UnknownNameError
 from harness.types import EngineSpec, SourceSpec
 
@@ -82,7 +83,7 @@ def load_engine(name: str) -> EngineSpec:
 
 def parse_engine(path: Path) -> EngineSpec:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except yaml.YAMLError as e:
         msg = f"{path}: not valid YAML: {e}"
         raise ConfigError(msg) from e

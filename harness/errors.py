@@ -51,6 +51,16 @@ class HostError(HarnessError):
     exit_code = 4
 
 
+class MissingExtraError(HostError):
+    """A command needs an optional dependency group (an extra) this install lacks."""
+
+    def __init__(self, command: str, extra: str, missing: Sequence[str]) -> None:
+        self.command, self.extra, self.missing = command, extra, tuple(missing)
+        super().__init__(
+            f"{command} needs the `{extra}` extra ({', '.join(self.missing)} not installed): "
+            f"pip install 'harness[{extra}]' (or 'harness[all]'; in a checkout: pip install -e '.[{extra}]')")
+
+
 class SourceError(HarnessError):
     """Fetching or extracting a pinned source failed."""
 

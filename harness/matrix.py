@@ -17,10 +17,10 @@ from typing import Any
 
 import jsonschema
 import pluggy
-import yaml
 from packaging.version import InvalidVersion, Version
 
 from harness import paths
+from harness.datafile import load_yaml
 from harness.engines import engine_names, load_engine, with_current_build_data
 from harness.errors import ConfigError, UnknownNameError, UsageError
 from harness.types import Buildability, EngineSpec, HostInfo, Variant
@@ -36,7 +36,7 @@ def matrix_files(directory: Path | None = None) -> list[tuple[Path, dict[str, An
     directory = directory or paths.project_root() / "matrix"
     files = []
     for f in sorted(directory.glob("*.yaml")):
-        data = yaml.safe_load(f.read_text())
+        data = load_yaml(f.read_text())
         errors = list(jsonschema.Draft202012Validator(_schema()).iter_errors(data))
         if errors:
             lines = [f"{f}: {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]

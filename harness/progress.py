@@ -1,26 +1,38 @@
-"""Progress display for long steps (rich), quiet when not on a terminal or under --json."""
+"""Progress display for long steps (rich), quiet when not on a terminal or under --json.
+
+rich loads on first use (``progress.console`` is made when first read): a command that prints
+nothing through it, ``harness --version`` or ``--help``, does not pay for it.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TransferSpeedColumn,
-)
+if TYPE_CHECKING:
+    from rich.console import Console
 
-#: Messages and progress go to stderr so stdout stays clean for --json.
-console = Console(stderr=True)
+    #: Messages and progress go to stderr so stdout stays clean for --json.
+    console: Console
+
 _quiet = False
+
+
+@functools.cache
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "console":
+        return _console()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def set_quiet(quiet: bool) -> None:
@@ -34,7 +46,7 @@ def enabled() -> bool:
 
 def info(message: str) -> None:
     if not _quiet:
-        console.print(message, highlight=False)
+        _console().print(message, highlight=False)
 
 
 @contextmanager
@@ -44,8 +56,10 @@ def bytes_task(description: str) -> Iterator[Callable[[int, int | None], None]]:
         info(f"{description} ...")
         yield lambda done, total: None
         return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
     cols = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(*cols, console=console, transient=True) as p:
+    with Progress(*cols, console=_console(), transient=True) as p:
         task = p.add_task(description, total=None)
         yield lambda done, total: p.update(task, completed=done, total=total)
 
@@ -57,7 +71,9 @@ def spinner(description: str) -> Iterator[Callable[[str], None]]:
         info(f"{description} ...")
         yield lambda text: None
         return
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     cols = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*cols, console=console, transient=True) as p:
+    with Progress(*cols, console=_console(), transient=True) as p:
         task = p.add_task(description, total=None)
         yield lambda text: p.update(task, description=f"{description}: {text[-80:]}")

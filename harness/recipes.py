@@ -30,6 +30,7 @@ import yaml
 from filelock import FileLock
 
 from harness import paths
+from harness.datafile import load_yaml
 from harness.engines import DESCRIPTOR, load_engine, parse_engine
 from harness.errors import ConfigError
 from harness.types import EngineSpec
@@ -80,7 +81,7 @@ def pins_on_record(engine: str) -> list[tuple[str, str]]:
     out = []
     for commit in _git("log", "--branches", "--remotes", "--tags", "--date-order", "--format=%H", "--", rel).split():
         try:
-            data = yaml.safe_load(_git("show", f"{commit}:{rel}"))
+            data = load_yaml(_git("show", f"{commit}:{rel}"))
             out.append((commit, str(data["source"]["version"])))
         except (RecipeError, yaml.YAMLError, KeyError, TypeError):
             continue  # a commit where the file was deleted or broken: not a recipe

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import paths
 from harness.plugin import hookimpl
 from harness.types import EngineSpec, HostInfo, Variant
 
@@ -139,6 +138,7 @@ def toolchain_text(tc: CrossToolchain) -> str:
 
 def toolchain_file(tc: CrossToolchain) -> Path:
     """Write the toolchain file once under ``<cache>/toolchains/``; its name holds its hash."""
+    from harness import paths
     text = toolchain_text(tc)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = paths.cache_root() / "toolchains" / f"cross-{tc.triple}-{digest}.cmake"

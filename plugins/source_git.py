@@ -17,7 +17,6 @@ from pathlib import Path
 
 from harness.errors import SourceError, SubprocessError
 from harness.plugin import hookimpl
-from harness.source import ensure_tree
 from harness.types import SourceSpec, SourceTree
 
 KIND = "git"
@@ -77,6 +76,7 @@ def harness_source_kinds() -> list[str]:
 
 @hookimpl
 def harness_source_fetch(engine: str, spec: SourceSpec, cache_dir: Path) -> SourceTree | None:
+    from harness.source import ensure_tree
     if spec.kind != KIND:
         return None
     if len(spec.commit) != 40:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import index, paths
 from harness.errors import SourceError
 from harness.plugin import hookimpl
-from harness.source import current_checking, download, extract_once, single_top_dir
 from harness.types import SourceSpec, SourceTree
 
 KIND = "pypi-sdist"
@@ -15,6 +13,7 @@ KIND = "pypi-sdist"
 
 def resolve_url(spec: SourceSpec) -> str:
     """The download URL of ``spec.filename`` on the configured indexes (:mod:`harness.index`)."""
+    from harness import index
     return index.find_file(spec.package, spec.filename,
                            hint="Check source.version and source.filename in the engine descriptor").url
 
@@ -27,6 +26,8 @@ def harness_source_kinds() -> list[str]:
 def fetch_archive(spec: SourceSpec) -> Path:
     """The verified archive in the downloads cache: downloaded (under a lock) when absent or
     wrong, a wrong one moved aside first."""
+    from harness import paths
+    from harness.source import download
     archive = paths.downloads_dir() / spec.filename
     return download(lambda: resolve_url(spec), archive, sha256=spec.sha256,
                     label=f"download {spec.filename}")
@@ -34,6 +35,8 @@ def fetch_archive(spec: SourceSpec) -> Path:
 
 @hookimpl
 def harness_source_fetch(engine: str, spec: SourceSpec, cache_dir: Path) -> SourceTree | None:
+    from harness import paths
+    from harness.source import current_checking, extract_once, single_top_dir
     if spec.kind != KIND:
         return None
     if current_checking().full and (paths.downloads_dir() / spec.filename).exists():

@@ -10,7 +10,6 @@ import importlib.util
 import os
 from pathlib import Path
 
-from harness.matrix import generic_reasons, intent_defines
 from harness.plugin import hookimpl
 from harness.types import Buildability, EngineSpec, HostInfo, Variant
 
@@ -76,6 +75,7 @@ def arch_satisfies(archs: tuple[str, ...] | list[str], compute_capability: str) 
 
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
+    from harness.matrix import generic_reasons
     if variant.backend != "cuda":
         return None
     reasons = generic_reasons(variant, host)
@@ -102,6 +102,7 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
 
 @hookimpl
 def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostInfo) -> dict[str, str] | None:
+    from harness.matrix import intent_defines
     if variant.backend != "cuda":
         return None
     defines = {"CMAKE_CUDA_ARCHITECTURES": ";".join(variant.cuda_archs)}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from harness.matrix import generic_reasons
 from harness.plugin import hookimpl
 from harness.types import Buildability, HostInfo, Variant
 
@@ -29,6 +28,7 @@ def mlx_wheel_problems(variant: Variant) -> list[str]:
 
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
+    from harness.matrix import generic_reasons
     if variant.backend != "mlx":
         return None
     reasons = generic_reasons(variant, host)

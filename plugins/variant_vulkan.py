@@ -22,14 +22,8 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from filelock import FileLock
-
-from harness import mirrors, paths, progress
 from harness.errors import SourceError, UnsafeArchiveError
-from harness.host import system_vulkan_headers, vulkan_header_version
-from harness.matrix import generic_reasons, version_at_least
 from harness.plugin import hookimpl
-from harness.source import download
 from harness.types import Buildability, EngineSpec, HostInfo, Variant
 
 STAMP = ".harness-headers.json"
@@ -56,11 +50,13 @@ def headers_package(variant: Variant) -> dict[str, Any] | None:
 
 def headers_root(pkg: dict[str, Any]) -> Path:
     """Where a headers package lands: ``<cache>/toolchains/vulkan-headers-<version>-<sha12>/``."""
+    from harness import paths
     return paths.cache_root() / "toolchains" / f"vulkan-headers-{pkg['version']}-{str(pkg['sha256'])[:12]}"
 
 
 def needs_package(variant: Variant, host: HostInfo) -> bool:
     """The host's headers are missing or older than the row's minimum, and the row pins a package."""
+    from harness.matrix import version_at_least
     minimum = str(variant.extra.get("vulkan_headers_min", "1.3"))
     return headers_package(variant) is not None and not version_at_least(host.vulkan_headers, minimum)
 
@@ -106,6 +102,11 @@ def extract_deb_members(deb: Path, dest: Path, members: list[str]) -> list[str]:
 
 def ensure_headers(pkg: dict[str, Any]) -> Path:
     """Fetch and unpack a pinned headers package once (locked, stamped); return its include dir."""
+    from filelock import FileLock
+
+    from harness import mirrors, paths, progress
+    from harness.host import vulkan_header_version
+    from harness.source import download
     root = headers_root(pkg)
     include = root / "include"
     stamp = root / STAMP
@@ -152,6 +153,7 @@ def spirv_headers_config() -> Path | None:
 
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
+    from harness.matrix import generic_reasons, version_at_least
     if variant.backend != "vulkan":
         return None
     reasons = generic_reasons(variant, host)
@@ -203,6 +205,7 @@ def glslc_features(log_text: str) -> dict[str, bool]:
 
 @hookimpl
 def harness_artifact_manifest(engine: EngineSpec, variant: Variant, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    from harness.host import system_vulkan_headers, vulkan_header_version
     if variant.backend != "vulkan":
         return None
     defines = manifest.get("defines", {})

@@ -9,15 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import paths, progress
-from harness.abi import surface as surf
-from harness.abi.check import check_engine, load_committed, snapshot_config, version_macro
-from harness.abi.diff import diff, diff_surfaces, render_markdown
-from harness.abi.pins import resolve_pin
-from harness.abi.revisions import choose_engine, default_engine, fetch_revision
-from harness.abi.used import used_from
-
 if TYPE_CHECKING:
+    from harness.abi import surface as surf
     from harness.types import EngineSpec
 
 
@@ -37,13 +30,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--all", action="store_true", help="keep the whole surface, not only the used part")
     p.add_argument("-o", "--output", metavar="FILE", help="where to write (default: abi/<engine>/surface.json; - for stdout)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    p.set_defaults(func=cmd_snapshot)
+    p.set_defaults(func=cmd_snapshot, extras=('build',))
 
     p = asub.add_parser("check", help="fail when the pinned headers disagree with the committed surface",
                         description="Runs before any build; seconds, not minutes.")
     p.add_argument("engine")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    p.set_defaults(func=cmd_check)
+    p.set_defaults(func=cmd_check, extras=('build',))
 
     p = asub.add_parser("diff", help="API/ABI change report between two pins (versions, git revisions or "
                         "directories)",
@@ -60,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--used", action="store_true", help="only what the committed used set reaches")
     p.add_argument("--markdown", action="store_true", help="a Markdown report for a pull request")
     p.add_argument("--json", action="store_true", help="print the differences as JSON")
-    p.set_defaults(func=cmd_diff)
+    p.set_defaults(func=cmd_diff, extras=('build',))
 
 
 def _load(engine: str) -> EngineSpec:
@@ -71,6 +64,8 @@ def _load(engine: str) -> EngineSpec:
 
 def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str, Any] | None) -> set[str] | None:
     """--used-from, else the descriptor's abi.used_from, else the committed used set; None = everything."""
+    from harness import progress
+    from harness.abi.used import used_from
     if args.all:
         return None
     pattern = spec.abi.get("used_pattern")
@@ -90,6 +85,8 @@ def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str
 
 def _engine_for(pins: list[str]) -> str:
     """``--engine`` not given: the engine both pins fit (see :func:`choose_engine`)."""
+    from harness import progress
+    from harness.abi.revisions import choose_engine, default_engine
     from harness.engines import engine_names, load_engine
     from harness.errors import ConfigError
 
@@ -105,6 +102,10 @@ def _engine_for(pins: list[str]) -> str:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    from harness import progress
+    from harness.abi import surface as surf
+    from harness.abi.check import snapshot_config, version_macro
+    from harness.abi.diff import diff_surfaces
     from harness.pipeline import patched_tree
 
     t0 = time.perf_counter()
@@ -144,6 +145,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from harness import progress
+    from harness.abi.check import check_engine
     from harness.pipeline import patched_tree
 
     spec = _load(args.engine)
@@ -164,12 +167,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _shown(path: Path) -> str:
+    from harness import paths
     root = paths.project_root()
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def pin_tree(pin: str, spec: EngineSpec) -> Path:
     """The engine tree a pin names: a directory, a git revision (git engines) or an sdist version."""
+    from harness.abi.pins import resolve_pin
+    from harness.abi.revisions import fetch_revision
     if spec.source.kind == "git" and not Path(pin).expanduser().is_dir():
         from harness.plugin import get_manager
 
@@ -179,6 +185,7 @@ def pin_tree(pin: str, spec: EngineSpec) -> Path:
 
 def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.Surface:
     """The full surface of one pin (a version, a git revision or a directory) with the engine's header config."""
+    from harness.abi.check import snapshot_config
     root = pin_tree(pin, spec)
     abi = dict(spec.abi)
     # Constants-only headers are internal and come and go between pins; a report skips missing ones.
@@ -187,6 +194,10 @@ def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    from harness import progress
+    from harness.abi import surface as surf
+    from harness.abi.check import load_committed, version_macro
+    from harness.abi.diff import diff, render_markdown
     t0 = time.perf_counter()
     spec = _load(args.engine or _engine_for([args.pin_a, args.pin_b]))
     targets = args.target or None

@@ -10,7 +10,6 @@ from typing import Any
 
 from harness.cli import add_json_flag, print_json
 from harness.errors import ArtifactError, AuditError
-from harness.runtime.levels import level_libraries
 
 DESCRIPTION = """\
 Decode every CPU level library of a built artifact (lib/libggml-cpu-<level>.so) with
@@ -37,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q.add_argument("--variant", default="cpu", help="matrix row whose artifact to audit (default: cpu)")
     q.add_argument("--artifact", type=Path, metavar="DIR", help="audit this artifact dir instead of the built one")
     add_json_flag(q)
-    q.set_defaults(func=cmd_isa)
+    q.set_defaults(func=cmd_isa, extras=('build',))
 
 
 def audit_engine(engine_name: str, variant: str = "cpu", artifact: Path | None = None) -> dict[str, Any]:
@@ -49,6 +48,7 @@ def audit_engine(engine_name: str, variant: str = "cpu", artifact: Path | None =
     from harness.host import normalize_arch
     from harness.matrix import get_variant
     from harness.plugin import get_manager
+    from harness.runtime.levels import level_libraries
 
     t0 = time.perf_counter()
     engine = load_engine(engine_name)
@@ -83,6 +83,8 @@ def audit_engine(engine_name: str, variant: str = "cpu", artifact: Path | None =
 
 def _artifact_arch(lib: Path) -> str | None:
     from elftools.elf.elffile import ELFFile
+
+    from harness.runtime.levels import level_libraries
 
     for p in level_libraries(lib)[:1]:
         with p.open("rb") as f:

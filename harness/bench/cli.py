@@ -9,12 +9,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
-from harness import progress
 from harness.cli import add_json_flag, print_json
 from harness.errors import BenchError, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 if TYPE_CHECKING:  # the heavy modules (scipy, matplotlib) load only when a command runs
     from harness.bench.arms import ArmSpec
@@ -84,7 +83,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="extra plugin module for the arm workers (repeatable)")
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     add_json_flag(p)
-    p.set_defaults(func=cmd_bench)
+    p.set_defaults(func=cmd_bench, extras=('bench',))
 
     p = sub.add_parser("report", help="work with benchmark reports")
     rsub = p.add_subparsers(dest="report_command", metavar="SUBCOMMAND", required=True)
@@ -99,7 +98,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("--markdown", action="store_true",
                    help="print a table to paste into a pull request (B/A per metric, old vs new, verdict)")
     add_json_flag(c)
-    c.set_defaults(func=cmd_report_compare)
+    c.set_defaults(func=cmd_report_compare, extras=('bench',))
     m = rsub.add_parser("merge", help="combine qualification reports from several hosts into one report",
                         description="Put qualification reports (reports/*-qualify-*/qualify.json) from different "
                         "hosts, CPU levels or variants side by side: a stage x host table, the CPU levels each "
@@ -137,6 +136,7 @@ def prepare_arm(spec: ArmSpec) -> ArmSpec:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from harness import progress
     from harness.bench.abba import BenchConfig
     from harness.bench.arms import ArmSpec
     from harness.bench.gate import parse_gate, resolve_gate
@@ -224,10 +224,13 @@ def _ci(iv: Interval, fmt: str = ".3f") -> str:
 
 
 def _stdout() -> Console:
+    from rich.console import Console
     return Console(soft_wrap=False, width=140)
 
 
 def _print_bench(outcome: Outcome) -> None:
+    from rich.table import Table
+
     from harness.bench.gate import fmt_speed
     from harness.bench.markdown import GROUP_TITLES, group_findings
     from harness.bench.report import all_findings
@@ -291,6 +294,7 @@ def cmd_report_merge(args: argparse.Namespace) -> int:
 
 
 def _print_compare(comp: Comparison) -> None:
+    from rich.table import Table
     t = Table("metric", "what", "old", "new", "change", "z", "verdict")
     for r in comp.rows:
         style = {"regression": "red", "improvement": "green"}.get(r.verdict, "")

@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from harness import host as hostmod
-from harness import paths, pipeline, progress, recipes
-from harness.abi.check import check_engine
-from harness.artifacts import find_artifacts, package, status
-from harness.build import artifact_dir, build, ccache_summary, smoke_cpu_level
 from harness.cli import add_json_flag, print_json
-from harness.commands.core import _stdout_table
-from harness.engines import load_engine
 from harness.errors import UsageError
-from harness.matrix import engine_support, get_variant, load_matrix, select
-from harness.plugin import get_manager
-from harness.types import EngineSpec, Variant
+
+if TYPE_CHECKING:
+    from harness.types import EngineSpec, Variant
+
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,7 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "commit of any branch or tag that pinned it; the artifact lands in <dist>/ENGINE-PIN-VARIANT@COMMIT")
     g.add_argument("--rev", metavar="GITREV", help="build the recipe of this commit/branch/tag (e.g. main)")
     add_json_flag(p)
-    p.set_defaults(func=cmd_build)
+    p.set_defaults(func=cmd_build, extras=('build',))
 
     p = sub.add_parser("artifacts", help="list built artifacts and verify their file hashes")
     add_json_flag(p)
@@ -49,7 +42,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--variants", required=True, help="comma-separated variants, e.g. cpu,vulkan")
     p.add_argument("-o", "--output", type=Path, help="output dir (default: <dist>/<engine>-<pin>-package)")
     add_json_flag(p)
-    p.set_defaults(func=cmd_package)
+    p.set_defaults(func=cmd_package, extras=('build',))
 
 
 def parse_defines(items: list[str]) -> dict[str, str]:
@@ -69,6 +62,7 @@ def supported_rows(engine: EngineSpec, patterns: str) -> tuple[list[Variant], li
     A row named exactly (no wildcard) that the engine does not build is an error; rows a
     wildcard picked up are skipped with their reason.
     """
+    from harness.matrix import engine_support, load_matrix, select
     chosen = select(load_matrix(), patterns)
     exact = {p for p in patterns.split(",") if p and not any(c in p for c in "*?[")}
     rows, skipped = [], []
@@ -89,6 +83,11 @@ def supported_rows(engine: EngineSpec, patterns: str) -> tuple[list[Variant], li
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    from harness import host as hostmod
+    from harness import pipeline, progress, recipes
+    from harness.abi.check import check_engine
+    from harness.build import build, ccache_summary, smoke_cpu_level
+    from harness.plugin import get_manager
     pm = get_manager()
     engine = recipes.resolve(args.engine, pin=args.pin, rev=args.rev)
     if engine.recipe_commit and not args.json:
@@ -121,6 +120,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_artifacts(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from harness import host as hostmod
+    from harness import paths
+    from harness.artifacts import find_artifacts, status
+    from harness.commands.core import _stdout_table
     host = hostmod.probe()
     rows = [status(p, host) for p in find_artifacts()]
     if args.json:
@@ -141,6 +146,11 @@ def cmd_artifacts(args: argparse.Namespace) -> int:
 
 
 def cmd_package(args: argparse.Namespace) -> int:
+    from harness import paths
+    from harness.artifacts import package
+    from harness.build import artifact_dir
+    from harness.engines import load_engine
+    from harness.matrix import get_variant, load_matrix
     engine = load_engine(args.engine)
     rows = load_matrix()
     names = [v for v in args.variants.split(",") if v]

@@ -5,23 +5,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.markup import escape
-from rich.table import Table
-
-from harness import host as hostmod
-from harness import pipeline, progress
-from harness.ccache import remote_status as ccache_remote_status
-from harness.ci_matrix import CI_SYSTEMS, github_matrix
 from harness.cli import add_json_flag, print_json
-from harness.engines import engine_names, load_engine
 from harness.errors import UsageError
-from harness.matrix import buildability, load_matrix, select
-from harness.plugin import describe, get_manager
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from harness.ci_matrix import CI_SYSTEMS  # light: its engine and matrix imports are lazy
+
     p = sub.add_parser("plugins", help="list plugins and the hooks each implements")
     add_json_flag(p)
     p.set_defaults(func=cmd_plugins)
@@ -75,6 +70,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from harness.plugin import describe, get_manager
     rows = describe(get_manager())
     if args.json:
         print_json(rows)
@@ -97,6 +95,10 @@ def _gib(n: int) -> str:
 
 
 def cmd_host(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from harness import host as hostmod
+    from harness.ccache import remote_status as ccache_remote_status
     h = hostmod.probe()
     measured = None
     if args.measure:
@@ -131,6 +133,7 @@ def cmd_host(args: argparse.Namespace) -> int:
 
 
 def _remote_text(remote: dict[str, Any]) -> str:
+    from rich.markup import escape
     if not remote["configured"]:
         return "[dim]not configured (CCACHE_REMOTE_STORAGE or remote_storage in ccache.conf)[/]"
     return "; ".join(f"{r['url']}: " + ("[green]reachable[/]" if r["reachable"] else "[red]unreachable[/]")
@@ -138,6 +141,11 @@ def _remote_text(remote: dict[str, Any]) -> str:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from harness import host as hostmod
+    from harness.matrix import buildability, load_matrix, select
+    from harness.plugin import get_manager
     if args.ci:
         return _ci_matrix(args)
     if args.engine:
@@ -164,6 +172,9 @@ def _ci_matrix(args: argparse.Namespace) -> int:
     import json
     import sys
 
+    from harness import progress
+    from harness.ci_matrix import github_matrix
+
     m = github_matrix(engine=args.engine, variant=args.variant)
     for note in m.notes:
         progress.console.print(f"[dim]note:[/] {note}", highlight=False, markup=True, soft_wrap=True)
@@ -173,6 +184,9 @@ def _ci_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_engines(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from harness.engines import engine_names, load_engine
     data: list[dict[str, Any]] = []
     for name in engine_names():
         e = load_engine(name)
@@ -190,6 +204,7 @@ def cmd_engines(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
+    from harness import pipeline
     t0 = time.perf_counter()
     copy = None
     if args.verify or args.repair:
@@ -217,6 +232,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_patch(args: argparse.Namespace) -> int:
+    from harness import pipeline
     t0 = time.perf_counter()
     if args.check:
         outcomes = pipeline.check_patches(args.engine)
@@ -245,6 +261,7 @@ def cmd_patch(args: argparse.Namespace) -> int:
 def _print_copy_state(engine: str) -> None:
     """`patch --check` checks the series against the pristine tree; say too whether the working
     copy still is what the series made (an edit there is discarded by the next `harness patch`)."""
+    from harness import pipeline
     path, problem = pipeline.working_copy_state(engine)
     if problem is None:
         print(f"working copy {path}: intact")

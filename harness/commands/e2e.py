@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="spec files or directories (default: tests/e2e); arguments after -- go to each pytest run")
     p.add_argument("--variant", action="append", default=[], help="backend variant to run on (repeatable)")
     add_json_flag(p)
-    p.set_defaults(func=cmd_e2e, takes_passthrough=True)
+    p.set_defaults(func=cmd_e2e, extras=("test",), takes_passthrough=True)
 
 
 def cmd_e2e(args: argparse.Namespace) -> int:

@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--threads", type=int, help="threads per run (default: the host's physical cores)")
     p.add_argument("--markdown", action="store_true", help="print the level table as Markdown")
     add_json_flag(p)
-    p.set_defaults(func=cmd_emulate)
+    p.set_defaults(func=cmd_emulate, extras=('build',))
 
 
 def resolve_models(names: list[str]) -> tuple[dict[str, Path], dict[str, str]]:

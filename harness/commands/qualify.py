@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "reason (repeatable; default: every cross row whose toolchain is installed; 'none' for none)")
     p.add_argument("--out", type=Path, help="reports directory (default: reports/ in the checkout)")
     add_json_flag(p)
-    p.set_defaults(func=cmd_qualify)
+    p.set_defaults(func=cmd_qualify, extras=('build', 'bench'))
 
 
 def cmd_qualify(args: argparse.Namespace) -> int:

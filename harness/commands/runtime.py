@@ -7,14 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from rich.table import Table
-
-from harness.backend import build_backend
 from harness.cli import add_json_flag, print_json
-from harness.commands.core import _stdout_table
-from harness.engines import load_engine
 from harness.errors import UsageError
-from harness.matrix import get_variant
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +18,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-install", action="store_true", help="only build the wheel")
     p.add_argument("--force", action="store_true")
     add_json_flag(p)
-    p.set_defaults(func=cmd_build_backend)
+    p.set_defaults(func=cmd_build_backend, extras=('build',))
 
     p = sub.add_parser("engine", help="inspect installed backend variants")
     esub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -45,7 +39,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_build_backend(args: argparse.Namespace) -> int:
+    from harness.backend import build_backend
     from harness.build import artifact_dir
+    from harness.engines import load_engine
+    from harness.matrix import get_variant
 
     engine = load_engine(args.engine)
     artifact = artifact_dir(engine, get_variant(args.variant))
@@ -64,7 +61,11 @@ def cmd_build_backend(args: argparse.Namespace) -> int:
 
 
 def cmd_engine_info(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from harness import registry
+    from harness.commands.core import _stdout_table
+    from harness.engines import load_engine
     from harness.runtime import discovery, levels
 
     engine = load_engine(args.engine or registry.default("text").name)

@@ -13,27 +13,15 @@ from __future__ import annotations
 import argparse
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
-from harness import progress
 from harness.cli import add_json_flag, print_json
-from harness.config.effective import (
-    MODELS_DIR_ENV,
-    Effective,
-    cpu_count,
-    load_config_file,
-    named_models_dir,
-)
-from harness.config.loader import Diagnostic
-from harness.config.model import option_specs
-from harness.config.options import TRISTATE_MEANING
-from harness.config.schema import SCHEMA_PATH, dumps, generate
-from harness.config.select import cuda_wheel_index, select_engine
-from harness.config.validate import Validator
-from harness.types import HostInfo
+
+if TYPE_CHECKING:
+    from harness.config.effective import Effective
+    from harness.config.loader import Diagnostic
+    from harness.types import HostInfo
+
 
 FORMATS = ("text", "json", "github")
 #: Longest value shown in a `config show` table cell (templates are long); --json has all of it.
@@ -88,6 +76,7 @@ def register(subparsers: Any) -> None:
 
 
 def _models_dir_flag(p: argparse.ArgumentParser, note: str) -> None:
+    from harness.config import MODELS_DIR_ENV
     p.add_argument("--models-dir", type=Path, metavar="DIR",
                    help=f"where model paths resolve (or ${MODELS_DIR_ENV}); {note}")
 
@@ -114,6 +103,9 @@ def _print_diagnostics(diags: list[Diagnostic] | tuple[Diagnostic, ...], fmt: st
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from harness import progress
+    from harness.config.effective import named_models_dir
+    from harness.config.validate import Validator
     fmt = args.format or ("json" if args.json else "text")
     validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template)
     report = validator.validate_paths(args.paths)
@@ -141,6 +133,8 @@ def _report(diags: list[Diagnostic], *, as_json: bool) -> bool:
 
 
 def _show_value(key: str, value: Any) -> str:
+    from harness.config.model import option_specs
+    from harness.config.options import TRISTATE_MEANING
     spec = option_specs().get(key)
     if spec is not None and spec.tristate and isinstance(value, int):
         return f"{value} ({TRISTATE_MEANING.get(value, '?')})"
@@ -152,6 +146,11 @@ def _show_value(key: str, value: Any) -> str:
 
 
 def cmd_config_show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness import progress
+    from harness.config.effective import load_config_file
     loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir)
     diags = list(loaded.diagnostics)
     failed = _report(diags, as_json=args.json)
@@ -182,6 +181,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
 
 def cmd_config_schema(args: argparse.Namespace) -> int:
+    from harness.config.schema import SCHEMA_PATH, dumps, generate
     if args.path:
         print(SCHEMA_PATH)
         return 0
@@ -197,6 +197,8 @@ def cmd_config_schema(args: argparse.Namespace) -> int:
 
 def probe_host() -> HostInfo:
     """The host probe of ``harness host``; a minimal description when it is unavailable."""
+    from harness.config.effective import cpu_count
+    from harness.types import HostInfo
     try:
         from harness.host import probe
 
@@ -208,6 +210,7 @@ def probe_host() -> HostInfo:
 
 def wheel_index(host: HostInfo) -> tuple[str | None, str]:
     """The GPU wheel index for this host and why: a CUDA toolkit without a CUDA device gets none."""
+    from harness.config.select import cuda_wheel_index
     if not host.has_gpu("cuda"):
         toolkit = f" (CUDA toolkit {host.cuda_version} found)" if host.cuda_version else ""
         return None, f"none, CPU index: no CUDA device{toolkit}"
@@ -216,6 +219,11 @@ def wheel_index(host: HostInfo) -> tuple[str | None, str]:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.config.effective import load_config_file
+    from harness.config.select import select_engine
     loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir)
     validated, diags, models_dir = loaded.validated, list(loaded.diagnostics), loaded.models_dir
     failed = _report(diags, as_json=args.json)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.config import MODELS_DIR_ENV
 from harness.config.facts import abilities, read_gguf_header
 from harness.config.loader import Diagnostic
 from harness.config.localai import remote_scheme
@@ -32,7 +33,6 @@ from harness.errors import UsageError
 from harness.video.families import VideoFamily, family_for
 
 #: Where model paths resolve when no models directory is named (else: beside the config).
-MODELS_DIR_ENV = "HARNESS_MODELS_DIR"
 
 #: Sampling defaults when neither parameters nor options set them (GPT4All's, per SPEC.md 5).
 SAMPLING_DEFAULTS: dict[str, Any] = {

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
-
+from harness.datafile import load_yaml
 from harness.errors import did_you_mean
 
 DATA_FILE = "localai.yaml"
@@ -84,7 +83,7 @@ def _split(vocab: Vocabulary, section: str) -> tuple[dict[str, str], dict[str, s
 @functools.cache
 def vocabulary() -> Vocabulary:
     """The vocabulary shipped with the harness."""
-    raw = yaml.safe_load(resources.files("harness.config").joinpath(DATA_FILE).read_text(encoding="utf-8"))
+    raw = load_yaml(resources.files("harness.config").joinpath(DATA_FILE).read_text(encoding="utf-8"))
     keys = {section: {name: Key(name=name, use=spec.get("use"), unused=spec.get("unused"))
                       for name, spec in raw["keys"][section].items()}
             for section in SECTIONS}

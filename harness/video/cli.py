@@ -9,21 +9,16 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from harness import progress
 from harness.cli import add_json_flag, print_json
-from harness.config.effective import MODELS_DIR_ENV
-from harness.config.options import config_options
 from harness.errors import ConfigError, UsageError
-from harness.video.limits import VideoLimits, engine_limits
-from harness.video.mux import VideoCancelledError
-from harness.video.options import VideoOptions, video_options
-from harness.video.pipeline import VideoPipeline, VideoResult, plan_request
-from harness.video.request import load_request
+
+if TYPE_CHECKING:
+    from harness.video.limits import VideoLimits
+    from harness.video.options import VideoOptions
+    from harness.video.pipeline import VideoPipeline, VideoResult
+
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -103,6 +98,10 @@ def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
     Reads ``backend`` and the options surfaces (``options:`` then ``engine_args:``, through
     the config's one parser); the rest of the schema is ``harness validate``'s.
     """
+    import yaml
+
+    from harness.config.options import config_options
+    from harness.video.options import video_options
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as e:
@@ -129,6 +128,9 @@ def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
 
 def _load_pipeline(config: Path, loaded: tuple[str, VideoOptions, dict[str, Any]] | None = None,
                    limits: VideoLimits | None = None) -> VideoPipeline:
+    from harness.config import MODELS_DIR_ENV
+    from harness.video.limits import engine_limits
+    from harness.video.pipeline import VideoPipeline
     engine, options, data = loaded or load_config(config)
     # Checkpoint paths resolve like the config layer's: HARNESS_MODELS_DIR, else beside the config.
     env = os.environ.get(MODELS_DIR_ENV)
@@ -138,11 +140,16 @@ def _load_pipeline(config: Path, loaded: tuple[str, VideoOptions, dict[str, Any]
 
 
 def _print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
+    from harness import progress
     for w in warnings:
         progress.console.print(f"[yellow]warning:[/] {w}", highlight=False)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from harness import progress
+    from harness.video.limits import engine_limits
+    from harness.video.pipeline import plan_request
+    from harness.video.request import load_request
     loaded = load_config(args.config)
     limits = engine_limits(loaded[0])
     data = load_request(args.request, limits)
@@ -165,6 +172,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _request_from_args(args: argparse.Namespace, limits: VideoLimits) -> dict[str, Any]:
+    from harness.video.request import load_request
     data: dict[str, Any] = {}
     if args.request is not None:
         data.update(load_request(args.request, limits))
@@ -182,6 +190,9 @@ def _request_from_args(args: argparse.Namespace, limits: VideoLimits) -> dict[st
 @contextmanager
 def _step_display() -> Iterator[tuple[Callable[[int, int], None], Callable[[str], None]]]:
     """(progress, status) callbacks: a rich bar on a terminal, plain lines otherwise."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from harness import progress
     if not progress.enabled():
         last = [0.0]
 
@@ -203,7 +214,10 @@ def _step_display() -> Iterator[tuple[Callable[[int, int], None], Callable[[str]
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from harness import crash
+    from harness import crash, progress
+    from harness.video.limits import engine_limits
+    from harness.video.mux import VideoCancelledError
+    from harness.video.pipeline import plan_request
 
     code = crash.supervise(getattr(args, "argv", None), "harness video generate")
     if code is not None:

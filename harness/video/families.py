@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from harness.datafile import load_yaml
 from harness.errors import ConfigError, did_you_mean
 
 DATA_FILE = "families.yaml"
@@ -87,7 +86,7 @@ class FamilyTable:
 @functools.cache
 def table() -> FamilyTable:
     """The family table shipped with the harness."""
-    raw = yaml.safe_load(resources.files("harness.video").joinpath(DATA_FILE).read_text(encoding="utf-8"))
+    raw = load_yaml(resources.files("harness.video").joinpath(DATA_FILE).read_text(encoding="utf-8"))
     families = {name: _family(name, f) for name, f in raw["families"].items()}
     return FamilyTable(families=families, default=str(raw["default"]),
                        engines={str(k): str(v) for k, v in (raw.get("engines") or {}).items()})

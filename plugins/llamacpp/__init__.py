@@ -17,18 +17,18 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness import paths
-from harness.config.facts import gguf_header
-from harness.config.loader import Diagnostic, Path_
-from harness.config.localai import remote_scheme
-from harness.config.model import ModelConfig
-from harness.config.rules import CheckContext, path_problem
 from harness.errors import did_you_mean
 from harness.plugin import hookimpl
 from harness.registry import EngineImpl, RandomModel
 from harness.types import HostInfo, MatchResult
+
+if TYPE_CHECKING:
+    from harness.config.loader import Diagnostic, Path_
+    from harness.config.model import ModelConfig
+    from harness.config.rules import CheckContext
+
 
 NAME = "llamacpp"
 FORMATS = ("ggufv2", "safetensors")
@@ -54,6 +54,7 @@ def _load(model: str | Path, *, variant: str | None = None, **engine_args: Any) 
 
 def _probe_model() -> Path:
     """The tiny llama with Q4_1 matrices: the quantized (SIMD and AMX) matmul kernels run."""
+    from harness import paths
     from harness_plugins.llamacpp.tiny import write_tiny_llama
 
     path = paths.models_dir() / "tiny-llama-s0-Q4_1.gguf"
@@ -212,11 +213,17 @@ def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> 
 # ---------------------------------------------------------------------------
 
 
-def _runtime_bounds() -> dict[str, tuple[int, int]]:
-    """What the runtime takes for each core parameter (:mod:`harness_plugins.llamacpp.engine`)."""
-    from harness_plugins.llamacpp.engine import _INT_ARGS
+#: What the runtime takes for each core parameter (:mod:`harness_plugins.llamacpp.engine` checks
+#: its arguments against it; the config rules here, without importing the runtime).
+RUNTIME_BOUNDS: dict[str, tuple[int, int]] = {
+    "n_ctx": (0, 1 << 24), "n_threads": (1, 4096), "n_threads_batch": (1, 4096), "n_batch": (1, 1 << 20),
+    "n_ubatch": (1, 1 << 20), "max_num_seqs": (1, 4096), "seed": (-1, (1 << 32) - 1), "n_gpu_layers": (-1, 1 << 16),
+    "n_draft": (1, 64), "ngram_n": (1, 64),
+}
 
-    return dict(_INT_ARGS)
+
+def _runtime_bounds() -> dict[str, tuple[int, int]]:
+    return dict(RUNTIME_BOUNDS)
 
 
 class _Rules:
@@ -244,6 +251,10 @@ class _Rules:
                 self.error(("options", i), f"option {item!r} has an empty key")
 
     def model(self) -> None:
+        from harness.config.facts import gguf_header
+        from harness.config.localai import remote_scheme
+        from harness.config.rules import path_problem
+
         ref = self.config.parameters.model
         at: Path_ = ("parameters", "model")
         if not ref or remote_scheme(ref) or path_problem("parameters.model", ref):
@@ -272,6 +283,9 @@ class _Rules:
                     self.error(at, f"parameters.model {ref!r}: {problem}")
 
     def mmproj(self) -> None:
+        from harness.config.localai import remote_scheme
+        from harness.config.rules import path_problem
+
         ref = self.config.mmproj
         if not ref or remote_scheme(ref) or path_problem("mmproj", ref):
             return

@@ -35,6 +35,7 @@ from harness.runtime.api import (
     _translate,
 )
 from harness.runtime.sampling import Sampling, config_sampling
+from harness_plugins.llamacpp import RUNTIME_BOUNDS
 from harness_plugins.llamacpp.models import resolve_model
 
 if TYPE_CHECKING:
@@ -62,11 +63,7 @@ _FLASH_ATTN = {0: -1, 1: 1, 2: 0}
 
 
 #: integer core parameters and their bounds (n_ctx 0 = the model's own context length).
-_INT_ARGS: dict[str, tuple[int, int]] = {
-    "n_ctx": (0, 1 << 24), "n_threads": (1, 4096), "n_threads_batch": (1, 4096), "n_batch": (1, 1 << 20),
-    "n_ubatch": (1, 1 << 20), "max_num_seqs": (1, 4096), "seed": (-1, (1 << 32) - 1), "n_gpu_layers": (-1, 1 << 16),
-    "n_draft": (1, 64), "ngram_n": (1, 64),
-}
+_INT_ARGS = RUNTIME_BOUNDS
 
 
 def _target(key: str) -> str | None:

@@ -21,22 +21,19 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness import crash
-from harness.backend import package_name
-from harness.config.loader import Diagnostic
-from harness.config.model import ModelConfig
-from harness.config.options import config_options
-from harness.config.rules import CheckContext
-from harness.config.video_rules import check_video
 from harness.errors import BackendError, VideoError
 from harness.plugin import hookimpl
 from harness.registry import EngineImpl
-from harness.runtime import levels
 from harness.types import HostInfo, MatchResult
-from harness.video.job import EngineOutput, VideoJob
-from harness.video.options import video_options
+
+if TYPE_CHECKING:
+    from harness.config.loader import Diagnostic
+    from harness.config.model import ModelConfig
+    from harness.config.rules import CheckContext
+    from harness.video.job import EngineOutput, VideoJob
+
 
 NAME = "stable-diffusion.cpp"
 FORMATS = ("ggufv2", "safetensors")
@@ -89,6 +86,7 @@ def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> 
 
 @hookimpl
 def harness_config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic] | None:
+    from harness.config.video_rules import check_video
     if context.engine != NAME:
         return None
     if context.options.video_engaged:
@@ -112,6 +110,8 @@ def _resolve(ref: str, models_dir: Path | None, what: str) -> str:
 
 def checkpoint_set(model: Any, models_dir: Path | None) -> dict[str, Any]:
     """The backend's context parameters from a raw model config."""
+    from harness.config.options import config_options
+    from harness.video.options import video_options
     if not isinstance(model, Mapping):
         msg = "the stable-diffusion.cpp video engine needs the model config (got none)"
         raise VideoError(msg)
@@ -136,7 +136,10 @@ def checkpoint_set(model: Any, models_dir: Path | None) -> dict[str, Any]:
 
 def load_backend() -> ModuleType:
     """The installed backend module (``harness_stable_diffusion_cpp_<variant>._core``)."""
+    from harness import crash
+    from harness.backend import package_name
     from harness.engines import load_engine
+    from harness.runtime import levels
 
     spec = load_engine(NAME)
     allowed = spec.variants or VARIANT_ORDER
@@ -186,6 +189,7 @@ def harness_video_limits(engine: str) -> dict[str, int] | None:
 @hookimpl
 def harness_video_generate(engine: str, request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
                            cancel: threading.Event) -> EngineOutput | None:
+    from harness.video.job import EngineOutput
     if engine != NAME:
         return None
     if request.partition not in PARTITIONS:

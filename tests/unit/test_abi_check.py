@@ -205,7 +205,6 @@ def test_cli_snapshot_then_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert list(written["functions"]) == ["llama_decode"] and written["used"] == ["llama_decode"]
     capsys.readouterr()
     monkeypatch.setattr(check_mod, "check_engine", lambda s, tree: check_tree(s.name, tree, s.abi))
-    monkeypatch.setattr(abi_cli, "check_engine", check_mod.check_engine)
     args = parse(["abi", "check", "llamacpp", "--json"])
     assert args.func(args) == 0
     assert '"ok": true' in capsys.readouterr().out

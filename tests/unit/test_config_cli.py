@@ -11,6 +11,7 @@ import pluggy
 import pytest
 
 import harness.cli
+import harness.config
 import harness.config.cli as config_cli
 import harness.config.validate as validate
 import harness.plugin
@@ -31,7 +32,7 @@ hookimpl = pluggy.HookimplMarker("harness")
 def _wired(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.config.cli",))
     monkeypatch.setattr(validate, "known_engines_from_plugins", lambda: ENGINES)
-    monkeypatch.delenv(config_cli.MODELS_DIR_ENV, raising=False)
+    monkeypatch.delenv(harness.config.MODELS_DIR_ENV, raising=False)
 
 
 def cli(*argv: str | Path) -> int:

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 import harness.cli
+import harness.config
 import harness.config.cli as config_cli
 import harness.config.validate as validate
 import harness.plugin
@@ -56,7 +57,7 @@ def wired(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.config.cli",))
     monkeypatch.setattr(harness.plugin, "get_manager", lambda: PM)
     monkeypatch.setattr(config_cli, "probe_host", lambda: HOST)
-    monkeypatch.delenv(config_cli.MODELS_DIR_ENV, raising=False)
+    monkeypatch.delenv(harness.config.MODELS_DIR_ENV, raising=False)
 
 
 def cli(*argv: str | Path) -> int:

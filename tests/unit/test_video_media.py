@@ -255,10 +255,10 @@ def test_cli_media_dir_widens_and_narrows_the_root(cli: Path, tree: dict[str, Pa
 def test_generate_refuses_outside_paths_before_rendering(cli: Path, tree: dict[str, Path],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from harness import crash
-    from harness.video import cli as video_cli
+    from harness.video import pipeline as video_pipeline
 
     monkeypatch.setattr(crash, "supervise", lambda *a, **k: None)
-    monkeypatch.setattr(video_cli, "VideoPipeline",
+    monkeypatch.setattr(video_pipeline, "VideoPipeline",
                         lambda *a, **k: VideoPipeline(*a, **{**k, "ffmpeg": FF}))
     monkeypatch.chdir(tree["media"])
     code = harness.cli.main(["video", "generate", str(cli), "--prompt", "p",
