@@ -17,7 +17,10 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import subprocess
 
 NOTE_ENV = "HARNESS_CRASH_NOTE"
 
@@ -155,6 +158,9 @@ def note_file() -> Iterator[tuple[Path, dict[str, str]]]:
 
 SUPERVISED_ENV = "HARNESS_SUPERVISED"
 
+#: Signals that ask a supervised command to stop: passed on to the child, never reported as its crash.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 def supervise(argv: list[str] | None, what: str) -> int | None:
     """Run ``harness <argv>`` in a child process and report its death by signal as a crash.
@@ -162,6 +168,9 @@ def supervise(argv: list[str] | None, what: str) -> int | None:
     Returns the child's exit code, or None when this process *is* the supervised child, or
     ``argv`` is None (a command called from Python, not from the command line): the caller
     then does the work itself. Output passes straight through; only a signal is translated.
+    A SIGINT or SIGTERM sent to this process is passed on to the child (see
+    :class:`_StopForwarder`), and a child that dies by one of those was stopped, not crashed:
+    the exit code is then ``128 + signal``, as a shell reports it.
     """
     import subprocess
     import sys
@@ -172,18 +181,60 @@ def supervise(argv: list[str] | None, what: str) -> int | None:
         return None
     with note_file() as (path, env):
         env = {**os.environ, **env, SUPERVISED_ENV: "1"}
-        note_running = {"running": what}
-        path.write_text(json.dumps(note_running))
+        path.write_text(json.dumps({"running": what}))
         proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], env=env)
-        while True:
-            try:
-                returncode = proc.wait()
-                break
-            except KeyboardInterrupt:  # the child got the SIGINT too: let it finish cleanly
-                continue
+        with _StopForwarder(proc) as stops:
+            returncode = proc.wait()
         died = crash_of(returncode, path)
+    if died is not None and died.signal in stops.received:
+        return 128 + died.signal
     if died is not None:
         msg = (f"{what} crashed: {died.describe()}. `harness engine info` shows which CPU levels passed "
                "this host's smoke probe; force another with HARNESS_CPU_LEVEL=<level>")
         raise EngineCrashError(msg)
     return returncode
+
+
+class _StopForwarder:
+    """While active, SIGINT and SIGTERM sent to this process are passed on to ``proc``.
+
+    A Ctrl-C at the terminal reaches the whole foreground process group, the child (which
+    shares ours) included: that SIGINT is not sent a second time, since a second one means
+    "stop now" to a server that is still finishing its requests. ``received`` holds every stop
+    signal that arrived, so that the child's death by one of them is not taken for a crash.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.received: set[int] = set()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopForwarder:
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._forward)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _forward(self, signum: int, _frame: object) -> None:
+        self.received.add(signum)
+        if signum == signal.SIGINT and _in_terminal_foreground():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signum)
+
+
+def _in_terminal_foreground() -> bool:
+    """Whether this process group is the foreground one of a controlling terminal."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

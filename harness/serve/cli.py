@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import progress
 from harness.errors import ConfigError, UsageError
 
 #: The environment variable ``--api-key`` falls back to (a key on the command line shows in ``ps``).
@@ -56,7 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--variant", default=None, help="backend variant (default: the best installed here)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default warning)")
-    p.set_defaults(func=cmd_serve)
+    p.set_defaults(func=cmd_serve, extras=('serve',))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +95,7 @@ def _is_loopback(host: str) -> bool:
 def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | None,
                 max_queue: int | None) -> dict[str, Any]:
     """name -> :class:`~harness.serve.app.ServedModel` for each config, loaded as ``Engine.load(config=...)``."""
+    from harness import progress
     from harness.config.effective import load_config_file
     from harness.runtime import Engine
     from harness.runtime.aio import AsyncEngine
@@ -133,8 +132,18 @@ def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | 
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+
+    from harness import crash
+
+    # the engines run in a child: a crash in one is reported by signal and CPU level (exit 16)
+    code = crash.supervise(getattr(args, "argv", None), "harness serve")
+    if code is not None:
+        return code
+
     import uvicorn
 
+    from harness import progress
     from harness.serve.app import create_app
 
     # an empty $HARNESS_API_KEY is unset; an empty --api-key is a mistake check_options names
@@ -148,9 +157,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = uvicorn.Server(config)
     progress.info(f"serving {', '.join(models)} on http://{opts.host}:{opts.port}/v1"
                   + (" (bearer key required)" if opts.api_key else ""))
+    # uvicorn re-raises the signal that stopped it once it has shut down: SIGTERM's default action
+    # would then kill this process before the engines close, a clean stop looking like a death
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
     try:
+        import asyncio
+
         asyncio.run(server.serve())
     finally:
+        signal.signal(signal.SIGTERM, previous)
         for m in models.values():
             m.engine.engine.close()
     return 0

@@ -2,9 +2,10 @@
 
 Copied into ``<pkg>/_core.py`` of a fake backend package on ``$HARNESS_BACKEND_PATH``.
 The package's variant decides what it does: ``crashy`` kills its own process with
-SIGILL when a request is submitted (as a miscompiled CPU level does), ``steady``
-answers "Paris". An engine records what it was given (``path``, ``params``, and each
-request's ``sampling`` in ``submitted``), so tests can assert what reached the core.
+SIGILL (or the signal ``$FAKE_CRASH_SIGNAL`` names, e.g. SIGSEGV) when a request is
+submitted, as a miscompiled CPU level does; ``steady`` answers "Paris". An engine records
+what it was given (``path``, ``params``, and each request's ``sampling`` in ``submitted``),
+so tests can assert what reached the core.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ class Engine:
     def submit(self, prompt: Any, sampling: Any, stream: bool) -> _Req:
         self.submitted.append({"prompt": prompt, "sampling": sampling, "stream": stream})
         if _IDENT["variant"] == "crashy":
-            os.kill(os.getpid(), signal.SIGILL)
+            os.kill(os.getpid(), signal.Signals[os.environ.get("FAKE_CRASH_SIGNAL", "SIGILL")])
         return _Req()
 
     def submit_chat(self, messages: str, tools: str, choice: str, schema: str, sampling: Any, stream: bool) -> _Req:

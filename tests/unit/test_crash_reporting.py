@@ -7,12 +7,18 @@ place that runs engine code in a child must name the signal and keep the other r
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -141,3 +147,64 @@ def test_e2e_cli_takes_pytest_args_after_dashdash(tmp_path: Path, capsys: pytest
     assert main(["e2e", str(spec), "--json"]) == 1
     with pytest.raises(SystemExit):
         main(["host", "--", "-k", "one"])
+
+
+SERVE_CONFIG = "name: tiny\nbackend: llamacpp\nparameters:\n  model: {model}\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start_serve(fake_env: dict[str, str], tmp_path: Path, variant: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """``harness serve`` of the tiny model on a fake backend, in a session of its own (no terminal),
+    returned once it answers /health: the process, the base URL, the file its stderr goes to."""
+    config = tmp_path / "serve.yaml"
+    model = Path(fake_env["FAKE_MODEL"])
+    config.write_text(SERVE_CONFIG.format(model=model.name))
+    port = _free_port()
+    log = tmp_path / f"serve-{variant}.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "harness", "serve", str(config), "--variant", variant,
+                                 "--models-dir", str(model.parent), "--port", str(port), "--log-level", "info"],
+                                stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"harness serve exited with {proc.returncode}: {log.read_text()}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            if r.status == 200:
+                return proc, url, log
+        time.sleep(0.1)
+    proc.kill()
+    pytest.fail(f"harness serve did not answer /health in 60 s: {log.read_text()}")
+
+
+def test_serve_crash_is_reported_by_signal(fake_env: dict[str, str], tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_CRASH_SIGNAL", "SIGSEGV")
+    proc, url, log = _start_serve(fake_env, tmp_path, "crashy")
+    body = json.dumps({"model": "tiny", "prompt": "The capital", "max_tokens": 4}).encode()
+    req = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    with pytest.raises((OSError, http.client.HTTPException)):  # the server died mid-request
+        urllib.request.urlopen(req, timeout=30)
+    assert proc.wait(timeout=30) == EngineCrashError.exit_code, log.read_text()
+    out = " ".join(log.read_text().split())
+    assert "harness serve crashed: SIGSEGV (segmentation fault), CPU level fakelevel" in out
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_serve_stops_cleanly_on_a_signal_to_the_parent(fake_env: dict[str, str], tmp_path: Path,
+                                                       sig: signal.Signals, code: int) -> None:
+    proc, _, log = _start_serve(fake_env, tmp_path, "steady")
+    child = int(re.findall(r"Started server process \[(\d+)\]", log.read_text())[-1])
+    assert child != proc.pid, "the server runs in a supervised child"
+    proc.send_signal(sig)  # to the parent alone, as kill or a service manager sends it
+    assert proc.wait(timeout=30) == code, log.read_text()
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # the child stopped (and was reaped) before the parent exited
+    text = log.read_text()
+    assert "crashed" not in text and "Traceback" not in text, text
