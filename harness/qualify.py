@@ -22,7 +22,14 @@ from harness import paths
 from harness.build import artifact_dir, ccache_summary
 from harness.errors import AuditError, EngineCrashError, HarnessError, HostError
 from harness.matrix import get_variant
-from harness.qualify_bench import bench_plan, bench_section, old_pin_bench, peer_bench, stage_name
+from harness.qualify_bench import (
+    bench_plan,
+    bench_section,
+    ceiling_bench,
+    old_pin_bench,
+    peer_bench,
+    stage_name,
+)
 from harness.runtime.levels import LEVEL_ENV
 from harness.stages import Qualification, SkippedStage, Stage, StageFailed, StageResult
 from harness.types import EngineSpec, PatchedTree
@@ -287,6 +294,20 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
         return peer_bench(engine, peer, model, plan, out=report / "bench", report_root=report,
                           host=hostmod.as_dict(host), host_measure=measure_host())
 
+    def s_ceiling(model_var: str) -> StageResult:
+        if not run_bench:
+            raise SkippedStage("disabled (--no-bench)")
+        if "cpu" not in carried.variants:
+            raise SkippedStage("the cpu variant (the binding's and the tool's artifact) was not built in this run")
+        model = carried.model_env.get(model_var)
+        if not model:
+            raise SkippedStage(f"no {model_var} model (`harness models fetch` writes the fixtures)")
+        from harness.bench.roofline import measure_host
+
+        return ceiling_bench(engine, artifact_dir(engine, get_variant("cpu")), model, plan,
+                             out=report / "ceiling", report_root=report, host=hostmod.as_dict(host),
+                             host_measure=measure_host())
+
     def s_old_abi() -> StageResult:
         if not (old_pin or old_rev):
             raise SkippedStage("no old pin given (--old-pin VERSION or --old-rev GITREV)")
@@ -334,6 +355,10 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
         for s in rows_not:
             q.run(f"emulated-{s['variant']}", functools.partial(_cannot, s["reason"]))
     for var in plan.models:
+        # the binding against the engine's own benchmark tool first: a binding below its engine's
+        # ceiling makes every comparison with a peer a statement about the binding, not the engine
+        q.run(stage_name(var).replace("bench", "ceiling", 1), functools.partial(s_ceiling, var),
+              needs=("backend", "models"))
         q.run(stage_name(var), functools.partial(s_bench, var), needs=("backend", "models"))
     q.run("old-pin-abi", s_old_abi, needs=("patch",))
     q.run("old-pin-bench", s_old_bench, needs=("build", "models"))
@@ -440,6 +465,14 @@ def render_markdown(doc: dict[str, Any]) -> str:
                       f"{d['abi']['used_functions']} used functions exported by the {d['abi']['machine']} libraries, "
                       f"{len(d['abi']['headers'])} shipped headers identical to the checked ones.", "",
                       *table_lines(d)]
+        if s["name"].startswith("ceiling") and s["data"].get("markdown"):
+            d = s["data"]
+            title = (f"Engine ceiling on {d.get('model', '?')}: the binding (B) vs the engine's own benchmark tool (A), "
+                     f"same artifact, cpu level {d.get('cpu_level') or '?'}, floor {d.get('min_ratio', 0):.2f}x")
+            lines += bench_section(title, d)
+            if d.get("commands"):
+                lines += ["", "Commands (arm A, each run in a fresh process per measurement):", "",
+                          *[f"    {c}" for c in d["commands"]]]
         if (s["name"] in BENCH_TITLES or s["name"].startswith("bench")) and s["data"].get("markdown"):
             title = BENCH_TITLES.get(s["name"], BENCH_TITLES["bench"]).format(model=s["data"].get("model", "?"))
             lines += bench_section(title, s["data"])

@@ -334,11 +334,19 @@ class LlamaBenchArm:
                    "(harness artifacts lists them; or pass pin=VERSION to build one)")
             raise BenchError(msg)
         self.manifest = json.loads((self.artifact / "manifest.json").read_text())
+        #: The CPU level it runs: ``level=`` or $HARNESS_CPU_LEVEL forces one (through a view of the
+        #: artifact whose lib/ holds only that level), else the one the runtime would pick here, so
+        #: that it and the backend arm run the same kernels.
+        self.level, self.exe = _llama_bench_at_level(self.artifact, self.opts.get("level"))
+        self.commands: list[str] = []
 
     def _ts(self, *args: str) -> float:
         """Tokens/s of the one test ``args`` select (``-p N -n 0`` or ``-p 0 -n N -d D``)."""
         argv = [str(self.exe), "-m", self.opts["model"], "-t", str(self.opts["threads"]), *args, "-r", "1",
                 "-o", "json"]
+        shown = " ".join(argv)
+        if shown not in self.commands:
+            self.commands.append(shown)
         r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
         if r.returncode:
             from harness.errors import SubprocessError
@@ -372,7 +380,45 @@ class LlamaBenchArm:
         m = self.manifest
         return {"kind": "llama-bench", "engine": m.get("engine"), "pin": m.get("pin"), "variant": m.get("variant"),
                 "recipe_commit": m.get("recipe_commit"), "upstream": m.get("upstream"), "abi_fingerprint": m.get("abi_fingerprint"),
+                "cpu_level": self.level, "commands": list(self.commands),
                 "versions": {"harness": __version__}, "options": self.opts, "model": _model_facts(self.opts["model"])}
 
     def close(self) -> None:
         pass
+
+
+def _llama_bench_at_level(artifact: Path, level: Any) -> tuple[str | None, Path]:
+    """(CPU level, llama-bench to run): the artifact's own, or a view that exposes one level only.
+
+    ggml loads every ``libggml-cpu-<level>.so`` beside libggml and keeps the best this CPU runs;
+    the backend instead loads what :func:`harness.runtime.levels.select` chose (the probe's
+    verdict, or $HARNESS_CPU_LEVEL). The view (``bin/llama-bench`` copied, ``lib/`` linked with
+    only the chosen level) makes llama-bench run that same level: its RUNPATH ``$ORIGIN/../lib``
+    finds the view's libggml, which searches its own directory for plugins.
+    """
+    import shutil
+
+    from harness.runtime import levels
+
+    exe = artifact / "bin" / "llama-bench"
+    lib = artifact / "lib"
+    if not levels.cpu_levels(lib):
+        return None, exe  # one built-in level
+    chosen = str(level) if level else None
+    if chosen is None:
+        sel = levels.select(lib)
+        if not sel.forced and sel.lib_dir == lib:
+            return sel.level, exe  # every level loads: ggml's own pick, as the backend's
+        chosen = sel.level
+    if chosen not in levels.cpu_levels(lib):
+        msg = f"llama-bench arm level={chosen}: not a CPU level of {artifact} ({', '.join(levels.cpu_levels(lib))})"
+        raise BenchError(msg)
+    view = paths.cache_root() / "cpu-levels" / "llama-bench" / levels.artifact_key(lib) / chosen
+    levels.level_dir(lib, [chosen], view / "lib")
+    (view / "bin").mkdir(parents=True, exist_ok=True)
+    target = view / "bin" / "llama-bench"
+    if not target.is_file() or target.stat().st_size != exe.stat().st_size:
+        tmp = target.with_suffix(f".tmp-{os.getpid()}")
+        shutil.copy2(exe, tmp)
+        os.replace(tmp, target)
+    return chosen, target

@@ -1,5 +1,7 @@
 #include "engine.h"
 
+#include <future>
+
 #include "common.h"
 #include "json-schema-to-grammar.h"
 #include "ngram-map.h"
@@ -274,6 +276,33 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
     if (!f) throw ModelLoadError("model file not found or unreadable: " + model_path);
     fclose(f);
 
+    std::promise<void> ready;
+    std::future<void> loaded = ready.get_future();
+    worker_ = std::thread([this, model_path, &ready] {
+        try {
+            init(model_path);
+        } catch (...) {
+            ready.set_exception(std::current_exception());
+            return;
+        }
+        ready.set_value();
+        if (ctx_) {
+            loop();
+        } else {
+            task_loop();
+        }
+    });
+    try {
+        loaded.get();
+    } catch (...) {
+        worker_.join();
+        free_all();
+        throw;
+    }
+}
+
+void Engine::init(const std::string & model_path) {
+    const EngineParams & params = params_;
     auto mp = llama_model_default_params();
     mp.n_gpu_layers = params.n_gpu_layers;
     model_ = llama_model_load_from_file(model_path.c_str(), mp);
@@ -350,7 +379,6 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
         model_ = nullptr;
         throw;
     }
-    worker_ = std::thread([this] { loop(); });
 }
 
 void Engine::init_speculation(const llama_context_params & cp) {
@@ -410,14 +438,7 @@ void Engine::init_speculation(const llama_context_params & cp) {
 
 Engine::~Engine() {
     close();
-    if (draft_batch_.token) llama_batch_free(draft_batch_);
-    if (draft_ctx_) llama_free(draft_ctx_);
-    if (draft_model_) llama_model_free(draft_model_);
-    if (batch_.token) llama_batch_free(batch_);
-    if (ctx_) llama_free(ctx_);
-    if (embd_ctx_) llama_free(embd_ctx_);
-    templates_.reset();
-    if (model_) llama_model_free(model_);
+    free_all();
 }
 
 void Engine::close() {
@@ -431,6 +452,38 @@ void Engine::close() {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto & r : pending_) r->fail("EngineClosedError", "engine closed before the request ran");
     pending_.clear();
+}
+
+void Engine::free_all() {
+    if (draft_batch_.token) llama_batch_free(draft_batch_);
+    draft_batch_ = {};
+    if (draft_ctx_) llama_free(draft_ctx_);
+    draft_ctx_ = nullptr;
+    if (draft_model_) llama_model_free(draft_model_);
+    draft_model_ = nullptr;
+    if (batch_.token) llama_batch_free(batch_);
+    batch_ = {};
+    if (ctx_) llama_free(ctx_);
+    ctx_ = nullptr;
+    if (embd_ctx_) llama_free(embd_ctx_);
+    embd_ctx_ = nullptr;
+    templates_.reset();
+    if (model_) llama_model_free(model_);
+    model_ = nullptr;
+}
+
+void Engine::task_loop() {
+    while (true) {
+        std::function<void()> job;
+        {
+            std::unique_lock<std::mutex> lk(mu_);
+            cv_.wait(lk, [&] { return stopping_ || !tasks_.empty(); });
+            if (tasks_.empty()) break;  // stopping, nothing left to run
+            job = std::move(tasks_.front());
+            tasks_.pop_front();
+        }
+        job();
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1294,6 +1347,19 @@ llama_token Engine::argmax_ctx(llama_context * ctx, int32_t i_batch) const {
 
 std::vector<std::vector<float>> Engine::embed(const std::vector<std::string> & texts, bool normalize) {
     if (!embd_ctx_) throw std::invalid_argument("model architecture '" + arch_ + "' was not loaded for embeddings (load with embeddings=True)");
+    // computed on the engine thread, like everything else (see engine.h: one OpenMP team)
+    std::packaged_task<std::vector<std::vector<float>>()> task([&] { return embed_here(texts, normalize); });
+    auto result = task.get_future();
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stopping_) throw EngineClosedError("engine is closed");
+        tasks_.emplace_back([&task] { task(); });
+    }
+    cv_.notify_all();
+    return result.get();
+}
+
+std::vector<std::vector<float>> Engine::embed_here(const std::vector<std::string> & texts, bool normalize) {
     std::lock_guard<std::mutex> lk(embed_mu_);
     const int32_t n_embd = llama_model_n_embd(model_);
     const int32_t n_batch = (int32_t) llama_n_batch(embd_ctx_);

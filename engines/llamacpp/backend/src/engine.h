@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -195,7 +196,17 @@ private:
     };
 
     common_chat_msg chat_message(const Request & req, bool partial) const;
+    // Everything that computes runs on one engine thread (worker_): the model load, the decode loop,
+    // embeddings. ggml's CPU backend runs graphs in OpenMP teams, one per calling thread, and some
+    // load-time work is parallel too (the AMX weight repack); a second team in the process makes
+    // libgomp count more threads than CPUs and throttle its barrier spinning to ~100 spins, after
+    // which every barrier sleeps on a futex: decode at a quarter of llama-bench's speed on an AMX
+    // host. llama-bench and llama-server load and compute on one thread; so does this.
+    void init(const std::string & model_path);
+    void free_all();
     void loop();
+    void task_loop();
+    std::vector<std::vector<float>> embed_here(const std::vector<std::string> & texts, bool normalize);
     bool admit_locked();
     void release(Slot & s, const std::string & reason);
     void on_token(Slot & s, llama_token tok);
@@ -235,6 +246,7 @@ private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::shared_ptr<Request>> pending_;
+    std::deque<std::function<void()>> tasks_;  // work for the engine thread (embeddings)
     bool stopping_ = false;
     int next_id_ = 1;
     uint64_t tick_ = 0;
