@@ -1,0 +1,176 @@
+"""One way to open a file a user (or a descriptor, a download, a report) names.
+
+Every input is opened the same way, wherever the harness reads it (configs, requests, media
+headers, GGUF headers, reports, archives, partial downloads):
+
+- ``O_NONBLOCK`` on open, so a FIFO never blocks, then ``fstat`` of the *opened* descriptor: a
+  regular file or a typed error naming what it is (directory, FIFO, character device, socket);
+  no check-then-open race;
+- ``nofollow=True`` refuses a symlink as the final component (``O_NOFOLLOW``) where a link must
+  not redirect the read;
+- a size limit per kind (:data:`LIMITS`), checked against the size before anything is read and
+  enforced while reading (a file that grows after the check is not read on);
+- OS errors (missing, permission, name too long, a directory) become the caller's error class with
+  the path and what to do, never a traceback.
+
+Use :func:`read_bytes` / :func:`read_text` for whole files and :func:`open_input` for streaming
+(archives, hashing, GGUF headers: read what you need, within the limit).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from harness.errors import HarnessError, UsageError
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+#: The most bytes read from an input of each kind. A kind not listed here must be added here,
+#: not passed as a number at a call site, so the limits stay in one place.
+LIMITS: dict[str, int] = {
+    "config": 64 * MiB,  # model config YAML (LocalAI's largest gallery files are < 1 MiB)
+    "request": 16 * MiB,  # video request JSON
+    "keyframe": 64 * MiB,  # an image a video request names
+    "report": 256 * MiB,  # results.json / qualify.json
+    "descriptor": 4 * MiB,  # engine.yaml, matrix rows, fixtures
+    "manifest": 256 * MiB,  # a source tree's .harness-source.json, an artifact's manifest.json
+    "gguf-header": 64 * MiB,  # the metadata part of a GGUF model (the tensors are not read)
+    "archive": 8 * GiB,  # a pinned source archive or a partial download
+    "model": 256 * GiB,  # a model file hashed whole
+    "patch": 64 * MiB,
+    "text": 64 * MiB,  # anything else read as text (templates, prompts from files)
+}
+
+_KIND_OF_MODE = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def limit(kind: str) -> int:
+    try:
+        return LIMITS[kind]
+    except KeyError:
+        msg = f"no input limit for kind {kind!r}: add it to harness.inputs.LIMITS"
+        raise KeyError(msg) from None
+
+
+def _what(mode: int) -> str:
+    for test, name in _KIND_OF_MODE:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _size_text(n: int) -> str:
+    return f"{n / GiB:.0f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB" if n >= MiB else f"{n} bytes"
+
+
+class _Bounded(io.RawIOBase):
+    """A reader that fails (typed) once more than ``limit`` bytes have come from ``raw``."""
+
+    def __init__(self, raw: BinaryIO, limit: int, fail: Exception) -> None:
+        self._raw, self._left, self._fail = raw, limit, fail
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(b)
+        if self._left <= 0:
+            # one byte more than allowed tells a file that grew from one that ends here
+            if self._raw.read(1):
+                raise self._fail
+            return 0
+        n = self._raw.readinto(view[: min(len(view), self._left)])  # type: ignore[attr-defined]
+        if n:
+            self._left -= n
+        return int(n or 0)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _os_error(path: Path, kind: str, e: OSError, error: type[HarnessError]) -> HarnessError:
+    if e.errno == errno.ENOENT:
+        return error(f"{kind} file {path} does not exist")
+    if e.errno == errno.ELOOP:
+        return error(f"{kind} file {path} is a symlink; give the file it points to")
+    if e.errno == errno.ENAMETOOLONG:
+        return error(f"{kind} path is too long for this file system ({len(str(path))} characters): {str(path)[:80]}...")
+    if e.errno == errno.EISDIR:
+        return error(f"{kind} file {path} is a directory; give a file")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return error(f"{kind} file {path} cannot be read: permission denied")
+    return error(f"{kind} file {path} cannot be opened: {e.strerror or e}")
+
+
+@contextmanager
+def open_input(path: str | os.PathLike[str], *, kind: str, error: type[HarnessError] = UsageError,
+               nofollow: bool = False, max_bytes: int | None = None) -> Iterator[BinaryIO]:
+    """A binary reader of the regular file at ``path``, bounded by ``LIMITS[kind]`` (or a smaller
+    ``max_bytes``); raises ``error`` for anything else."""
+    p = Path(path)
+    cap = min(limit(kind), max_bytes) if max_bytes is not None else limit(kind)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if nofollow else 0)
+    try:
+        fd = os.open(p, flags)
+    except OSError as e:
+        raise _os_error(p, kind, e, error) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{kind} file {p} is {_what(st.st_mode)}, not a regular file")
+        if st.st_size > cap:
+            raise error(f"{kind} file {p} is {_size_text(st.st_size)}, over the {_size_text(cap)} limit for a {kind} file")
+        os.set_blocking(fd, True)
+        raw = os.fdopen(fd, "rb", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+    grew = error(f"{kind} file {p} grew past the {_size_text(cap)} limit while it was read")
+    with io.BufferedReader(_Bounded(raw, cap, grew)) as f:  # type: ignore[arg-type]
+        yield f  # type: ignore[misc]
+
+
+def read_bytes(path: str | os.PathLike[str], *, kind: str, error: type[HarnessError] = UsageError,
+               nofollow: bool = False, max_bytes: int | None = None) -> bytes:
+    """The whole regular file, within the kind's limit."""
+    with open_input(path, kind=kind, error=error, nofollow=nofollow, max_bytes=max_bytes) as f:
+        return f.read()
+
+
+def read_text(path: str | os.PathLike[str], *, kind: str, error: type[HarnessError] = UsageError,
+              nofollow: bool = False, max_bytes: int | None = None, encoding: str = "utf-8") -> str:
+    """The whole regular file decoded, within the kind's limit; bad encoding is ``error`` too."""
+    data = read_bytes(path, kind=kind, error=error, nofollow=nofollow, max_bytes=max_bytes)
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as e:
+        msg = f"{kind} file {path} is not valid {encoding.upper()} (byte {e.start}: {e.reason}); save it as {encoding.upper()}"
+        raise error(msg) from None
+
+
+def regular_file(path: str | os.PathLike[str], *, kind: str, error: type[HarnessError] = UsageError) -> os.stat_result:
+    """``stat`` of ``path`` when it is a regular file (for listings: a FIFO named ``x.yaml`` in a
+    directory is refused, never opened); ``error`` otherwise."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise _os_error(p, kind, e, error) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{kind} file {p} is {_what(st.st_mode)}, not a regular file")
+    return st
