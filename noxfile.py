@@ -79,6 +79,9 @@ def tests(session: nox.Session) -> None:
     session.run("mypy", "harness")
     env = {"HARNESS_NO_PROGRESS": "1"}
     session.run("pytest", "-p", "no:cacheprovider", "tests/unit", *session.posargs, env=env)
+    # The package as users get it: sdist + wheel built once, the wheel per extra in fresh venvs run
+    # from outside the checkout, the pre-commit hook via try-repo, the shipped workflow's jobs.
+    session.run("pytest", "-p", "no:cacheprovider", "tests/install", *session.posargs, env=env)
     e2e = _prepare_cpu(session, env)
     # Every CPU level of both engines' cpu artifacts, audited statically (seconds).
     for engine in ENGINES:
