@@ -66,19 +66,18 @@ def github_matrix(engine: str | None = None, variant: str | None = None,
     ``ci: true``; with it, the rows it matches (fnmatch, comma-separated). Without ``engine``, every
     engine that builds the row."""
     from harness.engines import engine_names, load_engine
-    from harness.matrix import engine_support, load_matrix, select
-    rows = load_matrix(directory)
-    chosen = select(rows, variant) if variant else [r for r in rows if r.ci]
+    from harness.matrix import load_matrix
+    from harness.pipeline import rows_for
+
+    matrix = load_matrix(directory)
     engines = [load_engine(engine)] if engine else [load_engine(n) for n in engine_names()]
     runners = load_runners(directory)
     include: list[dict[str, Any]] = []
     notes: list[str] = []
     for e in engines:
-        for row in chosen:
-            why = engine_support(e, row)
-            if why:
-                notes.append(f"{e.name} {row.name}: {why}")
-                continue
+        chosen = rows_for(e, variant, where=None if variant else (lambda r: r.ci), matrix=matrix)
+        notes += [f"{e.name} {row.name}: {why}" for row, why in chosen.skipped]
+        for row in chosen.rows:
             for runner in runners:
                 if runner.os not in row.os or runner.arch not in row.arch:
                     continue

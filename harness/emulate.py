@@ -13,28 +13,26 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError, HostError, UsageError
-from harness.types import Variant
+from harness.types import EngineSpec, Variant
 
 
-def cross_rows(engine_name: str, arches: list[str] | None = None) -> tuple[list[Variant], list[dict[str, str]]]:
+def cross_rows(engine: EngineSpec, arches: list[str] | None = None) -> tuple[list[Variant], list[dict[str, str]]]:
     """(the cross-built rows of the matrix this engine builds and this host can build, the others with why).
 
     ``arches`` (``["aarch64"]``) narrows to rows targeting those architectures.
     """
-    from harness.engines import load_engine
     from harness.host import probe
-    from harness.matrix import buildability, engine_support, load_matrix
+    from harness.matrix import buildability
+    from harness.pipeline import rows_for
     from harness.plugin import get_manager
 
-    engine = load_engine(engine_name)
+    def wanted(v: Variant) -> bool:
+        return bool(v.target) and (arches is None or v.target.split("-", 1)[0] in arches)
+
     pm, host = get_manager(), probe()
     ok: list[Variant] = []
     skipped: list[dict[str, str]] = []
-    for v in load_matrix():
-        if not v.target or engine_support(engine, v) is not None:
-            continue
-        if arches is not None and v.target.split("-", 1)[0] not in arches:
-            continue
+    for v in rows_for(engine, where=wanted).rows:
         b = buildability(pm, v, host, engine)
         if b.buildable and b.runnable:
             ok.append(v)
@@ -43,47 +41,43 @@ def cross_rows(engine_name: str, arches: list[str] | None = None) -> tuple[list[
     return ok, skipped
 
 
-def emulate(engine_name: str, variant_name: str, *, models: dict[str, Path], expect: dict[str, str] | None = None,
+def emulate(engine: EngineSpec, row: Variant, *, models: dict[str, Path], expect: dict[str, str] | None = None,
             bench_model: str | None = None, threads: int | None = None, levels: list[str] | None = None,
             n_tokens: int = 12) -> dict[str, Any]:
-    """Build the cross row (a no-op when stamped), check its exports and headers against the committed
-    ABI surface, then run the engine's emulated level table."""
+    """Build the cross row ``row`` (a no-op when stamped), check its exports and headers against the
+    committed ABI surface, then run the engine's emulated level table."""
     from harness import pipeline, registry
-    from harness.abi.check import check_engine, load_committed
+    from harness.abi.check import load_committed
     from harness.abi.exports import check_artifact
-    from harness.build import build
-    from harness.engines import load_engine
     from harness.host import default_threads, probe
-    from harness.matrix import buildability, get_variant
+    from harness.matrix import buildability
     from harness.plugin import get_manager
 
-    engine = load_engine(engine_name)
-    v = get_variant(variant_name)
-    if not v.target:
-        msg = f"variant {v.name} is built for this host, not cross-built (no target: in the matrix): nothing to emulate"
+    if not row.target:
+        msg = f"variant {row.name} is built for this host, not cross-built (no target: in the matrix): nothing to emulate"
         raise UsageError(msg)
     impl = registry.get(engine.name)
     if impl.emulated_levels is None:
         msg = f"engine {engine.name} provides no emulated level check (EngineImpl.emulated_levels)"
         raise UsageError(msg)
     pm, host = get_manager(), probe()
-    b = buildability(pm, v, host, engine)
+    b = buildability(pm, row, host, engine)
     if not b.buildable or not b.runnable:
-        msg = f"variant {v.name} cannot be built and run here: " + "; ".join(b.reasons or b.notes)
+        msg = f"variant {row.name} cannot be built and run here: " + "; ".join(b.reasons or b.notes)
         raise HostError(msg)
     t0 = time.perf_counter()
-    tree = pipeline.patched_tree(engine, pm)
-    abi = check_engine(engine, tree.path)
-    built = build(pm, engine, v, tree, host, abi_fingerprint=abi.fingerprint)
+    inputs = pipeline.prepare_build(engine, pm, host)
+    tree, abi = inputs.tree, inputs.abi
+    built = pipeline.build_row(inputs, row)
     exports = check_artifact(built.artifact, dict(load_committed(engine.name, engine.surface_path)), tree=tree.path,
                              header_dirs=[str(d) for d in engine.abi.get("include_dirs", ["include"])])
-    build_info = {"variant": v.name, "target": v.target, "artifact": str(built.artifact), "built": built.built,
+    build_info = {"variant": row.name, "target": row.target, "artifact": str(built.artifact), "built": built.built,
                   "seconds": round(built.seconds, 1), "build_seconds": built.manifest.get("build_seconds"),
                   "abi_targets": list(abi.targets)}
     if not exports.ok:
         bad = [f"not exported: {', '.join(exports.missing)}"] if exports.missing else []
         bad += [f"header {h} {s}" for h, s in exports.headers.items() if s != "same"]
-        msg = f"{v.name} artifact vs the committed ABI surface: " + "; ".join(bad)
+        msg = f"{row.name} artifact vs the committed ABI surface: " + "; ".join(bad)
         raise HarnessError(msg)
     table = impl.emulated_levels(built.artifact, tree=tree.path, models=models, expect=expect or {},
                                  bench_model=bench_model, threads=threads or default_threads(), only=levels,

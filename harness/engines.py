@@ -19,9 +19,9 @@ from typing import Any
 import jsonschema
 import yaml
 
-from harness import paths
+from harness import inputs, paths
 from harness.datafile import load_yaml
-from harness.errors import ConfigError, HarnessError, UnknownNameError
+from harness.errors import ConfigError, HarnessError, UnknownNameError, UsageError
 from harness.types import EngineSpec, SourceSpec
 
 DESCRIPTOR = "engine.yaml"
@@ -73,23 +73,55 @@ def _expand(value: str, upstream: dict[str, Any]) -> str:
     return re.sub(r"\{upstream\.(\w+)\}", sub, value)
 
 
+def check_name(name: str) -> str:
+    """``name`` when it can name an engine (the schema's ``name`` rule): a name no descriptor
+    can have is refused before it reaches the file system (a 300-character name is a usage
+    error, not "file name too long")."""
+    rule = engine_schema()["properties"]["name"]
+    if len(name) > rule["maxLength"]:
+        msg = (f"engine name {name[:40]!r}... is {len(name)} characters; engine names are at most "
+               f"{rule['maxLength']} (`harness engines` lists them)")
+        raise UsageError(msg)
+    if not re.search(rule["pattern"], name):
+        raise UnknownNameError("engine", name, engine_names())
+    return name
+
+
 def load_engine(name: str) -> EngineSpec:
     """Load and validate one engine descriptor; unknown names get a 'did you mean'."""
-    path = descriptor_path(name)
+    path = descriptor_path(check_name(name))
     if path is None:
         raise UnknownNameError("engine", name, engine_names())
     return parse_engine(path)
 
 
+def _field(e: jsonschema.ValidationError) -> str:
+    """``source.filename``, ``source.sparse[0]``: where in the descriptor an error is."""
+    out = ""
+    for part in e.absolute_path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out or "<root>"
+
+
+def _message(e: jsonschema.ValidationError) -> str:
+    """The validator's message, or for a rule on a string what the field must be (its
+    description) instead of a regex, with the value shortened."""
+    if e.validator in ("pattern", "maxLength") and isinstance(e.instance, str):
+        value = repr(e.instance) if len(e.instance) <= 80 else f"{e.instance[:60]!r}... ({len(e.instance)} characters)"
+        description = e.schema.get("description") if isinstance(e.schema, dict) else None
+        return f"{value} is not allowed: {description or e.message}"
+    return str(e.message)
+
+
 def parse_engine(path: Path) -> EngineSpec:
     try:
-        data = load_yaml(path.read_text())
+        data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError))
     except yaml.YAMLError as e:
         msg = f"{path}: not valid YAML: {e}"
         raise ConfigError(msg) from e
     errors = sorted(jsonschema.Draft202012Validator(engine_schema()).iter_errors(data), key=str)
     if errors:
-        lines = [f"{path}: {'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors]
+        lines = [f"{path}:{_field(e)}: {_message(e)}" for e in errors]
         msg = "invalid engine descriptor:\n" + "\n".join(lines)
         raise ConfigError(msg)
     if data["name"] != path.parent.name:

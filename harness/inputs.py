@@ -47,6 +47,9 @@ LIMITS: dict[str, int] = {
     "model": 256 * GiB,  # a model file hashed whole
     "patch": 64 * MiB,
     "text": 64 * MiB,  # anything else read as text (templates, prompts from files)
+    "model-metadata": 16 * MiB,  # a model directory's config.json (Hugging Face layout)
+    "media-header": 1 * MiB,  # the head of a frame or WAV the engine wrote (head=True reads)
+    "source": 64 * MiB,  # a C/C++ source, or a built module's magic, that `abi --used-from` names
 }
 
 _KIND_OF_MODE = (
@@ -74,23 +77,40 @@ def _what(mode: int) -> str:
 
 
 def _size_text(n: int) -> str:
-    return f"{n / GiB:.0f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB" if n >= MiB else f"{n} bytes"
+    # Exact unless a whole unit: "16 MiB" for a limit, "16777229 bytes" for a file just over it.
+    return f"{n // GiB} GiB" if n and n % GiB == 0 else f"{n // MiB} MiB" if n and n % MiB == 0 else f"{n} bytes"
 
 
 class _Bounded(io.RawIOBase):
-    """A reader that fails (typed) once more than ``limit`` bytes have come from ``raw``."""
+    """A reader of the first ``limit`` bytes of ``raw``: past them it fails (typed) when the file
+    goes on, or, with ``fail=None`` (a head read), ends there as if the file did."""
 
-    def __init__(self, raw: BinaryIO, limit: int, fail: Exception) -> None:
-        self._raw, self._left, self._fail = raw, limit, fail
+    def __init__(self, raw: BinaryIO, limit: int, fail: Exception | None) -> None:
+        self._raw, self._cap, self._left, self._fail = raw, limit, limit, fail
 
     def readable(self) -> bool:
         return True
+
+    def seekable(self) -> bool:
+        return self._raw.seekable()
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        # The limit is on positions, not on bytes transferred: seeking back rereads, never extends.
+        pos = self._raw.seek(offset, whence)
+        self._left = self._cap - pos
+        return pos
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
 
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
         view = memoryview(b)
         if self._left <= 0:
             # one byte more than allowed tells a file that grew from one that ends here
-            if self._raw.read(1):
+            if self._fail is not None and self._raw.read(1):
                 raise self._fail
             return 0
         n = self._raw.readinto(view[: min(len(view), self._left)])  # type: ignore[attr-defined]
@@ -107,7 +127,8 @@ def _os_error(path: Path, kind: str, e: OSError, error: type[HarnessError]) -> H
     if e.errno == errno.ENOENT:
         return error(f"{kind} file {path} does not exist")
     if e.errno == errno.ELOOP:
-        return error(f"{kind} file {path} is a symlink; give the file it points to")
+        return error(f"{kind} file {path} is a symlink that is not followed here, or a symlink loop; "
+                     "give the file it points to")
     if e.errno == errno.ENAMETOOLONG:
         return error(f"{kind} path is too long for this file system ({len(str(path))} characters): {str(path)[:80]}...")
     if e.errno == errno.EISDIR:
@@ -119,43 +140,56 @@ def _os_error(path: Path, kind: str, e: OSError, error: type[HarnessError]) -> H
 
 @contextmanager
 def open_input(path: str | os.PathLike[str], *, kind: str, error: type[HarnessError] = UsageError,
-               nofollow: bool = False, max_bytes: int | None = None) -> Iterator[BinaryIO]:
+               nofollow: bool = False, max_bytes: int | None = None, head: bool = False,
+               missing: type[HarnessError] | None = None) -> Iterator[BinaryIO]:
     """A binary reader of the regular file at ``path``, bounded by ``LIMITS[kind]`` (or a smaller
-    ``max_bytes``); raises ``error`` for anything else."""
+    ``max_bytes``); raises ``error`` for anything else.
+
+    :param head: read only the head of a file of any size (a GGUF header, a frame header): the
+        reader ends at the limit as if the file did, and the caller tells a truncated header from
+        one over the limit by where it stopped (``f.tell() == limit``).
+    :param missing: the error for a path that does not exist, when that is a usage mistake rather
+        than a bad input (default ``error``).
+    """
     p = Path(path)
     cap = min(limit(kind), max_bytes) if max_bytes is not None else limit(kind)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if nofollow else 0)
     try:
         fd = os.open(p, flags)
-    except OSError as e:
-        raise _os_error(p, kind, e, error) from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the name
+        if isinstance(e, ValueError):
+            raise error(f"{kind} file name {str(p)[:80]!r} holds a NUL byte") from None
+        raise _os_error(p, kind, e, missing if missing is not None and e.errno == errno.ENOENT
+                        else error) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise error(f"{kind} file {p} is {_what(st.st_mode)}, not a regular file")
-        if st.st_size > cap:
+        if st.st_size > cap and not head:
             raise error(f"{kind} file {p} is {_size_text(st.st_size)}, over the {_size_text(cap)} limit for a {kind} file")
         os.set_blocking(fd, True)
         raw = os.fdopen(fd, "rb", buffering=0)
     except BaseException:
         os.close(fd)
         raise
-    grew = error(f"{kind} file {p} grew past the {_size_text(cap)} limit while it was read")
-    with io.BufferedReader(_Bounded(raw, cap, grew)) as f:  # type: ignore[arg-type]
-        yield f  # type: ignore[misc]
+    grew = None if head else error(f"{kind} file {p} grew past the {_size_text(cap)} limit while it was read")
+    with io.BufferedReader(_Bounded(raw, cap, grew)) as f:
+        yield f
 
 
 def read_bytes(path: str | os.PathLike[str], *, kind: str, error: type[HarnessError] = UsageError,
-               nofollow: bool = False, max_bytes: int | None = None) -> bytes:
+               nofollow: bool = False, max_bytes: int | None = None,
+               missing: type[HarnessError] | None = None) -> bytes:
     """The whole regular file, within the kind's limit."""
-    with open_input(path, kind=kind, error=error, nofollow=nofollow, max_bytes=max_bytes) as f:
+    with open_input(path, kind=kind, error=error, nofollow=nofollow, max_bytes=max_bytes, missing=missing) as f:
         return f.read()
 
 
 def read_text(path: str | os.PathLike[str], *, kind: str, error: type[HarnessError] = UsageError,
-              nofollow: bool = False, max_bytes: int | None = None, encoding: str = "utf-8") -> str:
+              nofollow: bool = False, max_bytes: int | None = None, encoding: str = "utf-8",
+              missing: type[HarnessError] | None = None) -> str:
     """The whole regular file decoded, within the kind's limit; bad encoding is ``error`` too."""
-    data = read_bytes(path, kind=kind, error=error, nofollow=nofollow, max_bytes=max_bytes)
+    data = read_bytes(path, kind=kind, error=error, nofollow=nofollow, max_bytes=max_bytes, missing=missing)
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as e:
@@ -169,6 +203,8 @@ def regular_file(path: str | os.PathLike[str], *, kind: str, error: type[Harness
     p = Path(path)
     try:
         st = p.stat()
+    except ValueError:  # a NUL in the name
+        raise error(f"{kind} file name {str(p)[:80]!r} holds a NUL byte") from None
     except OSError as e:
         raise _os_error(p, kind, e, error) from None
     if not stat.S_ISREG(st.st_mode):

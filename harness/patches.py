@@ -21,7 +21,7 @@ from filelock import FileLock
 from harness import paths
 from harness.errors import PatchError
 from harness.manifest import (
-    IGNORED_DIRS,
+    VERSION,
     check_tree,
     manifest_from_json,
     manifest_to_json,
@@ -33,9 +33,12 @@ from harness.source import (
     notice,
     read_json,
     remove,
+    seal_path,
     sweep_stale,
     temp_dir,
+    unsealed,
     write_json,
+    write_seal,
 )
 from harness.types import PatchedTree, PatchOutcome, SourceTree
 
@@ -158,9 +161,10 @@ def apply_series(source: SourceTree, series: list[Patch], *, engine: str) -> Pat
     """Apply the series to a fresh working copy; a no-op when the stamped copy is intact.
 
     The copy is checked at every use against the manifest stamped when it was made (with
-    the full digest of the pristine source and the full series hash): cheaply (stat, then
-    a rehash of the files whose stat moved) or fully under ``checking(full=True)``. A copy
-    that was edited (a file changed, added or removed) is **re-created** from the verified
+    the full digest of the pristine source and the full series hash, sealed beside it): cheaply
+    (stat, then a rehash of the files whose stat moved) or fully under ``checking(full=True)``.
+    A copy that was edited (a file or directory changed, added or removed, a mode changed, a
+    ``.pyc`` written: nothing is skipped) or whose stamp was edited is **re-created** from the verified
     pristine tree and the series, and the output names the files that were discarded:
     the copy is derived data, and a change belongs in ``patches/<engine>/``. Files whose
     content differs from the discarded copy get a fresh mtime, so an incremental build in
@@ -201,13 +205,17 @@ def copy_problem(dest: Path, source: SourceTree, sh: str) -> str | None:
     """None when the stamped copy at ``dest`` is intact; ``""`` when there is none to check
     (absent, or made by an older harness); else what is wrong with it, files named."""
     stamp = read_json(dest / STAMP)
-    manifest = manifest_from_json(stamp.get("manifest")) if stamp else None
+    current = stamp is not None and stamp.get("manifest_version") == VERSION
+    manifest = manifest_from_json(stamp.get("manifest")) if stamp and current else None
     if stamp is None or manifest is None:
         return ""
     if (stamp.get("source_digest"), stamp.get("series_hash")) != (source.digest, sh):
         return (f"the patched working copy {dest / 'tree'} was made from source {stamp.get('source_digest')} "
                 f"with series {stamp.get('series_hash')}; expected {source.digest} with {sh}")
     tree = dest / "tree"
+    seal = unsealed(dest / STAMP, manifest)
+    if seal:
+        return f"the patched working copy {tree} cannot be trusted: {seal}"
     check = check_tree(tree, manifest, full=current_checking().full)
     if check.restat:
         stamp["manifest"] = {**manifest_to_json(manifest), **manifest_to_json(check.restat)}
@@ -230,10 +238,12 @@ def _make_copy(dest: Path, source: SourceTree, series: list[Patch], *, sh: str, 
             _apply_one(tree, p, source, engine=engine)
         if (dest / "tree").is_dir():
             _carry_mtimes(dest / "tree", tree)
+        manifest = scan_tree(tree)
         write_json(tmp / STAMP, {"engine": engine, "pin": source.pin, "source": str(source.path),
                                  "source_digest": source.digest, "series_hash": sh,
                                  "patches": [p.name for p in series], "applied_at": time.time(),
-                                 "manifest": manifest_to_json(scan_tree(tree))})
+                                 "manifest_version": VERSION, "manifest": manifest_to_json(manifest)})
+        write_seal(tmp / STAMP, manifest)
         _swap_in(tmp, dest)
     finally:
         remove(tmp)
@@ -253,8 +263,7 @@ def _carry_mtimes(old: Path, new: Path) -> None:
     """A file whose content is what the old copy had keeps the old mtime; any other gets now,
     so the build dirs beside the copy recompile exactly what changed."""
     now = time.time_ns()
-    for dirpath, dirnames, filenames in os.walk(new):
-        dirnames[:] = [d for d in dirnames if d not in IGNORED_DIRS]
+    for dirpath, _dirnames, filenames in os.walk(new):
         for fn in filenames:
             path = Path(dirpath, fn)
             if path.is_symlink():
@@ -274,6 +283,7 @@ def _swap_in(tmp: Path, dest: Path) -> None:
     if (dest / "tree").exists():
         (dest / "tree").rename(tmp / "old-tree")
     (tmp / "tree").rename(dest / "tree")
+    os.replace(seal_path(tmp / STAMP), seal_path(dest / STAMP))
     os.replace(tmp / STAMP, dest / STAMP)
 
 

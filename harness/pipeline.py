@@ -1,15 +1,22 @@
-"""The stages wired together: fetch -> patch -> ABI check -> build."""
+"""The stages wired together: fetch -> patch -> ABI check -> build.
+
+Every command that builds goes through here: :func:`rows_for` says which matrix rows an engine
+builds among those selected (``harness build``, qualify, the CI matrix, emulation), and
+:func:`prepare_build` then :func:`build_row` build them from the checked, patched tree.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pluggy
 
 from harness import paths
 from harness.engines import load_engine
-from harness.errors import SourceError
+from harness.errors import SourceError, UsageError
 from harness.patches import STAMP as PATCH_STAMP
 from harness.patches import (
     apply_series,
@@ -21,9 +28,10 @@ from harness.patches import (
 )
 from harness.plugin import get_manager
 from harness.source import checking
-from harness.types import EngineSpec, PatchedTree, PatchOutcome, SourceTree
+from harness.types import EngineSpec, HostInfo, PatchedTree, PatchOutcome, SourceTree, Variant
 
 if TYPE_CHECKING:
+    from harness.abi.check import CheckResult
     from harness.build import BuildResult
 
 
@@ -89,16 +97,91 @@ def check_patches(engine: EngineSpec | str, pm: pluggy.PluginManager | None = No
     return check_series(fetch(spec, pm), load_series(spec.patches_dir))
 
 
-def build_variant(engine: EngineSpec, variant: str, pm: pluggy.PluginManager | None = None,
-                  *, force: bool = False) -> BuildResult:
-    """fetch -> patch -> ABI check -> build of one matrix row (each stage a no-op when stamped)."""
+class RowChoice(NamedTuple):
+    """The selected matrix rows an engine builds, and the selected ones it does not, with why."""
+
+    rows: tuple[Variant, ...]
+    skipped: tuple[tuple[Variant, str], ...]
+
+
+def rows_for(engine: EngineSpec, patterns: str | None = None, *, where: Callable[[Variant], bool] | None = None,
+             matrix: Sequence[Variant] | None = None, strict: bool = False) -> RowChoice:
+    """The matrix rows ``engine`` builds (its descriptor's ``variants:`` list and intent map, the
+    row's ``engines:``) among the selected ones, and the others with the reason.
+
+    Selected: the rows whose name matches one of ``patterns`` (fnmatch, comma-separated; a pattern
+    that matches no row is an error naming the rows), else every row; ``where`` narrows further
+    (``lambda v: v.default``). ``matrix``: the rows to choose from (default: ``matrix/*.yaml``).
+
+    ``strict`` (``harness build``): a row named exactly (no wildcard) that the engine does not
+    build is an error, and so is a selection the engine builds nothing of; rows a wildcard picked
+    up are skipped with their reason.
+    """
+    from harness.matrix import engine_support, load_matrix, select
+
+    table = list(matrix) if matrix is not None else load_matrix()
+    chosen = select(table, patterns) if patterns else table
+    rows: list[Variant] = []
+    skipped: list[tuple[Variant, str]] = []
+    for v in chosen:
+        if where is not None and not where(v):
+            continue
+        reason = engine_support(engine, v)
+        if reason is None:
+            rows.append(v)
+        else:
+            skipped.append((v, reason))
+    if strict:
+        exact = {p for p in (patterns or "").split(",") if p and not any(c in p for c in "*?[")}
+        for v, reason in skipped:
+            if v.name in exact:
+                msg = f"variant {v.name} is {reason}"
+                raise UsageError(msg)
+        if not rows:
+            msg = (f"no variant matching {patterns!r} is built by {engine.name}: "
+                   + "; ".join(f"{v.name}: {r}" for v, r in skipped))
+            raise UsageError(msg)
+    return RowChoice(tuple(rows), tuple(skipped))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildInputs:
+    """What every build of a pin starts from: the patched tree that passed the ABI check."""
+
+    engine: EngineSpec
+    tree: PatchedTree
+    abi: CheckResult
+    host: HostInfo
+    pm: pluggy.PluginManager
+
+
+def prepare_build(engine: EngineSpec, pm: pluggy.PluginManager | None = None,
+                  host: HostInfo | None = None) -> BuildInputs:
+    """fetch -> patch -> ABI check (each a no-op when stamped). The ABI check runs before any
+    build: seconds, not a wasted half hour."""
     from harness import host as hostmod
     from harness.abi.check import check_engine
-    from harness.build import build
-    from harness.matrix import get_variant
 
     pm = _pm(pm)
-    row = get_variant(variant)
     tree = patched_tree(engine, pm)
     abi = check_engine(engine, tree.path)
-    return build(pm, engine, row, tree, hostmod.probe(), abi_fingerprint=abi.fingerprint, force=force)
+    return BuildInputs(engine=engine, tree=tree, abi=abi, host=host or hostmod.probe(), pm=pm)
+
+
+def build_row(inputs: BuildInputs, row: Variant, *, overrides: dict[str, str] | None = None,
+              force: bool = False) -> BuildResult:
+    """The one way a matrix row is built: from ``inputs``' checked tree, stamped with its ABI
+    fingerprint (a no-op when the stamped artifact matches)."""
+    from harness.build import build
+
+    return build(inputs.pm, inputs.engine, row, inputs.tree, inputs.host, overrides=overrides,
+                 abi_fingerprint=inputs.abi.fingerprint, force=force)
+
+
+def build_variant(engine: EngineSpec, variant: str, pm: pluggy.PluginManager | None = None,
+                  *, force: bool = False) -> BuildResult:
+    """fetch -> patch -> ABI check -> build of one matrix row by name (each stage a no-op when stamped)."""
+    from harness.matrix import get_variant
+
+    row = get_variant(variant)
+    return build_row(prepare_build(engine, pm), row, force=force)

@@ -12,6 +12,7 @@ refused, naming them: their differences would be the pin's, not the hosts'.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterable, Sequence
@@ -21,6 +22,7 @@ from typing import Any
 
 from harness import paths
 from harness.errors import ReportMismatchError, UsageError
+from harness.inputs import read_text
 
 #: How deep under a given directory qualify.json files are looked for (a CI run's downloaded
 #: artifacts: <dir>/<artifact name>/<stamp>-qualify-<engine>/qualify.json).
@@ -64,12 +66,13 @@ def find_reports(inputs: Sequence[Path]) -> list[Path]:
     """qualify.json files: each input is one, a report directory holding one, or a directory whose
     subdirectories (up to :data:`SEARCH_DEPTH` deep) hold them."""
     found: list[Path] = []
+    # os.path's tests: a name too long for the file system is absent, not an OSError
     for p in inputs:
-        if p.is_file():
-            found.append(p)
-        elif (p / "qualify.json").is_file():
+        if os.path.lexists(p) and not os.path.isdir(p):
+            found.append(p)  # a FIFO, a device or a link loop too: reading it says what it is
+        elif os.path.isfile(p / "qualify.json"):
             found.append(p / "qualify.json")
-        elif p.is_dir():
+        elif os.path.isdir(p):
             below = sorted(f for depth in range(1, SEARCH_DEPTH + 1) for f in p.glob("/".join(["*"] * depth) + "/qualify.json"))
             if not below:
                 msg = f"no qualify.json in {p} or the {SEARCH_DEPTH} levels below it; give qualification report directories (reports/*-qualify-*)"
@@ -78,7 +81,7 @@ def find_reports(inputs: Sequence[Path]) -> list[Path]:
         else:
             msg = f"{p} does not exist; give qualification report directories (reports/*-qualify-*) or their qualify.json"
             raise UsageError(msg)
-    unique = list(dict.fromkeys(f.resolve() for f in found))
+    unique = list(dict.fromkeys(Path(os.path.realpath(f)) for f in found))  # no RuntimeError on a link loop
     if len(unique) < 2:
         msg = f"merging needs at least two qualification reports, found {len(unique)} ({', '.join(map(str, unique)) or 'none'})"
         raise UsageError(msg)
@@ -100,11 +103,13 @@ def load_reports(inputs: Sequence[Path]) -> list[HostReport]:
     """Read every report, label its column, and refuse a mix of engines, pins or patch series."""
     docs: list[tuple[Path, dict[str, Any]]] = []
     for f in find_reports(inputs):
+        # a regular file within the report limit: a FIFO or /dev/zero is refused unread
+        text = read_text(f, kind="report", error=UsageError)
         try:
-            doc = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            msg = f"cannot read {f} as a qualification report: {e}"
-            raise UsageError(msg) from e
+            doc = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            msg = f"cannot read {f} as a qualification report: {str(e)[:200]}"
+            raise UsageError(msg) from None
         if not isinstance(doc, dict) or "stages" not in doc or "pin" not in doc:
             msg = f"{f} is not a qualification report (no pin/stages); `harness qualify` writes them"
             raise UsageError(msg)

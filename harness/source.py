@@ -1,14 +1,20 @@
 """The content-addressed source cache: download, verify, extract safely, once; verify at every use.
 
-``sources/<key>/`` holds ``tree/`` (read-only) and the stamp ``.harness-source.json``: where
-the tree came from and its manifest (size, sha256, executable bit and the stat that vouches
-for each file). ``<key>`` is the full sha256 of an archive or ``git-<full commit>``.
+``sources/<key>/`` holds ``tree/`` (read-only), the stamp ``.harness-source.json``: where the
+tree came from and its manifest (every file and directory, ``__pycache__`` included: kind,
+size, sha256, full mode bits and the stat that vouches for each), and the seal
+``.harness-source.sha256``: the sha256 of the manifest's content, so that editing the stamp to
+hide an edit of the tree is seen too. ``<key>`` is the full sha256 of an archive or
+``git-<full commit>``. Archives are downloaded to ``downloads/<engine>/<sha256>/<file name>``
+(:func:`archive_path`): two descriptors never share a path.
 
 Trust rules:
 
-- Every use checks the tree cheaply against its manifest (an ``lstat`` per file; a rehash
-  only of files whose size, mtime or ctime moved); :func:`checking` with ``full=True``
-  (``harness fetch --verify``) rehashes every file.
+- Every use checks the tree cheaply against its manifest (an ``lstat`` per entry, kinds and
+  modes compared; a rehash only of files whose size, mtime or ctime moved); :func:`checking`
+  with ``full=True`` (``harness fetch --verify``) rehashes every file.
+- Nothing runs byte code from a cached tree: a Python that imports from one runs under
+  :func:`python_env` (no ``.pyc`` written into the tree) after :func:`refuse_byte_code`.
 - A pristine tree that differs from its manifest is refused (:class:`IntegrityError`
   naming the files): an edit there is a mistake or tampering a person should see. Under
   ``checking(repair=True)`` (``harness fetch --repair``) it is re-created instead. A tree
@@ -28,6 +34,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tarfile
 import tempfile
 import time
@@ -40,22 +47,28 @@ from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
 
-from harness import index, paths
+from harness import index, inputs, paths
 from harness import progress as ui
-from harness.errors import ChecksumError, IntegrityError, SourceError, UnsafeArchiveError
+from harness.errors import (
+    ChecksumError,
+    HarnessError,
+    IntegrityError,
+    SourceError,
+    UnsafeArchiveError,
+)
 from harness.manifest import (
+    VERSION,
     Manifest,
     check_tree,
+    content_digest,
     manifest_from_json,
     manifest_to_json,
     scan_tree,
-    sha256_file,
 )
 
 STAMP = ".harness-source.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = VERSION
 _CHUNK = 1 << 20
-#: Derived files Python writes beside sources it imports (the GGUF converter does); never pinned.
 #: A temporary older than this is debris whoever owns it: no fetch or extraction takes a day.
 _MAX_TEMP_AGE_S = 24 * 3600
 #: Temporaries of older harness versions carry no host; they only took seconds to write.
@@ -63,6 +76,14 @@ _MAX_LEGACY_AGE_S = 3600
 _TEMP = re.compile(r"\.tmp-(\d+)-([A-Za-z0-9]*)-")
 _LEGACY_TEMP = re.compile(
     r"^\.(extract|git)-[a-z0-9_]{8}$|\.part-\d+$|^\..+-[0-9a-f]{12}-[0-9a-f]{12}-[a-z0-9_]{8}$")
+#: Wrong archives moved aside (``<name>.bad-<time>-<pid>``, 76 MB for llama.cpp) are evidence,
+#: kept within bounds: the newest few of each name, and any moved aside in the last day.
+KEEP_BAD = 2
+KEEP_BAD_S = 24 * 3600
+_BAD = re.compile(r"^(?P<name>.+)\.bad-(?P<at>\d{8}T\d{6})-\d+$")
+#: The longest file name a descriptor may give an archive: room is left for the suffixes of
+#: its partial download, temporaries and ``.bad-<time>-<pid>`` within the usual 255 bytes.
+MAX_FILE_NAME = 200
 
 Progress = Callable[[int, int | None], None]
 
@@ -139,14 +160,80 @@ def write_json(path: Path, data: Mapping[str, object]) -> None:
 
 
 def read_json(path: Path) -> dict[str, object] | None:
+    """A stamp's JSON object; None when it is absent or not one (a FIFO or a huge file included)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(inputs.read_text(path, kind="manifest", error=SourceError, nofollow=True))
+    except (HarnessError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
+def seal_path(stamp: Path) -> Path:
+    """``<stamp>.sha256`` beside ``<stamp>.json``: where the stamp's manifest is sealed."""
+    return stamp.with_name(stamp.name.removesuffix(".json") + ".sha256")
+
+
+def write_seal(stamp: Path, manifest: Manifest) -> None:
+    """Seal ``manifest`` (the one in ``stamp``): its content digest, written atomically."""
+    seal = seal_path(stamp)
+    tmp = seal.with_name(temp_prefix(seal.name) + "seal")
+    tmp.write_text(content_digest(manifest) + "\n")
+    os.replace(tmp, seal)
+
+
+def unsealed(stamp: Path, manifest: Manifest) -> str:
+    """``""`` when the seal beside ``stamp`` vouches for ``manifest``, else what is wrong."""
+    seal = seal_path(stamp)
+    try:
+        found = inputs.read_text(seal, kind="manifest", error=SourceError, nofollow=True, max_bytes=256).strip()
+    except HarnessError as e:
+        return f"its seal cannot be read ({e})"
+    if found != content_digest(manifest):
+        return (f"the manifest in {stamp} does not match its seal {seal} (sha256 {found[:64]!r}): "
+                "it was edited after the tree was made, so it cannot vouch for the tree")
+    return ""
+
+
 # --- downloads ---------------------------------------------------------------------------
+
+
+def check_file_name(name: str, *, what: str) -> str:
+    """``name`` when it is a bare file name (no ``/``, no ``..``, not absolute, no control
+    characters, at most :data:`MAX_FILE_NAME` bytes); :class:`SourceError` naming ``what``."""
+    bad = (not name or name in (".", "..") or any(c in name for c in "/\\") or any(ord(c) < 32 for c in name)
+           or len(name.encode(errors="surrogateescape")) > MAX_FILE_NAME)
+    if bad:
+        msg = (f"{what} {name[:80]!r} is not a bare file name: no '/', '\\', '..', control characters, "
+               f"at most {MAX_FILE_NAME} bytes; fix {what}")
+        raise SourceError(msg)
+    return name
+
+
+def archive_path(owner: str, sha256: str, filename: str) -> Path:
+    """``downloads/<owner>/<sha256>/<filename>``: where the archive ``owner`` (an engine) pins
+    is kept. Per owner and hash, so a descriptor with the same file name and another (or a
+    wrong) hash never touches another's archive."""
+    check_file_name(owner, what="the engine name")
+    check_file_name(filename, what="source.filename")
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        msg = f"source.sha256 {sha256[:80]!r} is not 64 lowercase hex digits; fix source.sha256"
+        raise SourceError(msg)
+    return paths.downloads_dir() / owner / sha256 / filename
+
+
+def legacy_archive_path(filename: str) -> Path:
+    """Where harness versions before per-engine downloads kept an archive: ``downloads/<filename>``."""
+    return paths.downloads_dir() / check_file_name(filename, what="source.filename")
+
+
+def sha256_archive(path: Path) -> str:
+    """sha256 of the archive (or partial download) at ``path``: a regular file within the
+    archive limit, read without ever blocking; :class:`SourceError` for anything else."""
+    h = hashlib.sha256()
+    with inputs.open_input(path, kind="archive", error=SourceError) as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _download_lock(dest: Path) -> FileLock:
@@ -155,36 +242,76 @@ def _download_lock(dest: Path) -> FileLock:
 
 
 def download(url: str | Callable[[], str], dest: Path, *, sha256: str,
-             progress: Progress | None = None, label: str | None = None) -> Path:
+             progress: Progress | None = None, label: str | None = None,
+             adopt: Path | None = None, missing: str = "") -> Path:
     """Download ``url`` to ``dest`` (atomically, under a lock) and verify its sha256.
 
     A file already at ``dest`` with the right hash is reused. One with the wrong hash is moved
-    aside to ``<name>.bad-<time>`` and downloaded again, once; when the new bytes are wrong
-    too, :class:`ChecksumError` names both hashes and the full path. Concurrent calls for the
-    same ``dest`` download once. ``url`` may be a callable, called only when a download is
-    needed; with ``label`` (and no ``progress``) a progress bar shows while downloading.
+    aside to ``<name>.bad-<time>-<pid>`` and downloaded again, once; when the new bytes are wrong
+    too, :class:`ChecksumError` names both hashes and the full path. Moved-aside copies are
+    pruned (:func:`prune_bad`). Anything at ``dest`` that is not a regular file (a directory, a
+    FIFO) is refused, never read. Concurrent calls for the same ``dest`` download once. ``url``
+    may be a callable, called only when a download is needed; with ``label`` (and no
+    ``progress``) a progress bar shows while downloading. ``adopt``: a file an older harness
+    downloaded, linked into place (never moved) when its hash is right. ``missing``: said, after
+    the path, when ``dest`` is absent and has to be downloaded.
 
     The bytes go to ``<name>.partial`` first. A transient failure (5xx, timeout, reset) is
     retried with backoff from where it stopped (an HTTP Range request), and a partial left by a
     failed or killed run is resumed by the next; bytes joined that way are verified like any
     others, and downloaded again from the start once when the whole does not verify.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        msg = f"cannot make the download directory {dest.parent}: {e.strerror or e}; remove what is in the way"
+        raise SourceError(msg) from None
     with _download_lock(dest):
         sweep_stale(dest.parent)
+        prune_bad(dest.parent)
         bad = None
         if dest.exists():
-            found = sha256_file(dest)
+            try:
+                found = sha256_archive(dest)
+            except SourceError as e:
+                msg = f"{e}; it is where the archive is kept: remove it and run the command again"
+                raise SourceError(msg) from None
             if found == sha256:
                 return dest
             bad = _move_aside(dest)
             notice(f"{dest}: sha256 {found} is not the pinned {sha256}; "
                    f"moved it to {bad} and downloading it again")
+        elif adopt is not None and _adopt(adopt, dest, sha256):
+            return dest
+        elif missing:
+            notice(f"{dest}: {missing}")
+        _check_partial(partial_path(dest))  # before the index is asked: a bad one is refused offline too
         source = url if isinstance(url, str) else url()
         if progress or not label:
             return _fetch(source, dest, sha256=sha256, progress=progress, bad=bad)
         with ui.bytes_task(label) as cb:
             return _fetch(source, dest, sha256=sha256, progress=cb, bad=bad)
+
+
+def _adopt(legacy: Path, dest: Path, sha256: str) -> bool:
+    """Link ``legacy`` to ``dest`` when it is a regular file with the pinned hash (left where it is:
+    an older harness may still use it)."""
+    try:
+        if not legacy.is_file() or sha256_archive(legacy) != sha256:
+            return False
+    except (OSError, HarnessError):
+        return False
+    tmp = dest.with_name(temp_prefix(dest.name) + "adopt")
+    try:
+        os.link(legacy, tmp)
+    except OSError:
+        shutil.copyfile(legacy, tmp)
+    if sha256_archive(tmp) != sha256:  # changed while it was linked or copied
+        tmp.unlink()
+        return False
+    tmp.replace(dest)
+    notice(f"{dest}: taken from {legacy} (where an older harness kept it; sha256 verified)")
+    return True
 
 
 def _move_aside(path: Path) -> Path:
@@ -193,9 +320,47 @@ def _move_aside(path: Path) -> Path:
     return bad
 
 
+def prune_bad(directory: Path, *, keep: int = KEEP_BAD, keep_s: float = KEEP_BAD_S) -> list[Path]:
+    """Remove moved-aside wrong archives (``<name>.bad-<time>-<pid>``) beyond the ``keep``
+    newest of each name that are older than ``keep_s`` seconds; returns what was removed."""
+    groups: dict[str, list[tuple[float, str, Path]]] = {}
+    for entry in directory.iterdir() if directory.is_dir() else ():
+        m = _BAD.match(entry.name)
+        if not m:
+            continue
+        try:
+            at = time.mktime(time.strptime(m["at"], "%Y%m%dT%H%M%S"))
+        except ValueError:
+            continue
+        groups.setdefault(m["name"], []).append((at, entry.name, entry))
+    now, gone = time.time(), []
+    for entries in groups.values():
+        for at, _, entry in sorted(entries, reverse=True)[keep:]:
+            if now - at > keep_s and not entry.is_dir():
+                entry.unlink(missing_ok=True)
+                gone.append(entry)
+    if gone:
+        notice(f"{directory}: removed {len(gone)} wrong download(s) moved aside more than "
+               f"{keep_s / 3600:.0f} h ago (the newest {keep} of each name are kept)")
+    return gone
+
+
 def partial_path(dest: Path) -> Path:
     """Where the bytes of ``dest`` collect while it downloads (kept across runs to resume)."""
     return dest.with_name(f"{dest.name}.partial")
+
+
+def _check_partial(part: Path) -> None:
+    """A partial download is resumed only from a regular file of ours: a symlink there would
+    have the download appended to whatever it points at, a FIFO would block."""
+    try:
+        st = part.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        what = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        msg = f"the partial download {part} is {what}; remove it and run the command again"
+        raise SourceError(msg)
 
 
 def _fetch(url: str, dest: Path, *, sha256: str, progress: Progress | None, bad: Path | None) -> Path:
@@ -231,7 +396,7 @@ def _stream(url: str, part: Path, progress: Progress | None) -> tuple[str, bool]
     h = hashlib.sha256()
     done = 0
     if part.exists():
-        with part.open("rb") as f:
+        with inputs.open_input(part, kind="archive", error=SourceError, nofollow=True) as f:
             while chunk := f.read(_CHUNK):
                 h.update(chunk)
                 done += len(chunk)
@@ -243,7 +408,8 @@ def _stream(url: str, part: Path, progress: Progress | None) -> tuple[str, bool]
             if body.start != done:  # the server sent the whole file: start over
                 h, done = hashlib.sha256(), 0
             joined = joined or done > 0
-            with part.open("ab" if done else "wb") as f:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_APPEND if done else os.O_TRUNC)
+            with os.fdopen(os.open(part, flags, 0o644), "wb") as f:
                 while chunk := body.stream.read(_CHUNK):
                     f.write(chunk)
                     h.update(chunk)
@@ -258,7 +424,7 @@ def _stream(url: str, part: Path, progress: Progress | None) -> tuple[str, bool]
 
 
 def verify(path: Path, sha256: str) -> None:
-    found = sha256_file(path)
+    found = sha256_archive(path)
     if found != sha256:
         raise ChecksumError(str(path), sha256, found)
 
@@ -362,21 +528,26 @@ def _recorded_manifest(root: Path) -> Manifest | None:
     """The manifest stamped in ``root``; None when there is no stamp (an interrupted or
     never-made tree) or it is one of an older harness: then the tree is simply made again."""
     stamp = read_json(root / STAMP)
-    manifest = manifest_from_json(stamp.get("manifest")) if stamp and stamp.get("key") == root.name else None
+    current = stamp is not None and stamp.get("key") == root.name and stamp.get("manifest_version") == MANIFEST_VERSION
+    manifest = manifest_from_json(stamp.get("manifest")) if stamp and current else None
     if stamp is not None and manifest is None:
-        notice(f"{root}: made by an older harness (no manifest); making it again")
+        notice(f"{root}: made by an older harness (no manifest of every file, directory and mode); making it again")
     return manifest
 
 
 def _check_stamped(root: Path, manifest: Manifest, *, label: str) -> str:
-    """``""`` when ``root/tree`` matches ``manifest``, else what is wrong (files named)."""
+    """``""`` when ``root/tree`` matches ``manifest`` and the seal vouches for the manifest,
+    else what is wrong (files named)."""
     tree = root / "tree"
+    seal = unsealed(root / STAMP, manifest)
+    if seal:
+        return f"the cached source tree {tree} cannot be trusted: {seal}"
     check = check_tree(tree, manifest, full=current_checking().full)
     if check.restat:
         _record_restat(root, check.restat)
     if check.ok:
         return ""
-    return (f"the cached source tree {tree} is damaged: expected the {len(manifest)} files "
+    return (f"the cached source tree {tree} is damaged: expected the {len(manifest)} files and directories "
             f"recorded when it was made from {label}; {check.describe(tree)}")
 
 
@@ -398,6 +569,7 @@ def _replace_tree(root: Path, create: Callable[[Path], None], meta: Mapping[str,
         write_json(tmp / STAMP, {**meta, "key": root.name, "made_at": time.time(),
                                  "manifest_version": MANIFEST_VERSION,
                                  "manifest": manifest_to_json(manifest)})
+        write_seal(tmp / STAMP, manifest)
         discard(root)
         tmp.rename(root)
     except BaseException:
@@ -443,6 +615,44 @@ def make_read_only(tree: Path) -> None:
             p = Path(dirpath, fn)
             if not p.is_symlink():
                 p.chmod(p.stat().st_mode & ~0o222)
+
+
+def tree_subdir(tree: Path, subdir: str) -> Path:
+    """``tree / subdir`` (``tree`` for ``""``): a relative path that stays inside ``tree``, symlinks
+    resolved; :class:`SourceError` naming ``source.subdir`` otherwise. Whether it exists is the
+    caller's to say."""
+    if not subdir:
+        return tree
+    rel = PurePosixPath(subdir)
+    if rel.is_absolute() or ".." in rel.parts or "\\" in subdir or any(ord(c) < 32 for c in subdir):
+        msg = f"source.subdir {subdir[:200]!r} must be a relative path inside the source tree (no '..', not absolute)"
+        raise SourceError(msg)
+    path = tree / subdir
+    if not path.resolve().is_relative_to(tree.resolve()):
+        msg = (f"source.subdir {subdir[:200]!r} leads outside the source tree {tree} (to {path.resolve()}, "
+               "through a symlink); fix source.subdir")
+        raise SourceError(msg)
+    return path
+
+
+def refuse_byte_code(tree: Path, *, hint: str) -> None:
+    """Before Python runs from ``tree``: :class:`SourceError` when it holds byte code (a
+    ``__pycache__`` or a ``.pyc``), which Python would run instead of the sources the manifest
+    vouches for. Nothing writes byte code there (:func:`python_env`); ``hint`` says how to get
+    a clean tree."""
+    for dirpath, dirnames, filenames in os.walk(tree):
+        found = [n for n in dirnames if n == "__pycache__"] + [n for n in filenames if n.endswith(".pyc")]
+        if found:
+            msg = (f"{Path(dirpath, found[0])}: byte code in {tree}, which Python would run instead of the "
+                   f"verified sources; refusing to run Python from it. {hint}")
+            raise SourceError(msg)
+
+
+def python_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for a Python that imports modules from a cached tree (the GGUF converter and its
+    ``gguf-py``): no byte code written into the tree (run it with ``-B`` too, and check the tree
+    with :func:`refuse_byte_code` first)."""
+    return {**env, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def single_top_dir(tree: Path) -> Path:

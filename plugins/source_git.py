@@ -76,7 +76,7 @@ def harness_source_kinds() -> list[str]:
 
 @hookimpl
 def harness_source_fetch(engine: str, spec: SourceSpec, cache_dir: Path) -> SourceTree | None:
-    from harness.source import ensure_tree
+    from harness.source import ensure_tree, tree_subdir
     if spec.kind != KIND:
         return None
     if len(spec.commit) != 40:
@@ -91,7 +91,7 @@ def harness_source_fetch(engine: str, spec: SourceSpec, cache_dir: Path) -> Sour
         cache_dir / cache_key(spec), create=lambda tree: _checkout(spec, tree), meta=meta,
         label=f"{spec.url} at {spec.commit}" + (f" (sparse: {', '.join(spec.sparse)})" if spec.sparse else ""),
         repair_hint=f"Run `harness fetch --repair {engine}` to check it out again from {spec.url}.")
-    path = root / "tree" / spec.subdir if spec.subdir else root / "tree"
+    path = tree_subdir(root / "tree", spec.subdir)
     if not path.is_dir():
         msg = (f"{spec.url} at {spec.commit} (checked out intact at {root / 'tree'}) has no "
                f"{spec.subdir!r} directory; fix source.subdir in the {engine} engine descriptor")

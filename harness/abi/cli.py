@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.abi import surface as surf
     from harness.types import EngineSpec
 
 
@@ -172,32 +171,12 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
-def pin_tree(pin: str, spec: EngineSpec) -> Path:
-    """The engine tree a pin names: a directory, a git revision (git engines) or an sdist version."""
-    from harness.abi.pins import resolve_pin
-    from harness.abi.revisions import fetch_revision
-    if spec.source.kind == "git" and not Path(pin).expanduser().is_dir():
-        from harness.plugin import get_manager
-
-        return fetch_revision(spec, pin, get_manager())  # the source plugin applies source.subdir
-    return resolve_pin(pin, package=spec.source.package or spec.name, subdir=spec.source.subdir)
-
-
-def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.Surface:
-    """The full surface of one pin (a version, a git revision or a directory) with the engine's header config."""
-    from harness.abi.check import snapshot_config
-    root = pin_tree(pin, spec)
-    abi = dict(spec.abi)
-    # Constants-only headers are internal and come and go between pins; a report skips missing ones.
-    abi["constant_headers"] = [h for h in abi.get("constant_headers", []) if (root / h).is_file()]
-    return snapshot_config(root, abi, targets=targets, meta={"engine": spec.name, "pin": pin})
-
-
 def cmd_diff(args: argparse.Namespace) -> int:
     from harness import progress
     from harness.abi import surface as surf
     from harness.abi.check import load_committed, version_macro
     from harness.abi.diff import diff, render_markdown
+    from harness.abi.revisions import snapshot_pin
     t0 = time.perf_counter()
     spec = _load(args.engine or _engine_for([args.pin_a, args.pin_b]))
     targets = args.target or None

@@ -12,9 +12,16 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from harness import index, paths, progress
+from harness import index, progress
 from harness.errors import SourceError, UsageError
-from harness.source import download, extract_once, single_top_dir
+from harness.source import (
+    archive_path,
+    download,
+    extract_once,
+    legacy_archive_path,
+    single_top_dir,
+    tree_subdir,
+)
 
 
 def find_sdist(package: str, version: str) -> tuple[str, str, str]:
@@ -27,12 +34,12 @@ def find_sdist(package: str, version: str) -> tuple[str, str, str]:
 def fetch_sdist_version(package: str, version: str) -> Path:
     """Download, verify and extract (once) the sdist of ``package==version``; its top directory."""
     filename, url, sha = find_sdist(package, version)
-    archive = paths.downloads_dir() / filename
+    archive = archive_path(package, sha, filename)  # the index names the file: checked to be a bare name
     if archive.is_file():
         download(url, archive, sha256=sha)  # verifies; fetches again only on a hash mismatch
     else:
         with progress.bytes_task(f"download {filename}") as cb:
-            download(url, archive, sha256=sha, progress=cb)
+            download(url, archive, sha256=sha, progress=cb, adopt=legacy_archive_path(filename))
     root, _ = extract_once(archive, sha, meta={"kind": "pypi-sdist", "package": package, "version": version})
     return single_top_dir(root / "tree")
 
@@ -48,7 +55,7 @@ def resolve_pin(pin: str, *, package: str, subdir: str = "") -> Path:
         msg = f"pin {pin!r} is neither a directory nor a version of {package}"
         raise UsageError(msg) from None
     tree = fetch_sdist_version(package, pin)
-    path = tree / subdir if subdir else tree
+    path = tree_subdir(tree, subdir)
     if not path.is_dir():
         msg = f"{package} {pin} has no {subdir!r} directory; this version does not vendor the engine there"
         raise SourceError(msg)

@@ -1,4 +1,5 @@
-"""Pins for ``abi diff``: which engine they fit, and git revisions of git-sourced engines.
+"""Pins for ``abi diff``: which engine they fit, git revisions of git-sourced engines, and the tree
+and ABI surface a pin names.
 
 A pin is a directory (the engine tree), a version of a ``pypi-sdist`` engine's package, or,
 for a ``git`` engine, a revision of its repository: a full commit, a branch or a tag. A git
@@ -13,6 +14,7 @@ import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pluggy
 from packaging.version import InvalidVersion, Version
@@ -20,6 +22,9 @@ from packaging.version import InvalidVersion, Version
 from harness import paths
 from harness.errors import SourceError, UsageError
 from harness.types import EngineSpec
+
+if TYPE_CHECKING:
+    from harness.abi import surface as surf
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
@@ -107,6 +112,28 @@ def fetch_revision(spec: EngineSpec, rev: str, pm: pluggy.PluginManager) -> Path
         msg = f"no plugin fetches source kind {source.kind!r}"
         raise SourceError(msg)
     return Path(tree.path)
+
+
+def pin_tree(pin: str, spec: EngineSpec) -> Path:
+    """The engine tree a pin names: a directory, a git revision (git engines) or an sdist version."""
+    from harness.abi.pins import resolve_pin
+
+    if spec.source.kind == "git" and not Path(pin).expanduser().is_dir():
+        from harness.plugin import get_manager
+
+        return fetch_revision(spec, pin, get_manager())  # the source plugin applies source.subdir
+    return resolve_pin(pin, package=spec.source.package or spec.name, subdir=spec.source.subdir)
+
+
+def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.Surface:
+    """The full surface of one pin (a version, a git revision or a directory) with the engine's header config."""
+    from harness.abi.check import snapshot_config
+
+    root = pin_tree(pin, spec)
+    abi = dict(spec.abi)
+    # Constants-only headers are internal and come and go between pins; a report skips missing ones.
+    abi["constant_headers"] = [h for h in abi.get("constant_headers", []) if (root / h).is_file()]
+    return snapshot_config(root, abi, targets=targets, meta={"engine": spec.name, "pin": pin})
 
 
 def default_engine() -> str | None:

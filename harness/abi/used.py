@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from harness.errors import HostError, SubprocessError, UsageError
+from harness.inputs import open_input, read_bytes
 
 #: Every C identifier: the default ``abi.used_pattern``; the surface's own names filter the result.
 #: An engine with prefixed names may narrow it in its descriptor (fewer names to intersect).
@@ -28,8 +29,7 @@ def undefined_symbols(binary: Path) -> set[str]:
     if nm is None:
         msg = "nm (binutils) is needed to read a module's undefined symbols; install binutils or pass its sources"
         raise HostError(msg)
-    magic = binary.read_bytes()[:4]
-    macho = magic in _MACHO
+    macho = _magic(binary) in _MACHO
     argv = [nm, "-u", "-j", str(binary)] if macho else [nm, "-D", "--undefined-only", str(binary)]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -56,13 +56,18 @@ def source_identifiers(paths: Iterable[Path], pattern: str | None = None) -> set
     for p in paths:
         files = sorted(f for f in p.rglob("*") if f.suffix in SOURCE_SUFFIXES) if p.is_dir() else [p]
         for f in files:
-            names.update(ident.findall(f.read_text(errors="replace")))
+            text = read_bytes(f, kind="source", error=UsageError).decode("utf-8", "replace")
+            names.update(ident.findall(text))
     return names
 
 
+def _magic(path: Path) -> bytes:
+    with open_input(path, kind="source", error=UsageError, head=True) as f:
+        return f.read(4)
+
+
 def _is_binary(path: Path) -> bool:
-    with path.open("rb") as f:
-        magic = f.read(4)
+    magic = _magic(path)
     return magic == _ELF or magic in _MACHO
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:  # the heavy modules (scipy, matplotlib) load only when a command runs
     from harness.bench.arms import ArmSpec
-    from harness.bench.report import Comparison
+    from harness.bench.comparison import Comparison
     from harness.bench.session import Outcome
     from harness.bench.stats import Analysis, Interval
 

@@ -27,7 +27,7 @@ from harness.bench.stats import (
 from harness.bench.system import SystemState, summary_lines
 
 if TYPE_CHECKING:
-    from harness.bench.report import Comparison
+    from harness.bench.comparison import Comparison
 
 #: What a group of findings of one kind is about (and what to do), shown above its lines.
 GROUP_TITLES: dict[str, str] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -20,11 +21,13 @@ from typing import Any
 
 from harness import paths
 from harness.bench.abba import BenchResult
+from harness.bench.comparison import CompareRow, Comparison
 from harness.bench.gate import GateResult, headlines
 from harness.bench.roofline import roofline_pcts
 from harness.bench.stats import Analysis, Finding, Interval, analyze, metric_key
 from harness.bench.system import findings as system_findings
 from harness.errors import BenchError
+from harness.inputs import read_text
 from harness.jsonvalue import json_value
 
 SCHEMA = "harness.bench/1"
@@ -147,51 +150,22 @@ def _rooflines(result: BenchResult, analysis: Analysis, measure: Mapping[str, An
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class CompareRow:
-    metric: str
-    what: str
-    """``B/A`` (the ratio), ``A`` or ``B`` (an arm's absolute figure)."""
-    old: Interval
-    new: Interval
-    change_pct: float
-    """New vs old, percent, signed as measured (not by better/worse)."""
-    z: float | None
-    """Change in units of the combined noise of both runs; positive is better."""
-    verdict: str
-    """``regression``, ``improvement``, ``within noise`` or ``no interval``."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Comparison:
-    old: str
-    new: str
-    rows: tuple[CompareRow, ...]
-    notes: tuple[str, ...] = ()
-
-    @property
-    def regressions(self) -> list[CompareRow]:
-        """Regressions of the candidate: its ratio to the baseline, or its own figure."""
-        return [r for r in self.rows if r.verdict == "regression" and r.what in ("B/A", "B")]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "regressions": [asdict(r) for r in self.regressions]}
-
-
 def load_results(source: Path | str | Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(source, Mapping):
         return dict(source)
     path = Path(source)
-    if path.is_dir():
+    if os.path.isdir(path):  # os.path's test: a name too long for the file system is not one, not an OSError
         path = path / RESULTS_JSON
+    try:  # a regular file within the report limit: a FIFO or /dev/zero is refused unread
+        text = read_text(path, kind="report", error=BenchError)
+    except BenchError as e:
+        msg = f"cannot read benchmark results: {e}; expected a results.json written by `harness bench`"
+        raise BenchError(msg) from None
     try:
-        doc = json.loads(path.read_text())
-    except OSError as e:
-        msg = f"cannot read benchmark results {path}: {e}; expected a results.json written by `harness bench`"
-        raise BenchError(msg) from e
-    except ValueError as e:
-        msg = f"{path} is not JSON ({e}); expected a results.json written by `harness bench`"
-        raise BenchError(msg) from e
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        msg = f"{path} is not JSON ({str(e)[:200]}); expected a results.json written by `harness bench`"
+        raise BenchError(msg) from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         msg = f"{path}: expected schema {SCHEMA!r}, found {found!r}; was it written by `harness bench`?"

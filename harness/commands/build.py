@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness.cli import add_json_flag, print_json
 from harness.errors import UsageError
-
-if TYPE_CHECKING:
-    from harness.types import EngineSpec, Variant
-
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,55 +51,22 @@ def parse_defines(items: list[str]) -> dict[str, str]:
     return out
 
 
-def supported_rows(engine: EngineSpec, patterns: str) -> tuple[list[Variant], list[tuple[Variant, str]]]:
-    """The selected rows ``engine`` builds, and those it does not with the reason.
-
-    A row named exactly (no wildcard) that the engine does not build is an error; rows a
-    wildcard picked up are skipped with their reason.
-    """
-    from harness.matrix import engine_support, load_matrix, select
-    chosen = select(load_matrix(), patterns)
-    exact = {p for p in patterns.split(",") if p and not any(c in p for c in "*?[")}
-    rows, skipped = [], []
-    for v in chosen:
-        reason = engine_support(engine, v)
-        if reason is None:
-            rows.append(v)
-        elif v.name in exact:
-            msg = f"variant {v.name} is {reason}"
-            raise UsageError(msg)
-        else:
-            skipped.append((v, reason))
-    if not rows:
-        msg = (f"no variant matching {patterns!r} is built by {engine.name}: "
-               + "; ".join(f"{v.name}: {r}" for v, r in skipped))
-        raise UsageError(msg)
-    return rows, skipped
-
-
 def cmd_build(args: argparse.Namespace) -> int:
-    from harness import host as hostmod
     from harness import pipeline, progress, recipes
-    from harness.abi.check import check_engine
-    from harness.build import build, ccache_summary, smoke_cpu_level
-    from harness.plugin import get_manager
-    pm = get_manager()
+    from harness.build import ccache_summary, smoke_cpu_level
+
     engine = recipes.resolve(args.engine, pin=args.pin, rev=args.rev)
     if engine.recipe_commit and not args.json:
         print(f"recipe: {engine.name} {engine.pin} from commit {engine.recipe_commit[:12]}")
-    host = hostmod.probe()
-    variants, skipped = supported_rows(engine, args.variant)
+    variants, skipped = pipeline.rows_for(engine, args.variant, strict=True)
     for v, reason in skipped:
         progress.info(f"skipping {v.name}: {reason}")
-    tree = pipeline.patched_tree(engine, pm)
-    # The ABI check runs before any build: seconds, not a wasted half hour.
-    abi = check_engine(engine, tree.path)
+    inputs = pipeline.prepare_build(engine)
     if not args.json:
-        print(f"ABI check passed ({abi.fingerprint[:16]}, {abi.seconds:.2f} s)")
+        print(f"ABI check passed ({inputs.abi.fingerprint[:16]}, {inputs.abi.seconds:.2f} s)")
     results = []
     for v in variants:
-        r = build(pm, engine, v, tree, host, overrides=parse_defines(args.define), force=args.force,
-                  abi_fingerprint=abi.fingerprint)
+        r = pipeline.build_row(inputs, v, overrides=parse_defines(args.define), force=args.force)
         cpu = smoke_cpu_level(engine, v, r.artifact)
         results.append({"variant": v.name, "artifact": str(r.artifact), "built": r.built,
                         "seconds": round(r.seconds, 2), "selected_cpu_variant": cpu,

@@ -74,14 +74,16 @@ def resolve_models(names: list[str]) -> tuple[dict[str, Path], dict[str, str]]:
 def cmd_emulate(args: argparse.Namespace) -> int:
     from harness import registry
     from harness.emulate import emulate, table_lines
+    from harness.engines import load_engine
+    from harness.matrix import get_variant
 
     names = args.model or ["tiny"]
     if args.bench and args.bench not in names:
         names.append(args.bench)
     models, expect = resolve_models(names)
-    engine = args.engine or registry.default("text").name
-    r = emulate(engine, args.variant, models=models, expect=expect, bench_model=args.bench, threads=args.threads,
-                levels=args.level, n_tokens=args.tokens)
+    engine = load_engine(args.engine or registry.default("text").name)
+    r = emulate(engine, get_variant(args.variant), models=models, expect=expect, bench_model=args.bench,
+                threads=args.threads, levels=args.level, n_tokens=args.tokens)
     if args.json:
         print_json(r)
     else:

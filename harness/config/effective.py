@@ -30,6 +30,7 @@ from harness.config.options import ResolvedOptions, Setting, tristate, tristate_
 from harness.config.rules import path_problem, resolve_draft
 from harness.config.validate import Validated, Validator
 from harness.errors import UsageError
+from harness.inputs import read_bytes
 from harness.video.families import VideoFamily, family_for
 
 #: Where model paths resolve when no models directory is named (else: beside the config).
@@ -171,7 +172,7 @@ class _Resolve:
         if (self.models_dir is not None and model.endswith(".gguf") and not remote_scheme(model)
                 and not path_problem("model", model)):
             path = self.models_dir / model
-            header = self.header(path) if path.is_file() else None
+            header = self.header(path) if os.path.isfile(path) else None
             if header is not None:
                 arch = header.get("general.architecture")
                 length = header.get(f"{arch}.context_length")
@@ -271,7 +272,7 @@ def effective(
 def named_models_dir(arg: Path | None) -> Path | None:
     """The models directory a user named: ``arg``, else ``$HARNESS_MODELS_DIR``; it must exist."""
     chosen = arg or (Path(os.environ[MODELS_DIR_ENV]) if os.environ.get(MODELS_DIR_ENV) else None)
-    if chosen is not None and not chosen.is_dir():
+    if chosen is not None and not os.path.isdir(chosen):
         msg = f"models directory {chosen} does not exist or is not a directory"
         raise UsageError(msg)
     return chosen
@@ -312,18 +313,12 @@ def load_config_file(file: Path, *, name: str | None = None, models_dir: Path | 
     :raises UsageError: no such file, a directory, or several configs and no ``name``.
     """
     explicit = named_models_dir(models_dir)
-    resolved_dir = explicit or (file.parent if file.parent.is_dir() else None)
-    if file.is_dir():
+    resolved_dir = explicit or (file.parent if os.path.isdir(file.parent) else None)
+    if os.path.isdir(file):
         msg = f"{file} is a directory: give one config file (harness validate takes directories)"
         raise UsageError(msg)
-    if not file.is_file():
-        msg = f"{file}: no such config file"
-        raise UsageError(msg)
-    try:
-        text = file.read_bytes()
-    except OSError as e:
-        msg = f"{file}: cannot read: {e.strerror or e}"
-        raise UsageError(msg) from e
+    # a regular file within the config limit: a FIFO, a device or a huge file is refused unread
+    text = read_bytes(file, kind="config", error=UsageError)
     items = Validator(models_dir=explicit).validate_text(text, str(file))
     problems = [i for i in items if isinstance(i, Diagnostic)]
     configs = [i for i in items if isinstance(i, Validated)]

@@ -2,7 +2,7 @@
 
 Engines decide from these (the ``model`` argument of ``harness_engine_match``);
 ``config show`` takes n_ctx from them when the config leaves it unset. A GGUF's
-facts come from its header (the ``gguf`` package's reader), a model directory's
+facts come from its header (:mod:`harness.config.gguf_header`, bounded), a model directory's
 from its ``config.json``; missing or unreadable files give partial facts, never
 an exception.
 
@@ -15,6 +15,7 @@ directory, ``gptq`` / ``awq`` / ``fp8`` for a quantized one, ``unknown`` otherwi
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -28,30 +29,18 @@ _SIZE = re.compile(r"(?i)(?:^|[-_ ])(\d+(?:\.\d+)?[BM](?:-A\d+(?:\.\d+)?[BM])?)(
 
 
 def gguf_header(path: Path) -> tuple[dict[str, Any] | None, str]:
-    """Key/value metadata of a GGUF file (scalars and strings only), or (None, why it is unreadable)."""
-    try:
-        with path.open("rb") as f:
-            magic = f.read(4)
-    except OSError as e:
-        return None, f"cannot read {path.name}: {e.strerror or e}"
-    if magic != b"GGUF":
-        return None, f"{path.name} is not a GGUF file (it starts with {magic!r}, not b'GGUF')"
-    try:
-        from gguf import GGUFReader
+    """Key/value metadata of a GGUF file (scalars and strings only), or (None, why it is unreadable).
 
-        reader = GGUFReader(path)
-        out: dict[str, Any] = {}
-        for key, field in reader.fields.items():
-            try:
-                value = field.contents()
-            except Exception:  # an exotic field type must not hide the rest of the header
-                continue
-            if isinstance(value, str | int | float | bool):
-                out[key] = value
-        return out, ""
-    except Exception as e:  # corrupt or truncated
-        return None, (f"{path.name} is not a readable GGUF file (truncated or corrupt: "
-                      f"{type(e).__name__}: {str(e)[:160]})")
+    Read by :mod:`harness.config.gguf_header`: regular files only, every count and length bounded
+    before it is used, so a FIFO, a device or a crafted header is a reason, never a hang.
+    """
+    from harness.config.gguf_header import read_header
+    from harness.errors import ModelError
+
+    try:
+        return read_header(path).as_dict(), ""
+    except ModelError as e:
+        return None, str(e)
 
 
 def read_gguf_header(path: Path) -> dict[str, Any] | None:
@@ -117,9 +106,12 @@ def gguf_facts(path: Path) -> dict[str, Any]:
 
 def directory_facts(path: Path) -> dict[str, Any]:
     """Facts from a model directory's ``config.json`` (safetensors / pytorch layout)."""
+    from harness.errors import ModelError
+    from harness.inputs import read_text
+
     try:
-        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        cfg = json.loads(read_text(path / "config.json", kind="model-metadata", error=ModelError))
+    except (ModelError, ValueError, RecursionError):
         return {"format": "directory", "readable": False}
     if not isinstance(cfg, dict):
         return {"format": "directory", "readable": False}
@@ -152,10 +144,12 @@ def model_facts(config: ModelConfig, models_dir: Path | None) -> dict[str, Any]:
         return facts
     full = models_dir / ref
     facts["path"] = str(full)
-    if full.is_file() and full.suffix == ".gguf":
+    # os.path's tests: a name too long for the file system is absent, not an OSError; a FIFO or a
+    # device named .gguf is there but unreadable (gguf_facts says why), not absent
+    if full.suffix == ".gguf" and os.path.exists(full) and not os.path.isdir(full):
         facts.update(gguf_facts(full), exists=True)
-    elif full.is_dir():
+    elif os.path.isdir(full):
         facts.update(directory_facts(full), exists=True)
     else:
-        facts["exists"] = full.exists()
+        facts["exists"] = os.path.exists(full)
     return facts

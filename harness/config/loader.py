@@ -16,6 +16,8 @@ from typing import Any, Literal
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from harness.inputs import limit
+
 Severity = Literal["error", "warning"]
 Path_ = tuple[str | int, ...]
 
@@ -26,7 +28,7 @@ MAX_ALIAS_NODES = 100_000
 #: The deepest nesting read: a config is a few levels deep (LocalAI's deepest block, about 8).
 MAX_DEPTH = 100
 #: The largest model-config text read (a config is kilobytes; a long stop list, megabytes).
-MAX_TEXT_BYTES = 64 * 2**20
+MAX_TEXT_BYTES = limit("config")
 
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")

@@ -14,6 +14,7 @@ is type-guarded) plus the resolved options, and returns diagnostics.
 from __future__ import annotations
 
 import math
+import os
 import posixpath
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ class CheckContext:
         if self.models_dir is None or remote_scheme(value) or path_problem("x", value):
             return None
         full = self.models_dir / value
-        return full if full.exists() else None
+        return full if os.path.exists(full) else None  # a name too long to exist is absent, not an OSError
 
 
 def path_problem(label: str, value: str) -> str | None:
@@ -95,7 +96,7 @@ def resolve_draft(ref: str, models_dir: Path) -> tuple[Path | None, list[Path]]:
         if c in looked:
             continue
         looked.append(c)
-        if c.exists():
+        if os.path.exists(c):  # a name too long to exist is absent, not an OSError
             return c, looked
     return None, looked
 
@@ -166,7 +167,7 @@ class Rules:
         problem = path_problem(label, value)
         if problem:
             self.add(path, "error", problem)
-        elif self.ctx.models_dir is not None and not (self.ctx.models_dir / value).exists():
+        elif self.ctx.models_dir is not None and not os.path.exists(self.ctx.models_dir / value):
             self.add(path, "error", f"{label} {value!r} not found in the models directory {self.ctx.models_dir}")
 
     def model_path(self) -> None:

@@ -35,7 +35,8 @@ from harness.config.rules import (
     non_finite,
     str_at,
 )
-from harness.errors import did_you_mean
+from harness.errors import ConfigError, did_you_mean
+from harness.inputs import read_bytes
 
 __all__ = ["CheckContext", "Diagnostic", "Report", "Validated", "Validator", "iter_config_files"]
 
@@ -224,10 +225,10 @@ def iter_config_files(paths: Iterable[str | Path]) -> Iterator[tuple[str, Path |
     """
     for arg in paths:
         p = Path(arg)
-        if p.is_dir():
+        if os.path.isdir(p):  # os.path's tests: a name too long for the file system is absent, not an OSError
             for f in _config_files(p):
                 yield str(f), f
-        elif p.exists():
+        elif os.path.lexists(p):
             yield str(p), p
         else:
             yield str(p), None
@@ -370,14 +371,15 @@ class Validator:
         for arg in paths:
             p = Path(arg)
             files: list[tuple[str, Path | None]]
-            if p.is_dir():
+            if os.path.isdir(p):  # a name too long for the file system is absent, not an OSError
                 files = [(str(f), f) for f in _config_files(p)]
                 if not files:
                     report.diagnostics.append(Diagnostic(
                         file=str(p), line=1, col=1, severity="error",
                         message="no model configs here: the directory holds no *.yaml or *.yml file"))
             else:
-                files = [(str(p), p if p.exists() else None)]
+                # a dangling link or a loop is read (and refused) like any other non-file
+                files = [(str(p), p if os.path.lexists(p) else None)]
             for display, path in files:
                 self._validate_file(display, path, report, names)
         return report
@@ -390,10 +392,12 @@ class Validator:
             return
         report.files += 1
         try:
-            text = path.read_bytes()
-        except OSError as e:
+            # each file on its own: a FIFO or a link to /dev/zero among the configs is refused
+            # unread and the others are still checked
+            text = read_bytes(path, kind="config", error=ConfigError)
+        except ConfigError as e:
             report.diagnostics.append(Diagnostic(file=display, line=1, col=1, severity="error",
-                                                 message=f"cannot read: {e.strerror or e}"))
+                                                 message=f"cannot read: {e}"))
             return
         for item in self.validate_text(text, display):
             if isinstance(item, Diagnostic):

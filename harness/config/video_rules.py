@@ -8,6 +8,7 @@ grids. The rules are data; this module only applies them.
 
 from __future__ import annotations
 
+import os
 import posixpath
 from typing import Any
 
@@ -96,7 +97,7 @@ class _VideoRules:
         if config in self.opts.values or w is None or not isinstance(w.value, str) or models_dir is None:
             return
         beside = models_dir / posixpath.dirname(w.value) / "config.json"
-        if not beside.is_file():
+        if not os.path.isfile(beside):  # a name too long to exist is absent, not an OSError
             self.out.append(self.ctx.error(w.path or ("options",), f"{config} is not set and there is no "
                                            f"config.json beside {weights} (looked at {beside})"))
 

@@ -8,9 +8,6 @@ describes, with the values ``harness config show`` prints for it.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
 from harness.runtime.aio import AsyncEngine, AsyncStream
 from harness.runtime.api import (
     ChatDelta,
@@ -22,72 +19,8 @@ from harness.runtime.api import (
     Usage,
     parse_arguments,
 )
+from harness.runtime.loader import CONFIG_SUFFIXES, Engine
 from harness.runtime.sampling import Sampling
-
-if TYPE_CHECKING:
-    from harness.config.effective import Effective
-
-#: A model path with one of these suffixes is a model config, not a model file.
-CONFIG_SUFFIXES = (".yaml", ".yml")
-
-
-class Engine:
-    """Entry point to the engines' runtimes: ``Engine.load(model, ...)`` returns a loaded engine."""
-
-    @staticmethod
-    def load(model: str | Path | None = None, *, config: str | Path | None = None, name: str | None = None,
-             models_dir: str | Path | None = None, engine: str | None = None, variant: str | None = None,
-             **engine_args: Any) -> Any:
-        """Load a model file or directory, or the model a config file describes.
-
-        :param model: a model file or directory; a ``.yaml``/``.yml`` path is taken as ``config``.
-        :param config: a model config (LocalAI's YAML), validated and resolved as ``harness config
-            show`` does: its model, engine arguments and sampling defaults are the effective values
-            that command prints, and its backend picks the engine. ``engine_args`` given here win.
-        :param name: which config, when the file holds several.
-        :param models_dir: where the config's model paths resolve (default ``$HARNESS_MODELS_DIR``,
-            else the config's directory).
-        :raises ConfigError: the config has errors (each one listed, as ``harness validate`` says them).
-        """
-        from harness import registry
-        from harness.errors import UsageError
-
-        if config is None and model is not None and Path(model).suffix.lower() in CONFIG_SUFFIXES:
-            model, config = None, model
-        extra: dict[str, Any] = {}
-        if config is not None:
-            if model is not None:
-                msg = f"give a model or a config, not both (the config {config} names its model)"
-                raise UsageError(msg)
-            effective, config_engine = _resolve_config(Path(config), name, models_dir)
-            engine = engine or config_engine
-            model = str(effective.params["model"].value)
-            extra["effective"] = effective
-        if model is None:
-            msg = "Engine.load needs a model (a model file or directory) or config= (a model config)"
-            raise UsageError(msg)
-        impl = registry.get(engine) if engine else registry.default("text")
-        if impl.load is None:
-            msg = f"engine {impl.name} has no text runtime to load {model} with"
-            raise UsageError(msg)
-        return impl.load(model, variant=variant, **extra, **engine_args)
-
-
-def _resolve_config(path: Path, name: str | None, models_dir: str | Path | None) -> tuple[Effective, str | None]:
-    """(effective parameters, engine) of a model config, as ``harness config show`` resolves it."""
-    # Imported here: the config package (schema, validation) is not needed to load a model file.
-    from harness.config.effective import load_config_file
-    from harness.errors import ConfigError
-
-    loaded = load_config_file(path, name=name, models_dir=Path(models_dir) if models_dir is not None else None)
-    errors = [str(d) for d in loaded.diagnostics if d.severity == "error"]
-    effective = loaded.resolve()
-    if errors or effective is None or loaded.validated is None:
-        found = "\n".join(errors) if errors else "nothing in it resolves to a model config"
-        msg = f"model config {path} is invalid (harness validate {path} says the same):\n{found}"
-        raise ConfigError(msg)
-    return effective, loaded.validated.engine
-
 
 __all__ = ["CONFIG_SUFFIXES", "AsyncEngine", "AsyncStream", "ChatDelta", "ChatResult", "ChatStream", "Completion", "Engine", "Pending", "Sampling",
            "Stream", "Usage", "parse_arguments"]

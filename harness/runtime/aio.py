@@ -86,7 +86,7 @@ class AsyncEngine:
 
     @classmethod
     async def load(cls, model: str | Path | None = None, *, max_concurrency: int = 64, **kwargs: Any) -> AsyncEngine:
-        from harness.runtime import Engine
+        from harness.runtime.loader import Engine
 
         loop = asyncio.get_running_loop()
         eng = await loop.run_in_executor(None, functools.partial(Engine.load, model, **kwargs))

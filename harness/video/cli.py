@@ -72,7 +72,7 @@ def _media_dir(args: argparse.Namespace) -> Path:
     """Where request paths resolve and must stay: --media-dir, else the request's directory."""
     media: Path | None = args.media_dir
     if media is not None:
-        if not media.is_dir():
+        if not os.path.isdir(media):  # a name too long for the file system is not one, not an OSError
             msg = f"--media-dir {media}: not a directory"
             raise UsageError(msg)
         return media.resolve()
@@ -101,15 +101,16 @@ def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
     import yaml
 
     from harness.config.options import config_options
+    from harness.datafile import load_yaml
+    from harness.inputs import read_text
     from harness.video.options import video_options
+    # a regular file within the config limit: a FIFO or /dev/zero is refused unread
+    text = read_text(path, kind="config", error=ConfigError)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        msg = f"cannot read model config {path}: {e.strerror}"
-        raise ConfigError(msg) from e
-    except yaml.YAMLError as e:
-        msg = f"{path}: not valid YAML: {e}"
-        raise ConfigError(msg) from e
+        data = load_yaml(text)
+    except (yaml.YAMLError, RecursionError) as e:
+        msg = f"{path}: not valid YAML: {str(e)[:400]}"
+        raise ConfigError(msg) from None
     if not isinstance(data, dict):
         msg = f"{path}: expected a mapping at the top level"
         raise ConfigError(msg)

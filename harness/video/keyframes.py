@@ -21,6 +21,7 @@ from typing import BinaryIO
 from urllib.parse import unquote_to_bytes
 
 from harness.errors import SubprocessError, VideoError
+from harness.inputs import open_input
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.geometry import Canvas
 from harness.video.limits import DEFAULT_LIMITS, VideoLimits
@@ -170,7 +171,7 @@ def read_keyframe(value: str, what: str, root: Path,
 
 def read_ppm_header(path: Path) -> tuple[int, int, int, int]:
     """(width, height, maxval, header length) of a binary PPM; raises on anything else."""
-    with path.open("rb") as f:
+    with open_input(path, kind="media-header", error=VideoError, head=True) as f:
         head = f.read(512)
     if head[:2] != b"P6":
         msg = f"{path}: not a binary PPM (P6); found magic {head[:2]!r}"

@@ -21,6 +21,7 @@ from typing import Any
 import pluggy
 
 from harness.errors import VideoError, did_you_mean
+from harness.inputs import LIMITS
 
 #: Hook an engine plugin implements to override the limits (see :func:`engine_limits`).
 LIMITS_HOOK = "harness_video_limits"
@@ -63,11 +64,13 @@ class VideoLimits:
     max_image_pixels: int = 2**26
     """Largest keyframe width * height (8192x8192): what the converter may decode."""
 
-    max_image_bytes: int = 64 * 2**20
-    """Largest keyframe file or data: URL payload, in bytes."""
+    max_image_bytes: int = LIMITS["keyframe"]
+    """Largest keyframe file or data: URL payload, in bytes (``harness.inputs.LIMITS``'s; an
+    engine may lower it)."""
 
-    max_request_bytes: int = 16 * 2**20
-    """Largest request file (a data: URL keyframe is most of it)."""
+    max_request_bytes: int = LIMITS["request"]
+    """Largest request file (a data: URL keyframe is most of it; ``harness.inputs.LIMITS``'s, an
+    engine may lower it)."""
 
     max_json_depth: int = 8
     """Deepest nesting of a request file (a valid request is one flat object)."""

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from harness.errors import VideoError
+from harness.inputs import open_input
 from harness.video.limits import DEFAULT_LIMITS, VideoLimits, show
 
 _KIND = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
@@ -86,24 +87,16 @@ def regular_file(path: Path, key: str) -> os.stat_result:
 def open_regular(path: Path, key: str, *, max_bytes: int) -> Iterator[tuple[BinaryIO, int]]:
     """Open a vetted regular file of at most ``max_bytes``; yields (file, size).
 
-    ``O_NONBLOCK`` and ``O_NOFOLLOW`` make a file swapped for a FIFO or a symlink
-    after the check fail instead of blocking or escaping; the descriptor is then
-    checked to be the file that was ``stat``-ed.
+    Opened by :func:`harness.inputs.open_input` without following a final symlink, so a file
+    swapped for a FIFO or a symlink after the check fails instead of blocking or escaping; the
+    descriptor is then checked to be the file that was ``stat``-ed.
     """
     st = regular_file(path, key)
     if st.st_size > max_bytes:
         msg = (f"request key {key!r}: {path} is {st.st_size} bytes, above the "
                f"{max_bytes}-byte limit for this input")
         raise VideoError(msg)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
-    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as e:
-        msg = f"request key {key!r}: cannot open {path}: {e.strerror}"
-        raise VideoError(msg) from None
-    f = os.fdopen(fd, "rb")
-    with f:
+    with open_input(path, kind="keyframe", error=VideoError, nofollow=True, max_bytes=max_bytes) as f:
         now = os.fstat(f.fileno())
         if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(now.st_mode):
             msg = f"request key {key!r}: {path} changed while it was being opened; try again"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import SubprocessError, VideoError
+from harness.inputs import open_input
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.job import EngineOutput, VideoJob
 from harness.video.keyframes import read_ppm_header
@@ -62,7 +63,7 @@ class MuxResult:
 
 
 def _png_size(path: Path) -> tuple[int, int]:
-    with path.open("rb") as f:
+    with open_input(path, kind="media-header", error=VideoError, head=True) as f:
         head = f.read(24)
     if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
         msg = f"{path}: not a PNG"
@@ -116,7 +117,8 @@ def collect_frames(frames: Path, width: int, height: int) -> FrameSource:
 def check_wav(path: Path) -> float:
     """Duration in seconds of a PCM WAV; raises when it is not one."""
     try:
-        with wave.open(str(path), "rb") as w:
+        # the header only: wave skips the chunks before the samples and never reads them
+        with open_input(path, kind="media-header", error=VideoError, head=True) as f, wave.open(f, "rb") as w:
             rate, n = w.getframerate(), w.getnframes()
     except (OSError, EOFError, wave.Error) as e:
         msg = f"audio {path}: not a readable PCM WAV ({e})"

@@ -16,17 +16,16 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError, VideoError, did_you_mean
+from harness.inputs import read_bytes
 from harness.video.limits import DEFAULT_LIMITS, VideoLimits, is_int, is_number, show
-from harness.video.media import confine, read_bounded, regular_file
+from harness.video.media import confine, regular_file
 
 #: Keys a request may carry, and nothing else.
 ALLOWED_KEYS: tuple[str, ...] = (
@@ -188,8 +187,13 @@ def resolve_paths(request: VideoRequest, base_dir: Path,
 
 # -- request files -------------------------------------------------------------------
 
-#: A JSON string (escapes included), or one bracket: what the structure scan looks at.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+#: A JSON string (escapes included) for the structure scan to remove. Linear: the closing quote
+#: is optional, so the match never fails once a quote starts it; the repeats are possessive, and
+#: each body character is either one non-quote non-backslash or one escape pair, so there is only
+#: one way to match. An unterminated string runs to the end of the text in one match (the text
+#: is not JSON then, and json.loads says so) instead of being tried again from every later quote,
+#: which made the old pattern quadratic on a run of ``\\"``.
+_JSON_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"?', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
@@ -253,33 +257,12 @@ def parse_request_text(text: str, where: str,
 def load_request(path: Path, limits: VideoLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Read a request file (a regular file, read with a bounded read) and decode it.
 
-    :raises UsageError: the file cannot be read (missing, unreadable).
-    :raises VideoError: not a regular file, too large, not UTF-8, or see
+    :raises UsageError: the file does not exist.
+    :raises VideoError: not a regular file, unreadable, too large, not UTF-8, or see
         :func:`parse_request_text`.
     """
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError) as e:
-        msg = f"cannot read request {path}: {getattr(e, 'strerror', None) or e}"
-        raise UsageError(msg) from None
-    if not stat.S_ISREG(st.st_mode):
-        msg = f"request {path}: not a regular file; a request is a JSON file"
-        raise VideoError(msg)
-    limit = limits.max_request_bytes
-    if st.st_size > limit:
-        msg = f"request {path}: {st.st_size} bytes, above the {limit}-byte limit for a request"
-        raise VideoError(msg)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as f:
-            now = os.fstat(f.fileno())
-            if not stat.S_ISREG(now.st_mode):
-                msg = f"request {path}: not a regular file; a request is a JSON file"
-                raise VideoError(msg)
-            raw = read_bounded(f, now.st_size, limit, f"request {path}")
-    except OSError as e:
-        msg = f"cannot read request {path}: {e.strerror}"
-        raise UsageError(msg) from None
+    raw = read_bytes(path, kind="request", error=VideoError, missing=UsageError,
+                     max_bytes=limits.max_request_bytes)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

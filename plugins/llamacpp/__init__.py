@@ -23,6 +23,7 @@ from harness.errors import did_you_mean
 from harness.plugin import hookimpl
 from harness.registry import EngineImpl, RandomModel
 from harness.types import HostInfo, MatchResult
+from harness_plugins.llamacpp.bounds import RUNTIME_BOUNDS
 
 if TYPE_CHECKING:
     from harness.config.loader import Diagnostic, Path_
@@ -211,15 +212,6 @@ def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> 
 # ---------------------------------------------------------------------------
 # config rules
 # ---------------------------------------------------------------------------
-
-
-#: What the runtime takes for each core parameter (:mod:`harness_plugins.llamacpp.engine` checks
-#: its arguments against it; the config rules here, without importing the runtime).
-RUNTIME_BOUNDS: dict[str, tuple[int, int]] = {
-    "n_ctx": (0, 1 << 24), "n_threads": (1, 4096), "n_threads_batch": (1, 4096), "n_batch": (1, 1 << 20),
-    "n_ubatch": (1, 1 << 20), "max_num_seqs": (1, 4096), "seed": (-1, (1 << 32) - 1), "n_gpu_layers": (-1, 1 << 16),
-    "n_draft": (1, 64), "ngram_n": (1, 64),
-}
 
 
 def _runtime_bounds() -> dict[str, tuple[int, int]]:

@@ -1,7 +1,9 @@
 """A Hugging Face safetensors directory -> GGUF, with the pinned engine's own converter, once.
 
 The converter (``convert_hf_to_gguf.py``) and its ``gguf-py`` come from the same
-patched source tree as the build, so the GGUF matches what the engine loads. The
+patched source tree as the build, so the GGUF matches what the engine loads. They run
+without byte code: a tree that holds any is refused, and none is written into it
+(:func:`harness.source.python_env`, ``-B``), so only sources the manifest vouches for run. The
 result is cached under ``models/converted/`` by a content hash of the directory,
 the output type and the converter's own sources: a second call is a lookup.
 """
@@ -22,6 +24,7 @@ from filelock import FileLock
 
 from harness import paths, progress
 from harness.errors import HostError, ModelError, SubprocessError
+from harness.source import python_env, refuse_byte_code
 
 #: What the pinned converter writes for BERT-like and llama-like models alike.
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
@@ -117,17 +120,19 @@ def ensure_converted(model_dir: Path, *, engine_tree: Path,
     with FileLock(str(paths.locks_dir() / f"convert-{out.stem}.lock")):
         if out.is_file():
             return out, False
+        refuse_byte_code(engine_tree, hint="In the engine's patched working copy, `harness fetch --verify llamacpp` "
+                                           "re-creates the copy without it; in any other tree, remove it.")
         fd, tmp_name = tempfile.mkstemp(prefix=f".{out.stem}-", suffix=".gguf", dir=out.parent)
         os.close(fd)
         tmp = Path(tmp_name)
-        argv = [sys.executable, str(script), str(model_dir), "--outfile", str(tmp), "--outtype", outtype]
-        env = {
+        argv = [sys.executable, "-B", str(script), str(model_dir), "--outfile", str(tmp), "--outtype", outtype]
+        env = python_env({
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(engine_tree / "gguf-py"), str(engine_tree)]),
             # Conversion is local: never let transformers reach for a hub.
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
-        }
+        })
         start = time.monotonic()
         try:
             with progress.spinner(f"convert {model_dir.name} to GGUF ({outtype})"):
@@ -151,6 +156,7 @@ def convert_hf_dir(model_dir: Path, *, engine_tree: Path, outtype: str = DEFAULT
     :raises ModelError: ``model_dir`` is not a directory with config.json + *.safetensors.
     :raises HostError: torch/transformers are not installed.
     :raises SubprocessError: the converter failed (command and output tail in the message).
+    :raises SourceError: ``engine_tree`` holds byte code (never run in place of its sources).
     """
     return ensure_converted(model_dir, engine_tree=engine_tree, outtype=outtype)[0]
 

@@ -35,7 +35,7 @@ from harness.runtime.api import (
     _translate,
 )
 from harness.runtime.sampling import Sampling, config_sampling
-from harness_plugins.llamacpp import RUNTIME_BOUNDS
+from harness_plugins.llamacpp.bounds import RUNTIME_BOUNDS
 from harness_plugins.llamacpp.models import resolve_model
 
 if TYPE_CHECKING:

@@ -10,28 +10,23 @@ MAX_GGUF_VERSION = 3
 
 
 def check_gguf(path: Path) -> dict[str, object]:
-    """Read the GGUF header with the ``gguf`` package; refuse bad magic, version > 3, truncation."""
-    import gguf
+    """Read the GGUF header within limits; refuse bad magic, version > 3, crafted counts, truncation."""
+    from harness.config.gguf_header import read_header
+    from harness.inputs import open_input
 
-    try:
-        with path.open("rb") as f:
-            head = f.read(8)
-    except OSError as e:
-        raise ModelError(f"cannot read {path}: {e}") from e
+    with open_input(path, kind="gguf-header", error=ModelError, head=True) as f:
+        head = f.read(8)
     if len(head) < 8 or head[:4] != b"GGUF":
         raise ModelError(f"{path} is not a GGUF file (bad magic {head[:4]!r}, expected b'GGUF')")
     version = int.from_bytes(head[4:8], "little")
     if version > MAX_GGUF_VERSION:
         raise ModelError(f"{path} is GGUF version {version}; this engine reads versions <= {MAX_GGUF_VERSION}")
-    try:
-        reader = gguf.GGUFReader(path)
-    except Exception as e:  # the reader raises ValueError/IndexError/struct errors on damage
-        raise ModelError(f"{path} is truncated or corrupt: {e}") from e
-    field = reader.get_field("general.architecture")
-    arch = field.contents() if field is not None else None
+    # every count and length checked before it is used, the tensor table against the file's size
+    header = read_header(path)
+    arch = header.metadata.get("general.architecture")
     if not arch:
         raise ModelError(f"{path} has no general.architecture key")
-    return {"version": version, "architecture": arch, "tensors": len(reader.tensors)}
+    return {"version": version, "architecture": arch, "tensors": header.tensor_count}
 
 
 def resolve_model(path: Path) -> Path:

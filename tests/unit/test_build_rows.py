@@ -21,7 +21,6 @@ import harness_plugins.variant_cuda as vc
 import harness_plugins.variant_vulkan as vk
 from harness import build as build_mod
 from harness.build import build_key, effective_defines, smoke_cpu_level
-from harness.commands import build as build_cmd
 from harness.engines import load_engine
 from harness.errors import ConfigError, UsageError
 from harness.matrix import (
@@ -32,6 +31,7 @@ from harness.matrix import (
     load_matrix,
     row_defines,
 )
+from harness.pipeline import rows_for
 from harness.plugin import make_manager
 from harness.types import EngineSpec, HostInfo, PatchedTree, SourceSpec, ToolInfo, Variant
 
@@ -220,16 +220,16 @@ def test_build_refuses_a_row_the_engine_does_not_build(tmp_path: Path) -> None:
 
 def test_harness_build_refuses_named_rows_and_skips_wildcard_ones(tmp_path: Path) -> None:
     tiny = _engine(tmp_path)
-    rows, skipped = build_cmd.supported_rows(tiny, "cpu*")
+    rows, skipped = rows_for(tiny, "cpu*", strict=True)
     assert [r.name for r in rows] == ["cpu", "cpu-aarch64"]  # the cross row has the same intent
     assert [(v.name, r.split(":")[0]) for v, r in skipped] == [("cpu-native", "not supported by tiny")]
     with pytest.raises(UsageError, match="variant cpu-native is not supported by tiny"):
-        build_cmd.supported_rows(tiny, "cpu,cpu-native")
+        rows_for(tiny, "cpu,cpu-native", strict=True)
     with pytest.raises(UsageError, match="no variant matching 'cu\\*' is built by tiny"):
-        build_cmd.supported_rows(tiny, "cu*")
+        rows_for(tiny, "cu*", strict=True)
     sd = load_engine("stable-diffusion.cpp")
     with pytest.raises(UsageError, match="its descriptor builds only cpu"):
-        build_cmd.supported_rows(sd, "vulkan")
+        rows_for(sd, "vulkan", strict=True)
 
 
 def test_smoke_command_is_engine_data(tmp_path: Path) -> None:

@@ -142,7 +142,7 @@ def test_stamp_records_full_source_digest_series_hash_and_manifest(tmp_path: Pat
     src, series, tree = _applied(tmp_path)
     stamp = json.loads((tree.parent / STAMP).read_text())
     assert stamp["source_digest"] == src.digest and stamp["series_hash"] == series_hash(series)
-    assert sorted(stamp["manifest"]) == ["src/a.c", "src/b.c"]
+    assert sorted(stamp["manifest"]) == [".", "src", "src/a.c", "src/b.c"]
 
 
 @pytest.mark.parametrize("edit", ["edited", "added", "removed"])
@@ -192,17 +192,22 @@ def test_recreating_keeps_build_dirs_and_freshens_only_changed_files(tmp_path: P
     assert (tree / "src" / "b.c").read_text() == "int b;\n"
 
 
-def test_python_byte_code_in_the_copy_is_not_an_edit(tmp_path: Path, cache: Path) -> None:
+def test_python_byte_code_in_the_copy_is_an_edit(tmp_path: Path, cache: Path) -> None:
+    # A .pyc runs when the copy is imported from (the GGUF converter): it is code the manifest
+    # must vouch for, so the copy is made again without it (nothing writes byte code there).
     src, series, tree = _applied(tmp_path)
     (tree / "src" / "__pycache__").mkdir()
     (tree / "src" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
-    assert not apply_series(src, series, engine="toy").applied
+    assert apply_series(src, series, engine="toy").applied
+    assert not (tree / "src" / "__pycache__").exists()
 
 
 def test_full_check_rehashes_the_copy(tmp_path: Path, cache: Path) -> None:
     src, series, tree = _applied(tmp_path)
+    (tree / "src" / "b.c").write_text("int c;\n")  # same size; the stat vouchers are made to match
+    st = (tree / "src" / "b.c").stat()
     stamp = json.loads((tree.parent / STAMP).read_text())
-    stamp["manifest"]["src/b.c"][1] = "0" * 64
+    stamp["manifest"]["src/b.c"][3:] = [st.st_mtime_ns, st.st_ctime_ns]
     (tree.parent / STAMP).write_text(json.dumps(stamp))
     assert not apply_series(src, series, engine="toy").applied
     with checking(full=True):

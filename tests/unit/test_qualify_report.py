@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.qualify import Qualification, SkippedStage, render_markdown, write_qualification
+from harness.qualify import (
+    Qualification,
+    QualifyContext,
+    SkippedStage,
+    render_markdown,
+    write_qualification,
+)
 
 HOST = {"os": "linux", "arch": "x86_64", "cpu_model": "EPYC", "microarch": "zen4", "cores": 2,
         "memory_bytes": 24 << 30}
@@ -36,7 +42,7 @@ def test_pin_move_sections() -> None:
 
 def test_without_an_old_pin_the_stages_are_skipped_not_failed(tmp_path: Path) -> None:
     q = Qualification(engine="llamacpp")
-    q.context.update(_doc([]))
+    q.header.update(_doc([]))
 
     def skipped() -> tuple[str, dict[str, Any]]:
         raise SkippedStage("no old pin given (--old-pin VERSION or --old-rev GITREV)")
@@ -50,30 +56,79 @@ def test_without_an_old_pin_the_stages_are_skipped_not_failed(tmp_path: Path) ->
     assert "| old-pin-bench | skipped | 0.0 | needs build |" in text
 
 
-def test_stages_hand_typed_results_and_a_failure_skips_its_dependants() -> None:
-    from harness.qualify import Carried, StageResult
+def _context(tmp_path: Path) -> QualifyContext:
+    from harness.engines import load_engine
+    from harness.plugin import make_manager
+    from harness.qualify.bench_plan import BenchPlan
+    from harness.types import HostInfo
+
+    host = HostInfo(os="linux", arch="x86_64", cpu_model="EPYC", microarch="zen4", simd=(), cores=2,
+                    memory_bytes=24 << 30)
+    return QualifyContext(engine=load_engine("llamacpp"), pm=make_manager(autoload=False), host=host,
+                          plan=BenchPlan(), report=tmp_path)
+
+
+def test_stages_hand_typed_results_and_a_failure_skips_its_dependants(tmp_path: Path) -> None:
+    from harness.qualify import Stage, StageResult
+    from harness.qualify.context import Models
 
     q = Qualification(engine="e")
-    carried = Carried()
 
-    def patch() -> StageResult:
+    def patch(ctx: QualifyContext) -> StageResult:
         raise ValueError("boom")  # a bug in a stage: recorded, the others still run
 
-    def build() -> StageResult:
-        return StageResult(f"built on {carried.patched()}")
+    def build(ctx: QualifyContext) -> StageResult:
+        return StageResult(f"built on {ctx.product('patch', Path)}")
 
-    q.run("patch", patch)
-    q.run("build", build, needs=("patch",))
-    q.run("models", lambda: StageResult("2 model variables", {"env": {"A": "1"}}))
+    def models(ctx: QualifyContext) -> StageResult:
+        return StageResult("2 model variables", {"env": {"A": "1"}}, product=Models(env={"A": "1"}))
+
+    ctx = q.run_stages([Stage(name="patch", run=patch), Stage(name="build", run=build, needs=("patch",)),
+                        Stage(name="models", run=models)], _context(tmp_path))
     assert [(s.name, s.status) for s in q.stages] == [("patch", "failed"), ("build", "skipped"), ("models", "passed")]
     assert "ValueError: boom" in q.stages[0].summary and "traceback" in q.stages[0].data
     assert q.stages[2].data == {"env": {"A": "1"}} and not q.passed
+    assert ctx.product("models", Models).env == {"A": "1"} and "patch" not in ctx.products
+
+
+def test_a_stage_reads_what_the_stage_it_needs_handed_on(tmp_path: Path) -> None:
+    from harness.errors import HarnessError
+    from harness.qualify import Stage, StageResult
+    from harness.qualify.context import Models
+
+    def models(ctx: QualifyContext) -> StageResult:
+        return StageResult("1 model variable", product=Models(env={"A": "1"}))
+
+    def e2e(ctx: QualifyContext) -> StageResult:
+        return StageResult(f"with {dict(ctx.product('models', Models).env)}")
+
+    q = Qualification(engine="e")
+    q.run_stages([Stage(name="models", run=models), Stage(name="e2e", run=e2e, needs=("models",))],
+                 _context(tmp_path))
+    assert [s.status for s in q.stages] == ["passed", "passed"] and q.stages[1].summary == "with {'A': '1'}"
+    import pytest
+
+    with pytest.raises(HarnessError, match="must list 'build' in its needs"):
+        _context(tmp_path).product("build", Models)
+
+
+def test_a_stage_list_whose_needs_come_later_is_refused(tmp_path: Path) -> None:
+    import pytest
+
+    from harness.qualify import Stage, StageResult
+
+    def ok(ctx: QualifyContext) -> StageResult:
+        return StageResult("ok")
+
+    with pytest.raises(ValueError, match="stage build needs patch, which no earlier stage is"):
+        Qualification(engine="e").run_stages([Stage(name="build", run=ok, needs=("patch",)),
+                                              Stage(name="patch", run=ok)], _context(tmp_path))
 
 
 def test_bench_plan_from_the_descriptor_and_the_command_line() -> None:
     from harness.engines import load_engine
     from harness.host import default_threads
-    from harness.qualify_bench import bench_plan, stage_name
+    from harness.qualify.bench_plan import bench_plan, stage_name
 
     engine = load_engine("llamacpp")
     plan = bench_plan(engine)
@@ -100,8 +155,8 @@ def _bench_stage(tmp_path: Path, b: str, model: str) -> dict[str, Any]:
     from harness.bench.abba import BenchConfig
     from harness.bench.arms import ArmSpec
     from harness.bench.session import run_and_report
-    from harness.qualify_bench import _stage_result
-    from harness.stages import StageFailed
+    from harness.qualify import StageFailed
+    from harness.qualify.stages.bench import _stage_result
 
     outcome = run_and_report(ArmSpec.parse("fake:threads=2"), ArmSpec.parse(f"{b},threads=2"),
                              BenchConfig(blocks=4, until_halfwidth=3.0, max_blocks=8), out=tmp_path / "bench",
@@ -139,7 +194,7 @@ def test_qualify_report_shows_headline_gate_system_threads_and_both_models(tmp_p
 
 
 def test_a_failed_gate_keeps_its_figures() -> None:
-    from harness.stages import StageFailed, StageResult
+    from harness.qualify import StageFailed, StageResult
 
     q = Qualification(engine="e")
 

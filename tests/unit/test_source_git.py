@@ -85,7 +85,7 @@ def test_blob_filter_and_sparse_paths(big_repo: tuple[Path, str], cache: Path) -
     assert cache_key(SourceSpec(kind="git", url="u", commit=commit, filter="blob:none")) == f"git-{commit}"
     stamp = json.loads((tree.path.parent / ".harness-source.json").read_text())
     assert stamp["sparse"] == ["CMakeLists.txt", "src"] and stamp["filter"] == "blob:none"
-    assert set(stamp["manifest"]) == {"CMakeLists.txt", "src/x.c"}
+    assert set(stamp["manifest"]) == {".", "CMakeLists.txt", "src", "src/x.c"}
     # The manifest is checked at every use, as for a full checkout.
     victim = tree.path / "src" / "x.c"
     victim.chmod(0o644)

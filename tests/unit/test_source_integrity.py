@@ -68,7 +68,7 @@ class Toy:
 
     @property
     def archive(self) -> Path:
-        return self.cache / "downloads" / "toy-1.0.tar.gz"
+        return self.cache / "downloads" / "toy" / self.sha256 / "toy-1.0.tar.gz"
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ def test_one_digit_sha_change_downloads_and_fails_with_both_hashes_and_full_path
         pipeline.fetch(toy.with_sha(wrong), make_manager(autoload=False))
     msg = str(e.value)
     assert wrong in msg and toy.sha256 in msg
-    assert str(toy.archive) in msg, "the full path of the archive"
+    assert str(source.archive_path("toy", wrong, "toy-1.0.tar.gz")) in msg, "the full path of the archive"
     assert not (toy.cache / "sources" / wrong).exists()
 
 
@@ -139,8 +139,8 @@ def test_git_source_is_keyed_by_the_full_commit_and_checked(tmp_path: Path, cach
 def test_extraction_records_a_manifest_of_every_file(toy: Toy) -> None:
     tree = toy.fetch()
     stamp = json.loads((toy.cache / "sources" / toy.sha256 / source.STAMP).read_text())
-    top = "toy-1.0/"
-    assert {top + k.removeprefix("toy-1.0/") for k in FILES} == set(stamp["manifest"])
+    dirs = {".", "toy-1.0", "toy-1.0/vendor", "toy-1.0/vendor/lib", "toy-1.0/vendor/lib/src"}
+    assert set(FILES) | dirs == set(stamp["manifest"]), "every file and every directory"
     size, digest, *_ = stamp["manifest"]["toy-1.0/vendor/lib/src/a.c"]
     assert (size, digest) == (len(FILES["toy-1.0/vendor/lib/src/a.c"]),
                               hashlib.sha256(FILES["toy-1.0/vendor/lib/src/a.c"]).hexdigest())
@@ -177,11 +177,14 @@ def test_a_same_size_edit_with_its_mtime_put_back_is_still_caught(toy: Toy) -> N
 
 
 def test_full_verify_rehashes_what_the_stat_check_trusts(toy: Toy) -> None:
-    toy.fetch()
+    tree = toy.fetch()
+    setup = tree.path.parent.parent / "setup.py"
+    _edit(setup, FILES["toy-1.0/setup.py"].replace(b"toy", b"yot"))
+    setup.chmod(0o444)
+    # Bit rot: the bytes no longer match the record, yet the stat vouchers do.
     stamp_path = toy.cache / "sources" / toy.sha256 / source.STAMP
     stamp = json.loads(stamp_path.read_text())
-    # Bit rot: the bytes no longer match the record, yet the stat does.
-    stamp["manifest"]["toy-1.0/setup.py"][1] = "0" * 64
+    stamp["manifest"]["toy-1.0/setup.py"][3:] = [setup.stat().st_mtime_ns, setup.stat().st_ctime_ns]
     stamp_path.write_text(json.dumps(stamp))
     toy.fetch()
     with pytest.raises(IntegrityError, match=r"setup\.py"):
@@ -322,7 +325,7 @@ def _dead_pid() -> int:
 
 def test_temporaries_of_dead_processes_are_swept_live_ones_kept(toy: Toy) -> None:
     dead, host = _dead_pid(), source.temp_prefix("x").split("-")[-2]
-    downloads, sources = toy.cache / "downloads", toy.cache / "sources"
+    downloads, sources = toy.archive.parent, toy.cache / "sources"
     downloads.mkdir(parents=True)
     sources.mkdir(parents=True)
     debris = [downloads / f"toy-1.0.tar.gz.tmp-{dead}-{host}-part",
@@ -353,7 +356,7 @@ def test_an_interrupted_download_leaves_nothing(toy: Toy, monkeypatch: pytest.Mo
         Interrupted(b"") if req.full_url.endswith(".tar.gz") else real_urlopen(req, **kw)))
     with pytest.raises(KeyboardInterrupt):
         toy.fetch()
-    assert list((toy.cache / "downloads").iterdir()) == []
+    assert [p for p in (toy.cache / "downloads").rglob("*") if not p.is_dir()] == []
 
 
 @pytest.fixture

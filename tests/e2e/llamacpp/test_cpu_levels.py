@@ -40,9 +40,9 @@ def test_amx_tile_config_is_whole(artifact: Path) -> None:
 
 
 def test_isa_audit_every_level_is_clean(artifact: Path) -> None:
-    from harness.audit.cli import audit_engine, findings_lines
+    from harness.audit.artifact import audit_engine, findings_lines
 
-    r = audit_engine("llamacpp", "cpu", artifact)
+    r = audit_engine(load_engine("llamacpp"), "cpu", artifact)
     assert r["arch"] == "x86_64"
     names = [a["level"] for a in r["levels"]]
     assert {"x64", "haswell", "zen4", "sapphirerapids"} <= set(names)

@@ -1,0 +1,87 @@
+"""How qualify benchmarks: shape, stopping rule, gate, threads and the bench models.
+
+What the bench stages run comes from the engine descriptor's ``qualify.bench`` section (bench
+models, gate, adaptive blocks), overridden by the command line; threads default to the host's
+physical cores. The plan is made before any stage runs, so a typo in a gate fails in seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.bench.abba import BenchConfig
+from harness.bench.gate import parse_gate, resolve_gate
+from harness.errors import UsageError
+from harness.types import EngineSpec
+
+#: Adaptive-block defaults when the descriptor says nothing.
+UNTIL_HALFWIDTH = 3.0
+MAX_BLOCKS = 12
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchPlan:
+    """How qualify benchmarks: shape, stopping rule, gate, threads and the models."""
+
+    blocks: int = 4
+    """Blocks of a fixed run; the fewest blocks of an adaptive one."""
+    pn: int = 512
+    gn: int = 128
+    concurrency: tuple[int, ...] = (1, 4)
+    until_halfwidth: float | None = UNTIL_HALFWIDTH
+    max_blocks: int | None = MAX_BLOCKS
+    gate: dict[str, float] = field(default_factory=dict)
+    """Selector -> percent slower that fails the stage (``--fail-on-slower``)."""
+    threads: int = 1
+    threads_source: str = ""
+    models: tuple[str, ...] = ("HARNESS_MODEL",)
+    """Model environment variables (from ``harness models``), one bench stage each."""
+
+    def config(self, concurrency: tuple[int, ...] | None = None) -> BenchConfig:
+        return BenchConfig(blocks=self.blocks, pn=self.pn, gn=self.gn, concurrency=concurrency or self.concurrency,
+                           until_halfwidth=self.until_halfwidth,
+                           max_blocks=self.max_blocks if self.until_halfwidth is not None else None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"blocks": self.blocks, "pn": self.pn, "gn": self.gn, "concurrency": list(self.concurrency),
+                "until_halfwidth": self.until_halfwidth, "max_blocks": self.max_blocks, "gate": dict(self.gate),
+                "threads": self.threads, "threads_source": self.threads_source, "models": list(self.models)}
+
+
+def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int = 512, gn: int = 128,
+               concurrency: tuple[int, ...] = (1, 4), until_halfwidth: float | None = None,
+               max_blocks: int | None = None, fail_on_slower: Sequence[str] | None = None,
+               threads: int | None = None) -> BenchPlan:
+    """The plan from the descriptor's ``qualify.bench`` and the command line (which wins).
+
+    ``until_halfwidth=0`` turns adaptive blocks off (``blocks`` is then the fixed count).
+    """
+    from harness.host import resolve_threads
+
+    raw: Mapping[str, Any] = (engine.raw.get("qualify") or {}).get("bench") or {}
+    width = until_halfwidth if until_halfwidth is not None else raw.get("until_halfwidth", UNTIL_HALFWIDTH)
+    gate = parse_gate(fail_on_slower) if fail_on_slower else parse_gate(raw.get("fail_on_slower"))
+    resolve_gate(gate, concurrency)  # a typo fails before the build, not after it
+    n_threads, source = resolve_threads(threads)
+    models = tuple(str(m) for m in raw.get("models") or ("HARNESS_MODEL",))
+    if not models:
+        msg = f"qualify.bench.models of {engine.name} is empty; expected model variables such as HARNESS_MODEL"
+        raise UsageError(msg)
+    return BenchPlan(blocks=blocks or int(raw.get("blocks", 4)), pn=pn, gn=gn, concurrency=concurrency,
+                     until_halfwidth=float(width) if width else None,
+                     max_blocks=max_blocks or int(raw.get("max_blocks", MAX_BLOCKS)), gate=gate,
+                     threads=n_threads, threads_source=source, models=models)
+
+
+def stage_name(model_var: str) -> str:
+    """``HARNESS_MODEL`` -> ``bench``; ``HARNESS_BANDWIDTH_MODEL`` -> ``bench-bandwidth``."""
+    core = re.sub(r"^HARNESS_|_?MODEL$", "", model_var).lower().replace("_", "-")
+    return f"bench-{core}" if core else "bench"
+
+
+def ceiling_stage_name(model_var: str) -> str:
+    """``HARNESS_MODEL`` -> ``ceiling``; ``HARNESS_BANDWIDTH_MODEL`` -> ``ceiling-bandwidth``."""
+    return stage_name(model_var).replace("bench", "ceiling", 1)

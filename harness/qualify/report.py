@@ -1,0 +1,174 @@
+"""The qualification report: ``qualify.json`` (every stage's record) and ``qualify.md`` (the stage
+table, then a section per stage that has figures to show)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.qualify.runner import Qualification
+
+BENCH_TITLES = {"bench": "Benchmark on {model}: our cpu build (B) vs the peer baseline (A)",
+                "old-pin-bench": "Benchmark: this pin (B) vs the old pin (A), each artifact's own benchmark tool"}
+
+#: Sections of a bench report that qualify.md shows; the others go into a collapsed block.
+SHOWN_SECTIONS = ("Headline", "System state", "Findings")
+
+
+def write_qualification(q: Qualification, d: Path) -> Path:
+    """qualify.json + qualify.md into ``d`` (the bench report, if any, is already in d/bench/)."""
+    d.mkdir(parents=True, exist_ok=True)
+    doc = {**q.header, "passed": q.passed, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds, "summary": s.summary, "data": s.data}
+                      for s in q.stages]}
+    (d / "qualify.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    (d / "qualify.md").write_text(render_markdown(doc))
+    return d
+
+
+def render_markdown(doc: dict[str, Any]) -> str:
+    h = doc["host"]
+    lines = [
+        f"# Qualification: {doc['engine']} {doc['pin']} ({'PASSED' if doc['passed'] else 'FAILED'})",
+        "",
+        f"upstream build {doc['upstream'].get('build')} ({doc['upstream'].get('commit')}); "
+        f"host {h['os']} {h['arch']}, {h['cpu_model']} [{h['microarch']}], {h['cores']} cores, "
+        f"{h['memory_bytes'] / 2**30:.1f} GiB; started {doc['started_at']}"
+        + (f"; threads {doc['threads']} ({doc.get('threads_source') or 'given'})" if doc.get("threads") else ""),
+        "",
+        "| stage | status | seconds | summary |",
+        "|---|---|---:|---|",
+    ]
+    for s in doc["stages"]:
+        summary = (s["summary"].splitlines() or [""])[0].replace("|", "\\|")
+        lines.append(f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {summary} |")
+    for s in doc["stages"]:
+        for section in SECTIONS:
+            lines += section(s["name"], s["data"])
+    return "\n".join(lines) + "\n"
+
+
+def _e2e(name: str, data: Mapping[str, Any]) -> list[str]:
+    if name != "e2e":
+        return []
+    lines: list[str] = []
+    if data.get("variants"):
+        lines += ["", "## e2e specs per variant", "", "| variant | passed | failed | errors | skipped |",
+                  "|---|---:|---:|---:|---:|"]
+        for v, c in data["variants"].items():
+            lines.append(f"| {v} | {c.get('passed')} | {c.get('failures')} | {c.get('errors')} | {c.get('skipped')} |")
+    crashes = [c for v in data.get("variants", {}).values() for c in v.get("crashes") or []]
+    if crashes:
+        lines += ["", "Crashed spec processes (the other files' results are kept):", "", *[f"- {c}" for c in crashes]]
+    return lines
+
+
+def _isa_audit(name: str, data: Mapping[str, Any]) -> list[str]:
+    if name != "isa-audit" or not data.get("levels"):
+        return []
+    from harness.audit.artifact import findings_lines
+
+    lines = ["", f"## Static ISA audit of every CPU level ({data['arch']}, {data['seconds']} s)", "",
+             "Instructions decoded with iced-x86 vs the features ggml's loader checks before it picks the level "
+             "(read from the pinned source). Levels this host cannot run are covered here.", "",
+             "| level | result | checked by the loader | instructions | findings / notes |", "|---|---|---|---:|---|"]
+    for a in data["levels"]:
+        notes = findings_lines([a]) + [f"AMX tile config ({t['storage']}): {t['detail']}"
+                                       for t in a["tile_configs"] if t["ok"]] + a["notes"]
+        lines.append(f"| {a['level']} | {'clean' if a['clean'] else 'FINDINGS'} | "
+                     f"{' '.join(a['checked']) or 'baseline x86-64'} | {a['instructions']:,} | "
+                     f"{'; '.join(notes).replace('|', '/')} |")
+    return lines
+
+
+def _cross_variant(name: str, data: Mapping[str, Any]) -> list[str]:
+    if name != "cross-variant" or not data.get("runs"):
+        return []
+    lines = ["", f"## Cross-variant greedy check: {data['prompt']!r}", "",
+             "| run | CPU level | status | answer ok | diverges at token | note |", "|---|---|---|---|---:|---|"]
+    for r in data["runs"]:
+        div = "" if r["diverges_at"] is None else str(r["diverges_at"])
+        status = {"not-run": "audited (static), not run here"}.get(r.get("status", "ran"), r.get("status", "ran"))
+        lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {status} | {'yes' if r['ok'] else 'NO'} | "
+                     f"{div} | {r['error']} |")
+    return lines
+
+
+def _emulated(name: str, d: Mapping[str, Any]) -> list[str]:
+    if not name.startswith("emulated-") or not d.get("levels"):
+        return []
+    from harness.emulate import table_lines
+
+    return ["", f"## {d['build']['variant']}: every CPU level under qemu-user ({d['triple']}, qemu {d['qemu']})",
+            "", f"Prompt {d['prompt']!r}, greedy, {d['n_tokens']} tokens, {d['threads']} threads; each level "
+            "forced (only its library in the plugin dir) under the QEMU CPU model that has its features; "
+            "tokens/s are under emulation (informational). ABI: "
+            f"{d['abi']['used_functions']} used functions exported by the {d['abi']['machine']} libraries, "
+            f"{len(d['abi']['headers'])} shipped headers identical to the checked ones.", "",
+            *table_lines(dict(d))]
+
+
+def _ceiling(name: str, d: Mapping[str, Any]) -> list[str]:
+    if not name.startswith("ceiling") or not d.get("markdown"):
+        return []
+    title = (f"Engine ceiling on {d.get('model', '?')}: the binding (B) vs the engine's own benchmark tool (A), "
+             f"same artifact, cpu level {d.get('cpu_level') or '?'}, floor {d.get('min_ratio', 0):.2f}x")
+    lines = bench_section(title, d)
+    if d.get("commands"):
+        lines += ["", "Commands (arm A, each run in a fresh process per measurement):", "",
+                  *[f"    {c}" for c in d["commands"]]]
+    return lines
+
+
+def _bench(name: str, data: Mapping[str, Any]) -> list[str]:
+    if not (name in BENCH_TITLES or name.startswith("bench")) or not data.get("markdown"):
+        return []
+    title = BENCH_TITLES.get(name, BENCH_TITLES["bench"]).format(model=data.get("model", "?"))
+    return bench_section(title, data)
+
+
+def _old_pin_abi(name: str, data: Mapping[str, Any]) -> list[str]:
+    if name != "old-pin-abi" or not data.get("markdown"):
+        return []
+    return ["", *data["markdown"].splitlines()]
+
+
+#: The sections a stage's record may add below the stage table, in this order.
+SECTIONS: tuple[Callable[[str, Mapping[str, Any]], list[str]], ...] = (
+    _e2e, _isa_audit, _cross_variant, _emulated, _ceiling, _bench, _old_pin_abi)
+
+
+def bench_section(title: str, data: Mapping[str, Any]) -> list[str]:
+    """A bench stage's part of qualify.md: the report's headline, system state and findings, the rest folded.
+
+    The report's sections become subsections, and its relative image links are made
+    relative to the qualification directory.
+    """
+    rel = data["report"]
+    md = str(data["markdown"])
+    body = md.split("\n", 1)[1] if "\n" in md else md
+    parts = re.split(r"(?m)^(?=## )", body)
+    preamble, sections = parts[0], parts[1:]
+
+    def heading(part: str) -> str:
+        return part.split("\n", 1)[0].removeprefix("## ").strip()
+
+    def demoted(part: str) -> list[str]:
+        return [ln.replace("](", f"]({rel}/", 1) if ln.startswith("![") and "](data:" not in ln
+                else "#" + ln if ln.startswith("## ") else ln for ln in part.rstrip().splitlines()]
+
+    shown = [p for p in sections if heading(p) in SHOWN_SECTIONS]
+    folded = [p for p in sections if heading(p) not in SHOWN_SECTIONS]
+    lines = ["", f"## {title}", "", f"Full report: [{rel}/report.md]({rel}/report.md)", ""]
+    for part in (preamble, *shown):
+        lines += [*demoted(part), ""]
+    if folded:
+        lines += [f"<details><summary>{', '.join(heading(p) for p in folded)}</summary>", ""]
+        for part in folded:
+            lines += [*demoted(part), ""]
+        lines += ["</details>"]
+    return lines

@@ -1,0 +1,49 @@
+"""Qualification's stages, one module per stage or stage family, each stage a plain function of the
+:class:`~harness.qualify.context.QualifyContext` returning a :class:`~harness.qualify.result.StageResult`.
+
+:func:`stages_for` lists them in the order they run, each with the stages it needs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from harness.qualify.bench_plan import ceiling_stage_name, stage_name
+from harness.qualify.context import QualifyContext
+from harness.qualify.runner import Stage
+from harness.qualify.stages import abi, bench, build, ceiling, e2e, emulated, levels, models, source
+
+
+def stages_for(ctx: QualifyContext) -> list[Stage]:
+    """fetch -> patch -> ABI check -> build -> backend, the models, the checks of what was built,
+    the emulated cross rows, per bench model the engine ceiling then the peer benchmark, and the
+    pin move's ABI diff and benchmark."""
+    return [
+        Stage(name="fetch", run=source.fetch),
+        Stage(name="patch", run=source.patch, needs=("fetch",)),
+        Stage(name="abi-check", run=abi.check, needs=("patch",)),
+        Stage(name="build", run=build.build, needs=("abi-check",)),
+        Stage(name="backend", run=build.backend, needs=("build",)),
+        Stage(name="models", run=models.fetch),
+        Stage(name="cpu-levels", run=levels.smoke, needs=("backend",)),
+        Stage(name="isa-audit", run=levels.audit, needs=("build",)),
+        Stage(name="e2e", run=e2e.e2e, needs=("backend", "models")),
+        Stage(name="cross-variant", run=levels.cross_variant, needs=("backend", "models")),
+        *emulated.stages(ctx),
+        *bench_stages(ctx),
+        Stage(name="old-pin-abi", run=abi.old_pin, needs=("patch",)),
+        Stage(name="old-pin-bench", run=bench.old_pin, needs=("build", "models")),
+    ]
+
+
+def bench_stages(ctx: QualifyContext) -> list[Stage]:
+    """Per bench model: the binding against the engine's own benchmark tool first (a binding below its
+    engine's ceiling makes every comparison with a peer a statement about the binding, not the
+    engine), then our build against the peer."""
+    out: list[Stage] = []
+    for var in ctx.plan.models:
+        out += [Stage(name=ceiling_stage_name(var), run=functools.partial(ceiling.ceiling, model_var=var),
+                      needs=("backend", "models")),
+                Stage(name=stage_name(var), run=functools.partial(bench.peer, model_var=var),
+                      needs=("backend", "models"))]
+    return out

@@ -1,0 +1,55 @@
+"""The ABI stages: the patched headers against the committed surface (before any build), and the
+full API/ABI diff from the pin this one replaces."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from harness.qualify.context import NO_OLD_PIN, QualifyContext
+from harness.qualify.result import SkippedStage, StageResult
+from harness.types import EngineSpec, PatchedTree
+
+
+def check(ctx: QualifyContext) -> StageResult:
+    """The ABI check of the patched tree; hands on its :class:`~harness.abi.check.CheckResult`."""
+    from harness.abi.check import check_engine
+
+    r = check_engine(ctx.engine, ctx.product("patch", PatchedTree).path)
+    return StageResult(f"matches the committed surface ({r.functions} functions, {r.structs} structs, "
+                       f"{len(r.targets)} targets) in {r.seconds:.2f} s",
+                       {"fingerprint": r.fingerprint, "seconds": r.seconds}, product=r)
+
+
+def old_pin(ctx: QualifyContext) -> StageResult:
+    """The diff from ``--old-pin`` / ``--old-rev`` to this pin."""
+    opts = ctx.options
+    if not (opts.old_pin or opts.old_rev):
+        raise SkippedStage(NO_OLD_PIN)
+    from harness import recipes
+
+    old = recipes.resolve(ctx.engine.name, pin=opts.old_pin, rev=opts.old_rev)
+    return old_pin_abi_diff(ctx.engine, old, ctx.product("patch", PatchedTree).path)
+
+
+def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> StageResult:
+    """The full API/ABI diff old pin -> this pin, and how much of it the backend's used set sees."""
+    from harness import pipeline
+    from harness.abi import surface as surf
+    from harness.abi.check import load_committed
+    from harness.abi.diff import diff, render_markdown
+    from harness.abi.revisions import snapshot_pin
+
+    t0 = time.perf_counter()
+    a = snapshot_pin(str(pipeline.fetch(old).path), engine, None)
+    b = snapshot_pin(str(new_tree), engine, None)
+    changes = diff(a, b)
+    used = set(load_committed(engine.name, engine.surface_path).get("used") or [])
+    used_changes = diff(surf.filter_surface(a, used), surf.filter_surface(b, used)) if used else []
+    seconds = time.perf_counter() - t0
+    footer = (f"_{len(changes)} differences ({len(used_changes)} in what the backend uses) on "
+              f"{', '.join(b['targets'])}; `harness abi diff {old.pin} {engine.pin}`, {seconds:.1f} s._")
+    md = render_markdown(changes, old=f"{engine.name} {old.pin}", new=f"{engine.name} {engine.pin}", footer=footer)
+    return StageResult(f"{old.pin} -> {engine.pin}: {len(changes)} differences, {len(used_changes)} in the backend's used set", {
+        "old_pin": old.pin, "old_recipe_commit": old.recipe_commit or None, "differences": len(changes),
+        "used_differences": len(used_changes), "markdown": md, "seconds": round(seconds, 2)})

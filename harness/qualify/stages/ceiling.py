@@ -1,0 +1,110 @@
+"""The engine-ceiling stage: our binding against the engine's own benchmark tool on the same artifact.
+
+Same CPU level, model and shape, one stream; the binding may not be slower than the descriptor's
+``qualify.ceiling.min_ratio`` of the tool. It runs before the peer benchmark: a binding below its
+engine's ceiling makes every comparison with a peer a statement about the binding, not the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+from harness.qualify.bench_plan import BenchPlan
+from harness.qualify.context import Built, Models, QualifyContext
+from harness.qualify.result import SkippedStage, StageFailed, StageResult
+from harness.types import EngineSpec
+
+#: The binding's floor against the engine's own benchmark tool when the descriptor sets none
+#: (``qualify.ceiling.min_ratio``): prefill and decode at >= 97% of it.
+CEILING_MIN_RATIO = 0.97
+
+
+def ceiling(ctx: QualifyContext, *, model_var: str) -> StageResult:
+    """The stage: the ceiling run on the model ``model_var`` names, with the cpu row's artifact."""
+    if not ctx.options.run_bench:
+        raise SkippedStage("disabled (--no-bench)")
+    if "cpu" not in ctx.product("build", Built).variants:
+        raise SkippedStage("the cpu variant (the binding's and the tool's artifact) was not built in this run")
+    model = ctx.product("models", Models).env.get(model_var)
+    if not model:
+        raise SkippedStage(f"no {model_var} model (`harness models fetch` writes the fixtures)")
+    from harness import host as hostmod
+    from harness.bench.roofline import measure_host
+    from harness.build import artifact_dir
+    from harness.matrix import get_variant
+
+    return ceiling_bench(ctx.engine, artifact_dir(ctx.engine, get_variant("cpu")), model, ctx.plan,
+                         out=ctx.report / "ceiling", report_root=ctx.report, host=hostmod.as_dict(ctx.host),
+                         host_measure=measure_host())
+
+
+def ceiling_min_ratio(engine: EngineSpec) -> float:
+    raw = (engine.raw.get("qualify") or {}).get("ceiling") or {}
+    ratio = float(raw.get("min_ratio", CEILING_MIN_RATIO))
+    if not 0 < ratio <= 1:
+        msg = f"qualify.ceiling.min_ratio of {engine.name} is {ratio}; expected a ratio in (0, 1], e.g. 0.97"
+        raise UsageError(msg)
+    return ratio
+
+
+def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPlan, *, out: Path, report_root: Path,
+                  host: Mapping[str, Any], host_measure: Mapping[str, Any] | None) -> StageResult:
+    """The engine ceiling: the engine's own benchmark tool (A) against our binding (B) on the same
+    artifact, CPU level, model and shape, one stream; B may not be slower than ``min_ratio`` of A
+    (a binding that loads the model or runs its batches differently shows here, on any host)."""
+    from harness import registry
+    from harness.bench.arms import ArmSpec
+    from harness.bench.session import run_and_report
+    from harness.plugin import get_manager
+
+    kind = registry.get(engine.name).old_pin_bench_arm
+    if kind is None:
+        raise SkippedStage(f"engine {engine.name} names no benchmark tool of its own (old_pin_bench_arm)")
+    ratio = ceiling_min_ratio(engine)
+    pct = round(100 * (1 - ratio), 3)
+    gate = {"prefill": pct, "decode": pct}
+    common = {"model": model, "threads": plan.threads, "variant": "cpu", "engine": engine.name}
+    a_opts = get_manager().hook.harness_bench_arm_prepare(kind=kind, options={**common, "artifact": str(artifact)})
+    a = ArmSpec(kind=kind, name=kind, options=a_opts)
+    b = ArmSpec.parse(f"backend:model={model},threads={plan.threads},n_ctx={plan.pn + plan.gn + 64},"
+                      f"max_num_seqs=1,variant=cpu,name=backend")
+    outcome = run_and_report(a, b, plan.config((1,)), name=f"ceiling-{engine.name}-{engine.pin}-{Path(model).stem}",
+                             out=out, host=host, host_measure=host_measure, gate=gate,
+                             threads_source=plan.threads_source)
+    arms = outcome.result.describe
+    level = _arm_level(arms)
+    files = outcome.files
+    data = {"report": str(files.directory.relative_to(report_root)), "markdown": files.markdown.read_text(),
+            "model": Path(model).name, "min_ratio": ratio, "cpu_level": level,
+            "commands": _arm_commands(arms),
+            "headline": [h.as_dict() for h in outcome.headline],
+            "gate": None if outcome.gate is None else outcome.gate.as_dict(),
+            "blocks": outcome.result.blocks_run}
+    figures = "; ".join(f"{h.name} {h.speed.point:.3f}x" + (f" [{h.speed.lo:.3f}, {h.speed.hi:.3f}]"
+                                                             if h.speed.lo is not None and h.speed.hi is not None else "")
+                        for h in outcome.headline if h.speed is not None) or outcome.summary()
+    result = StageResult(f"{Path(model).name}, cpu level {level or '?'}: binding / {kind} {figures} "
+                         f"(floor {ratio:.2f}x)", data)
+    if not outcome.passed:
+        raise StageFailed(result)
+    return result
+
+
+def _arm_level(arms: Any) -> str | None:
+    for desc in (arms.values() if isinstance(arms, Mapping) else []):
+        if isinstance(desc, Mapping):
+            level = desc.get("cpu_level") or desc.get("cpu_variant")
+            if level:
+                return str(level)
+    return None
+
+
+def _arm_commands(arms: Any) -> list[str]:
+    out: list[str] = []
+    for desc in (arms.values() if isinstance(arms, Mapping) else []):
+        if isinstance(desc, Mapping):
+            out += [str(c) for c in desc.get("commands") or []]
+    return out

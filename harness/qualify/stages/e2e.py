@@ -1,0 +1,44 @@
+"""The e2e stage: the engine's e2e spec files on every row the build stage built by default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.qualify.context import Built, Models, QualifyContext
+from harness.qualify.result import SkippedStage, StageResult
+
+
+def e2e(ctx: QualifyContext) -> StageResult:
+    """Each spec file in a process of its own, per row: a crash names its signal, spec and CPU
+    level, and the other files' results are kept."""
+    engine = ctx.engine
+    specs = [str(p) for ps in ctx.pm.hook.harness_e2e_specs(engine=engine.name) for p in ps or []]
+    if not specs:
+        raise SkippedStage(f"no plugin lists e2e specs for {engine.name}")
+    from harness import paths
+    from harness.build import artifact_dir
+    from harness.e2e import run_specs
+    from harness.matrix import get_variant
+
+    model_env = ctx.product("models", Models).env
+    per: dict[str, Any] = {}
+    failed = []
+    for v in ctx.product("build", Built).variants:
+        env = {**os.environ, **model_env, "HARNESS_NO_PROGRESS": "1",
+               "HARNESS_ARTIFACT": str(artifact_dir(engine, get_variant(v)))}
+        res = run_specs([Path(p) for p in specs], pytest_args=["-q", "--variant", v], env=env,
+                        cwd=paths.project_root())
+        per[v] = {"passed": res.passed, "failures": len(res.failed), "errors": 0, "skipped": res.skipped,
+                  "failed_tests": res.failed, "crashes": res.crashes, "files": res.as_dict()["files"]}
+        if not res.ok:
+            failed.append(v)
+    if failed:
+        msg = "e2e failures on " + ", ".join(
+            f"{v} ({per[v]['failures']} failed: {'; '.join(per[v]['failed_tests'])}"
+            + (f"; crashed: {'; '.join(per[v]['crashes'])}" if per[v]["crashes"] else "") + ")" for v in failed)
+        raise HarnessError(msg)
+    return StageResult("; ".join(f"{v}: {c.get('passed')} passed, {c.get('skipped')} skipped"
+                                 for v, c in per.items()), {"variants": per})

@@ -1,0 +1,65 @@
+"""The emulated stages: each cross-built row (``target:`` in the matrix) built here and every one of
+its CPU levels run under the QEMU CPU model that has its features."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from harness.errors import HarnessError, HostError
+from harness.qualify.context import Models, QualifyContext
+from harness.qualify.result import StageResult
+from harness.qualify.runner import Stage
+from harness.types import Variant
+
+NEEDS = ("abi-check", "models")
+
+
+def stages(ctx: QualifyContext) -> list[Stage]:
+    """One stage per cross row this host can build and run (``--arch`` narrows; a row named by
+    ``--arch`` that cannot run here is a failed stage with the reason)."""
+    from harness.emulate import cross_rows
+    from harness.pipeline import rows_for
+
+    arch = ctx.options.arch
+    here, not_here = cross_rows(ctx.engine, list(arch) if arch is not None else None)
+    if ctx.options.variant and arch is None:  # a CI entry's rows: the cross rows its pattern names, not every one
+        wanted = {v.name for v in rows_for(ctx.engine, ctx.options.variant).rows}
+        here = [r for r in here if r.name in wanted]
+    out = [Stage(name=f"emulated-{row.name}", run=functools.partial(emulated, row=row), needs=NEEDS)
+           for row in here]
+    if arch:  # asked for by name: a row that cannot run here is a failure, with the reason
+        out += [Stage(name=f"emulated-{s['variant']}", run=functools.partial(cannot, reason=s["reason"]))
+                for s in not_here]
+    return out
+
+
+def emulated(ctx: QualifyContext, *, row: Variant) -> StageResult:
+    """Build ``row``, check its exports, run each level on the probe model and the chat model."""
+    from harness import registry
+    from harness.emulate import emulate
+
+    impl = registry.get(ctx.engine.name)
+    models: dict[str, Path] = {}
+    expect: dict[str, str] = {}
+    if impl.probe_model is not None:
+        models["tiny"] = impl.probe_model()
+    chat = ctx.product("models", Models).env.get("HARNESS_CHAT_MODEL")
+    if chat:
+        models["SmolLM2"], expect["SmolLM2"] = Path(chat), "Paris"
+    # Four greedy tokens (the answer is the first) and no llama-bench: under emulation SmolLM2
+    # decodes at 0.1-1 tok/s, so the full table (`harness emulate --bench`, nox -s cross-aarch64)
+    # would add some 20 minutes to every qualification.
+    r = emulate(ctx.engine, row, models=models, expect=expect, bench_model=None, threads=ctx.plan.threads,
+                n_tokens=4)
+    if not r["passed"]:
+        raise HarnessError("; ".join(r["failures"]))
+    iso = [x["level"] for x in r["levels"] if x["isolated"]]
+    return StageResult(f"{len(r['levels'])} {r['triple']} levels ran under qemu {r['qemu']} "
+                       f"({len(iso)} isolated by a CPU model; not isolated: {', '.join(r['not_isolated']) or 'none'});"
+                       f" build {r['build']['seconds']} s, runs {r['seconds']} s", r)
+
+
+def cannot(ctx: QualifyContext, *, reason: str) -> StageResult:
+    """A row ``--arch`` asked for that this host cannot build or run."""
+    raise HostError(reason)

@@ -1,0 +1,72 @@
+"""The CPU-level stages: the smoke probe of the level ggml picks here, the static ISA audit of
+every level, and the cross-variant greedy check (every level that runs here, against each other)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import AuditError, EngineCrashError, HarnessError
+from harness.qualify.context import Built, Models, QualifyContext
+from harness.qualify.result import SkippedStage, StageResult
+
+NO_CPU_ROW = "the cpu variant (the one with CPU levels) was not built"
+
+
+def _cross_variant_configured(ctx: QualifyContext) -> None:
+    if not ctx.engine.raw.get("qualify", {}).get("cross_variant"):
+        raise SkippedStage(f"not configured for {ctx.engine.name} (qualify.cross_variant in its engine.yaml)")
+
+
+def smoke(ctx: QualifyContext) -> StageResult:
+    """The level ggml chooses on this host passes the smoke probe, probed afresh."""
+    _cross_variant_configured(ctx)
+    if "cpu" not in ctx.product("build", Built).variants:
+        raise SkippedStage(NO_CPU_ROW)
+    from harness.runtime import discovery, levels
+
+    engine = ctx.engine
+    fingerprint = discovery.committed_fingerprint(engine.name)
+    lib = discovery.choose(engine.name, engine.pin, fingerprint, "cpu").location / "lib"
+    v = levels.verdict(lib, refresh=True)  # a qualification always probes afresh
+    if v.error:
+        msg = f"the CPU-level smoke probe could not run: {v.error}"
+        raise HarnessError(msg)
+    if v.excluded:
+        msg = "; ".join(f"cpu level {lvl}: {why}" for lvl, why in v.excluded.items()) + f"; users fall back to {v.chosen}"
+        raise EngineCrashError(msg)
+    return StageResult(f"{v.chosen} (ggml's choice here) passed the smoke probe in {v.seconds:.1f} s", v.as_dict())
+
+
+def audit(ctx: QualifyContext) -> StageResult:
+    """Every CPU level's instructions against the features its loader checks (no level is run)."""
+    if "cpu" not in ctx.product("build", Built).variants:
+        raise SkippedStage(NO_CPU_ROW)
+    from harness.audit.artifact import audit_engine, findings_lines
+
+    r = audit_engine(ctx.engine, "cpu")
+    bad = findings_lines(r["levels"])
+    if bad:
+        raise AuditError("; ".join(bad))
+    return StageResult(f"{len(r['levels'])} CPU levels clean ({r['arch']}, {r['seconds']:.1f} s)", r)
+
+
+def cross_variant(ctx: QualifyContext) -> StageResult:
+    """The engine's cross-variant check on the chat model: every level answers, token sequences compared."""
+    _cross_variant_configured(ctx)
+    from harness import registry
+
+    engine = ctx.engine
+    impl = registry.get(engine.name)
+    if impl.cross_variant is None:
+        raise SkippedStage(f"engine {engine.name} provides no cross-variant check")
+    r = impl.cross_variant(Path(ctx.product("models", Models).env["HARNESS_CHAT_MODEL"]), threads=ctx.plan.threads)
+    if not r["passed"]:
+        bad = [f"{x['label']}: {x['error']}" if x["status"] in ("crashed", "failed")
+               else f"{x['label']}: garbage output (no '{r['expect']}')" for x in r["runs"] if not x["ok"]]
+        raise HarnessError("; ".join(bad))
+    ran = [x for x in r["runs"] if x["status"] == "ran"]
+    not_run = [x["cpu_level"] for x in r["runs"] if x["status"] == "not-run"]
+    div = [x["label"] for x in ran if x["diverges_at"] is not None]
+    return StageResult(f"{len(ran)} runs answered '{r['expect']}'"
+                       + (f"; token sequences diverge on {', '.join(div)}" if div else "; identical token sequences")
+                       + (f"; audited (static), not run here: {', '.join(not_run)}" if not_run else ""), r)

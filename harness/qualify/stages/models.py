@@ -1,0 +1,15 @@
+"""The models stage: the fixture models fetched, their environment variables handed on."""
+
+from __future__ import annotations
+
+from harness.qualify.context import Models, QualifyContext
+from harness.qualify.result import StageResult
+
+
+def fetch(ctx: QualifyContext) -> StageResult:
+    """Every fixture model in place; hands on :class:`~harness.qualify.context.Models`."""
+    from harness.models.fixtures import engine_env, env_vars, fetch_all
+
+    fetch_all(None)
+    env = {**env_vars(), **engine_env()}
+    return StageResult(f"{len(env)} model variables", {"env": env}, product=Models(env=env))
