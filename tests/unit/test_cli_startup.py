@@ -62,16 +62,21 @@ def test_missing_extra_is_a_typed_error(monkeypatch: pytest.MonkeyPatch, capsys:
     assert "Traceback" not in err
 
 
-def test_undeclared_optional_import_still_names_the_extra(monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def _engines_raising(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
+    """`harness engines` whose handler fails to import ``module``, as an optional import would."""
     def handler(args: argparse.Namespace) -> int:
-        raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             action.choices["engines"].set_defaults(func=handler)
+
+
+def test_undeclared_optional_import_still_names_the_extra(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    _engines_raising(monkeypatch, "matplotlib")
     code = cli.main(["engines"])
     err = capsys.readouterr().err
     assert code == errors.HostError.exit_code
@@ -79,14 +84,7 @@ def test_undeclared_optional_import_still_names_the_extra(monkeypatch: pytest.Mo
 
 
 def test_a_missing_module_no_extra_provides_is_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
-    def handler(args: argparse.Namespace) -> int:
-        raise ModuleNotFoundError("No module named 'nonexistent_mod'", name="nonexistent_mod")
-
-    parser = cli.build_parser()
-    monkeypatch.setattr(cli, "build_parser", lambda: parser)
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            action.choices["engines"].set_defaults(func=handler)
+    _engines_raising(monkeypatch, "nonexistent_mod")
     with pytest.raises(ModuleNotFoundError):
         cli.main(["engines"])
 
