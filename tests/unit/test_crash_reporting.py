@@ -158,6 +158,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_serve(fake_env: dict[str, str], tmp_path: Path, variant: str) -> tuple[subprocess.Popen[bytes], str, Path]:
     """``harness serve`` of the tiny model on a fake backend, in a session of its own (no terminal),
     returned once it answers /health: the process, the base URL, the file its stderr goes to."""
@@ -169,7 +173,11 @@ def _start_serve(fake_env: dict[str, str], tmp_path: Path, variant: str) -> tupl
     with log.open("wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "harness", "serve", str(config), "--variant", variant,
                                  "--models-dir", str(model.parent), "--port", str(port), "--log-level", "info"],
-                                stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True)
+                                stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
+                                # SIGINT as a shell leaves it for a foreground command: a test run in the
+                                # background (CI under nohup, `cmd &`) inherits it ignored, and Python and
+                                # uvicorn then keep ignoring it
+                                preexec_fn=_default_sigint)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
