@@ -8,28 +8,30 @@ does not provide is ``None`` (or empty), and the stage that needs it says so.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.config.loader import Diagnostic
-    from harness.config.model import ModelConfig
-    from harness.config.rules import CheckContext
     from harness.types import HostInfo, MatchResult
-    from harness.video.job import EngineOutput, VideoJob
+
+# The interface names the core's config and video types only in words: the modules that hold
+# them (harness.config.*, harness.video.job) look engines up here, and an import back would
+# close a circle. The engine packages type their functions precisely.
 
 #: ``match(model, host)``: whether the engine serves a model (facts: format, quantization,
 #: architecture, abilities) on the probed host.
 MatchFn = Callable[[dict[str, Any], "HostInfo"], "MatchResult"]
-#: ``config_check(config, context)``: the engine's own rules for a model config whose backend
-#: resolves to it (the typed config, values the schema refuses left out; the context locates
-#: findings with ``context.error(path, ...)`` / ``context.warn``).
-ConfigCheckFn = Callable[["ModelConfig", "CheckContext"], "list[Diagnostic]"]
-#: ``video_generate(request, workdir, progress, cancel)``: render a validated video request.
-VideoGenerateFn = Callable[["VideoJob", Path, Callable[[int, int], None], threading.Event],
-                           "EngineOutput | None"]
+#: ``config_check(config, context)`` -> diagnostics: the engine's own rules for a model config
+#: whose backend resolves to it (config: :class:`harness.config.model.ModelConfig`, values the
+#: schema refuses left out; context: :class:`harness.config.rules.CheckContext`, which locates
+#: findings with ``context.error(path, ...)`` / ``context.warn``; diagnostics:
+#: :class:`harness.config.loader.Diagnostic`).
+ConfigCheckFn = Callable[[Any, Any], Sequence[Any]]
+#: ``video_generate(request, workdir, progress, cancel)`` -> :class:`harness.video.job.EngineOutput`
+#: for a :class:`harness.video.job.VideoJob`.
+VideoGenerateFn = Callable[[Any, Path, Callable[[int, int], None], threading.Event], Any]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +82,12 @@ class EngineImpl:
     resolves to this engine (LocalAI's backend names included), valid or not."""
     e2e_specs: Callable[[], list[Path]] | None = None
     """Pytest files holding the engine's e2e specs (qualify's e2e stage)."""
+    localai_backends: tuple[str, ...] = ()
+    """LocalAI backend names this engine serves (what configs write as ``backend:``); their aliases in
+    ``harness/config/localai.yaml`` follow them."""
+    video_family: str | None = None
+    """The video family (``harness/video/families.yaml``) of a config whose backend is this engine,
+    when the config declares none."""
     video_limits: Mapping[str, int | float] = field(default_factory=dict)
     """Overrides of :class:`harness.video.limits.VideoLimits` (field -> value) for this engine."""
     video_generate: VideoGenerateFn | None = None

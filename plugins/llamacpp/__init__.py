@@ -317,4 +317,4 @@ def harness_engine_register() -> list[EngineImpl]:
                        probe_model=_probe_model, random_models=_random_models(), convert=_convert,
                        cross_variant=_cross_variant, emulated_levels=_emulated_levels,
                        old_pin_bench_arm="llama-bench", match=match, config_check=config_check,
-                       e2e_specs=e2e_specs)]
+                       e2e_specs=e2e_specs, localai_backends=("llama-cpp",))]

@@ -1,7 +1,7 @@
 """Engine plugin ``stable-diffusion.cpp``: Wan video checkpoints rendered by the pybind11 backend.
 
 Its config rules (``config_check`` on the registered engine) are its video family's (``video_family``,
-else ``wan``: 4n+1 frames, a 16-pixel grid, no audio; see harness/video/families.yaml).
+else the engine's own, ``wan``: 4n+1 frames, a 16-pixel grid, no audio; see harness/video/families.yaml).
 LocalAI calls this backend ``stablediffusion-ggml``; those configs are checked here too,
 and their options may be flags (``diffusion_model``), as LocalAI's backend takes them.
 
@@ -63,8 +63,8 @@ def harness_engine_register() -> list[EngineImpl]:
     # The binding takes an int64_t seed; width, height and frames are C ints, which the
     # default video limits already keep in range.
     return [EngineImpl(name=NAME, serves=("video",), default=True, fixture_env=_fixture_env, match=match,
-                       config_check=config_check, e2e_specs=e2e_specs, video_limits={"max_seed": 2**63 - 1},
-                       video_generate=video_generate)]
+                       config_check=config_check, e2e_specs=e2e_specs, localai_backends=("stablediffusion-ggml",),
+                       video_family="wan", video_limits={"max_seed": 2**63 - 1}, video_generate=video_generate)]
 
 
 def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
