@@ -43,15 +43,19 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "harness")
 
 
-ENGINES = ("llamacpp", "stable-diffusion.cpp")
+def _engines(session: nox.Session, env: dict[str, str]) -> list[str]:
+    """The engines a plugin registers, asked of the harness installed in the session (the registry
+    is the one list of engines; descriptor-only engines have no runtime to test)."""
+    out = session.run("harness", "engines", "--json", silent=True, env=env)
+    return [e["engine"] for e in json.loads(str(out)) if e.get("registered")]
 
 
-def _prepare_cpu(session: nox.Session, env: dict[str, str]) -> dict[str, str]:
+def _prepare_cpu(session: nox.Session, env: dict[str, str], engines: list[str]) -> dict[str, str]:
     """Per engine: fetch -> patch -> ABI check -> build cpu -> backend; then the models.
 
     Returns the e2e environment. Every stage is stamped: cached runs take seconds.
     """
-    for engine in ENGINES:
+    for engine in engines:
         session.run("harness", "fetch", engine, env=env)
         session.run("harness", "patch", engine, env=env)
         session.run("harness", "patch", "--check", engine, env=env)
@@ -82,9 +86,10 @@ def tests(session: nox.Session) -> None:
     # The package as users get it: sdist + wheel built once, the wheel per extra in fresh venvs run
     # from outside the checkout, the pre-commit hook via try-repo, the shipped workflow's jobs.
     session.run("pytest", "-p", "no:cacheprovider", "tests/install", *session.posargs, env=env)
-    e2e = _prepare_cpu(session, env)
-    # Every CPU level of both engines' cpu artifacts, audited statically (seconds).
-    for engine in ENGINES:
+    engines = _engines(session, env)
+    e2e = _prepare_cpu(session, env, engines)
+    # Every CPU level of every engine's cpu artifacts, audited statically (seconds).
+    for engine in engines:
         session.run("harness", "audit", "isa", engine, "--variant", "cpu", env=env)
     # One process per spec file: a crash (SIGILL on some CPU level) names its spec and
     # level, and the other files' results are kept.
@@ -153,7 +158,7 @@ def bench_speculative(session: nox.Session) -> None:
     """Speculative decoding benchmarks (SmolLM2, reports/): off vs on for copy and free, and vs llama-bench."""
     _install(session, "all,test")
     env = {"HARNESS_NO_PROGRESS": "1"}
-    e2e = _prepare_cpu(session, env)
+    e2e = _prepare_cpu(session, env, _engines(session, env))
     model, artifact = e2e["HARNESS_MODEL"], e2e["HARNESS_ARTIFACT"]
     spec = "spec_type=ngram-simple,n_draft=8,ngram_n=3"
     common = ["--concurrency", "1,4", "--pn", "512", "--gn", "128", *session.posargs]

@@ -278,8 +278,6 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
         init.write_text(init_cache_text(defines))
         cmake_fileapi.write_query(build_dir)
         env = dict(os.environ)
-        for extra in pm.hook.harness_variant_environment(engine=engine, variant=variant, host=host):
-            env.update(extra or {})
         env.setdefault("CCACHE_BASEDIR", str(paths.cache_root()))
         source_dir = tree.path / engine.cmake.get("source_subdir", "")
         compile_lock = FileLock(paths.compile_lock_path())

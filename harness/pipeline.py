@@ -60,14 +60,11 @@ def patched_tree(engine: EngineSpec | str, pm: pluggy.PluginManager | None = Non
     spec = load_engine(engine) if isinstance(engine, str) else engine
     pm = _pm(pm)
     with checking(full=full, repair=repair):
-        return _apply(spec, pm, fetch(spec, pm))
+        return _apply(spec, fetch(spec, pm))
 
 
-def _apply(spec: EngineSpec, pm: pluggy.PluginManager, source: SourceTree) -> PatchedTree:
-    tree = apply_series(source, load_series(spec.patches_dir), engine=spec.name)
-    if tree.applied:
-        pm.hook.harness_patch_applied(tree=tree)
-    return tree
+def _apply(spec: EngineSpec, source: SourceTree) -> PatchedTree:
+    return apply_series(source, load_series(spec.patches_dir), engine=spec.name)
 
 
 def check_cache(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None, *,
@@ -81,7 +78,7 @@ def check_cache(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None
         source = fetch(spec, pm)
         series = load_series(spec.patches_dir)
         exists = (copy_dir(source, series_hash(series), engine=spec.name) / PATCH_STAMP).is_file()
-        copy = _apply(spec, pm, source) if exists else None
+        copy = _apply(spec, source) if exists else None
     return source, copy
 
 

@@ -1,4 +1,11 @@
-"""The plugin manager: built-ins first, then the ``harness`` entry-point group."""
+"""The plugin manager: built-ins first, then the ``harness`` entry-point group.
+
+The generic built-ins (sources, variants, cross toolchains) are an explicit tuple. Engines are
+declared in one place only: the ``harness`` entry-point group, this distribution's own engines
+included (pyproject.toml ``[project.entry-points.harness]``). This distribution's entries are
+built-in and always registered; other distributions' entries are third-party plugins, skipped
+when :data:`DISABLE_AUTOLOAD_ENV` is set.
+"""
 
 from __future__ import annotations
 
@@ -27,22 +34,42 @@ BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
 )
 
 
-def builtin_plugins() -> tuple[tuple[str, str], ...]:
-    """The generic built-ins, then the engine packages ``harness_plugins`` lists."""
-    engines = importlib.import_module("harness_plugins").ENGINE_PLUGINS
-    return BUILTIN_PLUGINS + tuple(engines)
-
 #: Set to any non-empty value to skip third-party (entry-point) plugins.
 DISABLE_AUTOLOAD_ENV = "HARNESS_DISABLE_PLUGIN_AUTOLOAD"
 ENTRY_POINT_GROUP = "harness"
+#: The distribution whose ``harness`` entry points are built-in.
+DISTRIBUTION = "harness"
+
+
+def builtin_entry_points() -> tuple[tuple[str, str], ...]:
+    """(name, module) of this distribution's own ``harness`` entry points: the built-in engines."""
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)
+             if ep.dist is not None and ep.dist.name == DISTRIBUTION}
+    return tuple(found.items())
+
+
+def _load(value: str) -> Any:
+    """The object an entry-point value names (``module`` or ``module:attribute``)."""
+    module, _, attr = value.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+def builtin_plugins() -> tuple[tuple[str, str], ...]:
+    """The generic built-ins, then this distribution's entry points (the engine packages)."""
+    return BUILTIN_PLUGINS + builtin_entry_points()
 
 
 def make_manager(*, autoload: bool | None = None, extra: tuple[Any, ...] = ()) -> pluggy.PluginManager:
     """Build a fresh plugin manager (tests use this; the CLI uses :func:`get_manager`)."""
     pm = pluggy.PluginManager("harness")
     pm.add_hookspecs(hookspec)
-    for name, module in builtin_plugins():
-        pm.register(importlib.import_module(module), name=name)
+    for name, value in builtin_plugins():
+        pm.register(_load(value), name=name)
     for plugin in extra:
         pm.register(plugin)
     if autoload is None:

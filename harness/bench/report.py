@@ -43,7 +43,6 @@ class ReportFiles:
     results: Path
     markdown: Path
     plots: tuple[Path, ...]
-    extra: tuple[Path, ...] = ()
 
 
 def default_reports_dir() -> Path:
@@ -94,11 +93,10 @@ def build_results(result: BenchResult, analysis: Analysis, *, host: Mapping[str,
 
 def write_report(result: BenchResult, *, out: Path | None = None, analysis: Analysis | None = None,
                  host: Mapping[str, Any] | None = None, host_measure: Mapping[str, Any] | None = None,
-                 plots: bool = True, hooks: bool = True, gate: GateResult | None = None,
+                 plots: bool = True, gate: GateResult | None = None,
                  embed_plots: bool = False) -> ReportFiles:
     """Write ``<out>/<timestamp>-<name>/``; ``out`` defaults to ``reports/`` in the checkout.
 
-    :param hooks: also call ``harness_report_write`` so plugins add their formats.
     :param gate: the ``--fail-on-slower`` verdict, shown in the report.
     :param embed_plots: put the plots into report.md as data URIs (no files needed beside it).
     """
@@ -119,14 +117,7 @@ def write_report(result: BenchResult, *, out: Path | None = None, analysis: Anal
     md = directory / REPORT_MD
     md.write_text(render_markdown(doc, analysis, findings=all_findings(result, analysis), plots=pngs,
                                   embed_plots=embed_plots))
-    extra: list[Path] = []
-    if hooks:
-        from harness.plugin import get_manager
-
-        for written in get_manager().hook.harness_report_write(results=doc, out_dir=directory):
-            extra.extend(written or [])
-    return ReportFiles(directory=directory, results=results_path, markdown=md, plots=tuple(pngs),
-                       extra=tuple(extra))
+    return ReportFiles(directory=directory, results=results_path, markdown=md, plots=tuple(pngs))
 
 
 def _rooflines(result: BenchResult, analysis: Analysis, measure: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_matrix)
 
-    p = sub.add_parser("engines", help="list engine descriptors and their pins")
+    p = sub.add_parser("engines", help="list engine descriptors, their pins and whether a plugin registers them")
     add_json_flag(p)
     p.set_defaults(func=cmd_engines)
 
@@ -186,19 +186,22 @@ def _ci_matrix(args: argparse.Namespace) -> int:
 def cmd_engines(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from harness import registry
     from harness.engines import engine_names, load_engine
+    registered = registry.names()
     data: list[dict[str, Any]] = []
     for name in engine_names():
         e = load_engine(name)
         data.append({"engine": e.name, "pin": e.pin, "source": e.source.kind, "package": e.source.package,
-                     "upstream": e.upstream, "pinned_on": e.pinned_on})
+                     "upstream": e.upstream, "pinned_on": e.pinned_on, "registered": e.name in registered})
     if args.json:
         print_json(data)
         return 0
-    t = Table("engine", "pin", "source", "upstream", "pinned on")
+    t = Table("engine", "pin", "source", "upstream", "pinned on", "plugin")
     for d in data:
         t.add_row(d["engine"], d["pin"], f"{d['source']} {d['package']}",
-                  f"{d['upstream'].get('build', '')} {d['upstream'].get('commit', '')}", d["pinned_on"])
+                  f"{d['upstream'].get('build', '')} {d['upstream'].get('commit', '')}", d["pinned_on"],
+                  "registered" if d["registered"] else "descriptor only")
     _stdout_table(t)
     return 0
 

@@ -1,6 +1,6 @@
 """Facts about a config's model files: format, quantization, architecture, context length.
 
-Engines decide from these (the ``model`` argument of ``harness_engine_match``);
+Engines decide from these (the ``model`` argument of a registered engine's ``match``);
 ``config show`` takes n_ctx from them when the config leaves it unset. A GGUF's
 facts come from its header (:mod:`harness.config.gguf_header`, bounded), a model directory's
 from its ``config.json``; missing or unreadable files give partial facts, never

@@ -2,8 +2,9 @@
 
 The data says, for every key LocalAI's loader accepts, whether the harness uses it
 (and which parameter it feeds) or accepts it without using it; which backend names
-LocalAI has and which harness engine serves each; which model references are remote
-URIs LocalAI downloads itself. The code here only answers questions about that table.
+LocalAI has; which model references are remote URIs LocalAI downloads itself. The code
+here only answers questions about that table. Which harness engine serves a LocalAI
+backend is the engine's to say (``localai_backends`` on its registered object).
 """
 
 from __future__ import annotations
@@ -36,12 +37,12 @@ class Backend:
     """One LocalAI backend name."""
 
     name: str
-    engine: str | None = None
-    """The harness engine that serves it (when that engine is registered)."""
     alias_of: str | None = None
     options: frozenset[str] = frozenset()
     """Its own ``options:`` keys: accepted, not used by this harness."""
     speculative: str | None = None
+    video_family: str | None = None
+    """The video family of its configs when they declare none (``harness/video/families.yaml``)."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -52,7 +53,6 @@ class Vocabulary:
     usecases: tuple[str, ...]
     remote_schemes: tuple[str, ...]
     backends: dict[str, Backend]
-    speculative_engines: dict[str, str]
     speculative_spellings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def unused(self, section: str) -> dict[str, str]:
@@ -88,8 +88,8 @@ def vocabulary() -> Vocabulary:
                       for name, spec in raw["keys"][section].items()}
             for section in SECTIONS}
     backends = {
-        name: Backend(name=name, engine=spec.get("engine"), alias_of=spec.get("alias_of"),
-                      options=frozenset(spec.get("options") or ()), speculative=spec.get("speculative"))
+        name: Backend(name=name, alias_of=spec.get("alias_of"), options=frozenset(spec.get("options") or ()),
+                      speculative=spec.get("speculative"), video_family=spec.get("video_family"))
         for name, spec in raw["backends"].items()
     }
     return Vocabulary(
@@ -97,7 +97,6 @@ def vocabulary() -> Vocabulary:
         harness_keys={k: frozenset(v) for k, v in (raw.get("harness") or {}).items()},
         usecases=tuple(str(u) for u in raw["usecases"]),
         remote_schemes=tuple(raw["remote_schemes"]), backends=backends,
-        speculative_engines=dict(raw.get("speculative_engines") or {}),
         speculative_spellings=dict(raw.get("speculative_spellings") or {}),
     )
 
@@ -120,19 +119,31 @@ class BackendVerdict:
     message: str = ""
 
 
-def resolve_backend(name: str, engines: Collection[str]) -> BackendVerdict:
-    """Resolve a ``backend:`` value against the registered ``engines`` and LocalAI's names.
+def served_by() -> dict[str, str]:
+    """LocalAI backend name -> the registered engine that serves it (the engines' ``localai_backends``)."""
+    from harness import registry
 
-    A name that is itself a registered engine is that engine; a LocalAI name (or alias)
-    whose ``engine:`` is registered is served by it; another LocalAI name is valid for
-    LocalAI but not built here; anything else is unknown (with a did-you-mean).
+    try:
+        found = registry.engines()
+    except Exception:  # a broken plugin: no engine serves a LocalAI name
+        return {}
+    return {backend: impl.name for impl in found.values() for backend in impl.localai_backends}
+
+
+def resolve_backend(name: str, engines: Collection[str]) -> BackendVerdict:
+    """Resolve a ``backend:`` value against the known ``engines`` and LocalAI's names.
+
+    A name that is itself a known engine is that engine; a LocalAI name (or alias) that a
+    registered engine serves is that engine's (when it is in ``engines``); another LocalAI name
+    is valid for LocalAI but not built here; anything else is unknown (with a did-you-mean).
     """
     if name in engines:
         return BackendVerdict(name=name, kind="engine", engine=name)
     v = vocabulary()
     entry = v.backend(name)
-    if entry is not None and entry.engine in engines:
-        return BackendVerdict(name=name, kind="engine", engine=entry.engine)
+    engine = served_by().get(entry.name) if entry is not None else None
+    if engine is not None and engine in engines:
+        return BackendVerdict(name=name, kind="engine", engine=engine)
     if entry is not None:
         return BackendVerdict(name=name, kind="localai", message=(
             f"backend {name!r} is valid for LocalAI; this harness does not build it "
@@ -153,7 +164,8 @@ def backend_options(name: str | None) -> frozenset[str]:
         return entry.options
     # A harness engine's name: the options of the LocalAI backends it serves.
     out: set[str] = set()
-    for b in vocabulary().backends.values():
-        if b.engine == name:
-            out |= b.options
+    for backend, engine in served_by().items():
+        entry = vocabulary().backends.get(backend)
+        if engine == name and entry is not None:
+            out |= entry.options
     return frozenset(out)

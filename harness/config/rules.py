@@ -4,8 +4,8 @@ The core checks what LocalAI itself would refuse for any backend: the backend na
 paths that leave the models directory, files that are not there (when a models
 directory is known), non-finite numbers, draft references. Rules that belong to one
 engine (which files it loads, how its options are spelled, a video family's grids and
-checkpoints) are that engine plugin's ``harness_config_check``; a backend no plugin
-claims gets only these and the schema.
+checkpoints) are the registered engine's ``config_check``; a backend no registered
+engine claims gets only these and the schema.
 
 Each rule reads the document's plain data (it may be schema-invalid, so every access
 is type-guarded) plus the resolved options, and returns diagnostics.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import posixpath
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ class Context:
 
 @dataclass(frozen=True, kw_only=True)
 class CheckContext:
-    """The ``context`` of ``harness_config_check``: locate findings with :meth:`error` / :meth:`warn`.
+    """The ``context`` of an engine's ``config_check``: locate findings with :meth:`error` / :meth:`warn`.
 
     ``engine`` is the registered engine the config's ``backend`` resolves to (LocalAI's
     backend names included, through ``localai.yaml``), None when the backend is unset or
@@ -217,12 +217,3 @@ def check(doc: Document, opts: ResolvedOptions, ctx: Context) -> list[Diagnostic
     """The core rules for one config document."""
     return Rules(doc, opts, ctx).run()
 
-
-def known_engines_from_plugins(pm: Any = None) -> frozenset[str]:
-    """Engine names the registered plugins implement."""
-    if pm is None:
-        from harness.plugin import get_manager
-
-        pm = get_manager()
-    names: Collection[list[str]] = pm.hook.harness_engine_names()
-    return frozenset(n for group in names if group for n in group)

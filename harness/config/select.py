@@ -1,7 +1,7 @@
 """Engine selection (SPEC.md section 3): every engine plugin says yes or why not.
 
-Each plugin answers ``harness_engine_match(engine, model, host)`` for its own
-engines with a :class:`~harness.types.MatchResult`; selection is transparent:
+Each registered engine answers through its ``match(model, host)`` (see
+:mod:`harness.registry`) with a :class:`~harness.types.MatchResult`; selection is transparent:
 ``harness select`` shows the chosen engine and variant and every rejection's
 reason. Also here: the CUDA-version -> GPU wheel index mapping used when
 installing variant wheels. LocalAI backend names resolve through ``localai.yaml``.
@@ -93,12 +93,11 @@ class Selection:
 
 
 def engine_names(pm: pluggy.PluginManager, described: Iterable[str] = ()) -> list[str]:
-    """Engine names of every registered plugin, in registration order, then engines that only
-    have a descriptor (``described``), without repeats."""
-    out: list[str] = []
-    # pluggy calls the last-registered plugin first; built-ins were registered first.
-    for group in reversed(pm.hook.harness_engine_names()):
-        out += [n for n in group or () if n not in out]
+    """Registered engine names, in registration order, then engines that only have a
+    descriptor (``described``), without repeats."""
+    from harness import registry
+
+    out = list(registry.names(pm))
     return out + [n for n in dict.fromkeys(described) if n not in out]
 
 
@@ -109,22 +108,26 @@ def ask_engines(facts: dict[str, Any], host: HostInfo, pm: pluggy.PluginManager,
     An engine in ``described`` that no plugin registers is known (a descriptor exists) but
     cannot serve models: its rejection says so.
     """
-    registered = set(engine_names(pm))
+    from harness import registry
+
+    registered = registry.engines(pm)
     results: list[MatchResult] = []
     for name in engine_names(pm, described):
-        if name not in registered:
+        impl = registered.get(name)
+        if impl is None:
             results.append(MatchResult(engine=name, ok=False,
                                        reason="the engine has a descriptor but no plugin yet: it cannot serve "
                                               "models (its configs are checked against the shared schema only)"))
             continue
-        try:
-            answers = [r for r in pm.hook.harness_engine_match(engine=name, model=facts, host=host)
-                       if isinstance(r, MatchResult)]
-        except Exception as e:  # one broken plugin must not hide the others' answers
-            answers = [MatchResult(engine=name, ok=False, reason=f"match hook failed: {e}")]
-        if not answers:
-            answers = [MatchResult(engine=name, ok=False, reason="no plugin answered for this engine")]
-        results.append(next((a for a in answers if a.ok), answers[0]))
+        answer: object = None
+        if impl.match is not None:
+            try:
+                answer = impl.match(facts, host)
+            except Exception as e:  # one broken engine must not hide the others' answers
+                answer = MatchResult(engine=name, ok=False, reason=f"match hook failed: {e}")
+        if not isinstance(answer, MatchResult):
+            answer = MatchResult(engine=name, ok=False, reason="no plugin answered for this engine")
+        results.append(answer)
     return results
 
 

@@ -31,7 +31,6 @@ from harness.config.rules import (
     CheckContext,
     Context,
     check,
-    known_engines_from_plugins,
     non_finite,
     str_at,
 )
@@ -55,6 +54,13 @@ def described_engines() -> frozenset[str]:
         return frozenset(engine_names())
     except OSError:
         return frozenset()
+
+
+def known_engines_from_plugins(pm: pluggy.PluginManager | None = None) -> frozenset[str]:
+    """Registered engine names (:mod:`harness.registry`)."""
+    from harness import registry
+
+    return frozenset(registry.names(pm))
 
 
 @functools.cache
@@ -264,8 +270,9 @@ class Validator:
         engine with a descriptor (``engines/<name>/engine.yaml``): an engine whose plugin is not
         written yet is known, and its configs get the shared schema's rules.
     :param models_dir: where model paths resolve; None checks paths by shape only.
-    :param pm: plugin manager whose ``harness_config_check`` hooks add each engine's rules;
-        default: the process-wide one when ``engines`` is not given.
+    :param pm: plugin manager whose registered engines add their own rules (``config_check``)
+        for the configs whose backend resolves to them; default: the process-wide one when
+        ``engines`` is not given.
     :param template: check gallery template bodies: ``name`` and ``parameters.model`` are
         the gallery entry's, not required here.
     """
@@ -318,27 +325,27 @@ class Validator:
                          engine=engine, template=template, unused=tuple(unused))
 
     def _plugin_checks(self, doc: Document, config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
-        pm = self._pm
-        if pm is None and self._use_default_pm:
-            try:
-                from harness.plugin import get_manager
+        if context.engine is None or (self._pm is None and not self._use_default_pm):
+            return []
+        from harness import registry
 
-                pm = get_manager()
-            except Exception:  # a broken plugin must not hide config errors
-                self._use_default_pm = False
-        if pm is None:
+        try:
+            impl = registry.engines(self._pm).get(context.engine)
+        except Exception:  # a broken plugin must not hide config errors
+            self._use_default_pm = False
+            return []
+        if impl is None or impl.config_check is None:
             return []
         try:
-            answers = pm.hook.harness_config_check(config=config, context=context)
+            answers = impl.config_check(config, context)
         except Exception as e:  # report, do not crash: the config may still be fine
             return [doc.diag((), "warning", f"a plugin's config check failed: {type(e).__name__}: {e}")]
         out: list[Diagnostic] = []
-        for group in answers:
-            for item in group or ():
-                if isinstance(item, Diagnostic):
-                    out.append(item)
-                elif isinstance(item, str):
-                    out.append(doc.diag((), "error", item))
+        for item in answers or ():
+            if isinstance(item, Diagnostic):
+                out.append(item)
+            elif isinstance(item, str):
+                out.append(doc.diag((), "error", item))
         return out
 
     def validate_text(self, text: str | bytes, file: str = "<string>") -> list[Validated | Diagnostic]:

@@ -1,6 +1,6 @@
 """A video family's rules for a model config (``harness/video/families.yaml``).
 
-A video engine plugin calls :func:`check_video` from its ``harness_config_check`` for
+A video engine calls :func:`check_video` from its ``config_check`` for
 the configs it serves: the family (declared with ``video_family``, else the engine's)
 says which checkpoints are required, whether there is audio, and the frame and pixel
 grids. The rules are data; this module only applies them.

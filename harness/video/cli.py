@@ -82,11 +82,11 @@ def _media_dir(args: argparse.Namespace) -> Path:
 
 def _engine_of(backend: str) -> str:
     """The registered engine a ``backend:`` names (LocalAI's names resolved), else the name itself."""
+    from harness import registry
     from harness.config.localai import resolve_backend
-    from harness.config.rules import known_engines_from_plugins
 
     try:
-        engines = known_engines_from_plugins()
+        engines = frozenset(registry.names())
     except Exception:  # no plugins to ask: the name is all there is
         return backend
     return resolve_backend(backend, engines).engine or backend
@@ -130,8 +130,7 @@ def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
 def _load_pipeline(config: Path, loaded: tuple[str, VideoOptions, dict[str, Any]] | None = None,
                    limits: VideoLimits | None = None) -> VideoPipeline:
     from harness.config import MODELS_DIR_ENV
-    from harness.video.limits import engine_limits
-    from harness.video.pipeline import VideoPipeline
+    from harness.video.pipeline import VideoPipeline, engine_limits
     engine, options, data = loaded or load_config(config)
     # Checkpoint paths resolve like the config layer's: HARNESS_MODELS_DIR, else beside the config.
     env = os.environ.get(MODELS_DIR_ENV)
@@ -148,8 +147,7 @@ def _print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from harness import progress
-    from harness.video.limits import engine_limits
-    from harness.video.pipeline import plan_request
+    from harness.video.pipeline import engine_limits, plan_request
     from harness.video.request import load_request
     loaded = load_config(args.config)
     limits = engine_limits(loaded[0])
@@ -216,9 +214,8 @@ def _step_display() -> Iterator[tuple[Callable[[int, int], None], Callable[[str]
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from harness import crash, progress
-    from harness.video.limits import engine_limits
     from harness.video.mux import VideoCancelledError
-    from harness.video.pipeline import plan_request
+    from harness.video.pipeline import engine_limits, plan_request
 
     code = crash.supervise(getattr(args, "argv", None), "harness video generate")
     if code is not None:

@@ -2,7 +2,8 @@
 
 One table, read once: the config rules check a config against its family, the request
 pipeline's built-in defaults and grids are the default family's. A family is chosen by
-the ``video_family`` option, else by the config's backend (:func:`family_for`).
+the ``video_family`` option, else by the config's backend (:func:`family_for`): a registered
+engine's ``video_family``, or a LocalAI backend's (``harness/config/localai.yaml``).
 """
 
 from __future__ import annotations
@@ -80,7 +81,6 @@ def _family(name: str, raw: dict[str, Any]) -> VideoFamily:
 class FamilyTable:
     families: dict[str, VideoFamily]
     default: str
-    engines: dict[str, str]
 
 
 @functools.cache
@@ -88,8 +88,7 @@ def table() -> FamilyTable:
     """The family table shipped with the harness."""
     raw = load_yaml(resources.files("harness.video").joinpath(DATA_FILE).read_text(encoding="utf-8"))
     families = {name: _family(name, f) for name, f in raw["families"].items()}
-    return FamilyTable(families=families, default=str(raw["default"]),
-                       engines={str(k): str(v) for k, v in (raw.get("engines") or {}).items()})
+    return FamilyTable(families=families, default=str(raw["default"]))
 
 
 def family_names() -> tuple[str, ...]:
@@ -111,9 +110,25 @@ def default_family() -> VideoFamily:
     return get_family(table().default)
 
 
+def backend_family(backend: str | None) -> str | None:
+    """The family a ``backend:`` implies: the registered engine's, else the LocalAI backend's."""
+    if not backend:
+        return None
+    from harness import registry
+    from harness.config.localai import vocabulary
+
+    try:
+        impl = registry.engines().get(backend)
+    except Exception:  # a broken plugin: the data still answers for LocalAI's names
+        impl = None
+    if impl is not None and impl.video_family:
+        return impl.video_family
+    entry = vocabulary().backends.get(backend)
+    return entry.video_family if entry is not None else None
+
+
 def family_for(declared: str | None, backend: str | None) -> VideoFamily:
     """The declared family, else the backend's, else the default one."""
     if declared:
         return get_family(declared)
-    t = table()
-    return get_family(t.engines.get(backend or "", t.default))
+    return get_family(backend_family(backend) or table().default)

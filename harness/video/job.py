@@ -52,7 +52,7 @@ class VideoPlan:
 
 @dataclass(frozen=True, kw_only=True)
 class VideoJob:
-    """What the engine receives (the ``request`` argument of ``harness_video_generate``).
+    """What the engine receives (the ``request`` argument of the engine's ``video_generate``).
 
     Geometry is final: keyframes are binary PPMs at exactly ``width`` x ``height``.
     """

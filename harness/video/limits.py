@@ -5,9 +5,8 @@ header claims 2^31-1 pixels is refused here, before anything is read, decoded or
 rendered: a render is hours long and an engine handed an unbounded number either
 overflows a C ``int`` or allocates until the host falls over.
 
-The defaults suit every engine the harness drives; an engine plugin narrows or
-widens them through :func:`engine_limits` (the ``harness_video_limits`` hook,
-when the hookspec declares it).
+The defaults suit every engine the harness drives; a registered engine narrows or
+widens them with its ``video_limits`` (:func:`harness.video.pipeline.engine_limits`).
 """
 
 from __future__ import annotations
@@ -18,13 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import pluggy
-
 from harness.errors import VideoError, did_you_mean
 from harness.inputs import LIMITS
-
-#: Hook an engine plugin implements to override the limits (see :func:`engine_limits`).
-LIMITS_HOOK = "harness_video_limits"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,27 +100,6 @@ class VideoLimits:
 
 
 DEFAULT_LIMITS = VideoLimits()
-
-
-def engine_limits(engine: str, pm: pluggy.PluginManager | None = None) -> VideoLimits:
-    """The limits for ``engine``: the defaults, overridden by its plugin when it has any.
-
-    Asks the ``harness_video_limits(engine)`` hook (first non-None result: a mapping
-    of :class:`VideoLimits` field names to values).
-    """
-    if pm is None:
-        from harness.plugin import get_manager
-
-        pm = get_manager()
-    result = pm.hook.harness_video_limits(engine=engine)
-    if result is None:
-        return DEFAULT_LIMITS
-    if isinstance(result, VideoLimits):
-        return result
-    if not isinstance(result, Mapping):
-        msg = f"the {engine} plugin's {LIMITS_HOOK} returned {type(result).__name__}, not a mapping"
-        raise VideoError(msg)
-    return DEFAULT_LIMITS.with_overrides(result, source=f"the {engine} plugin")
 
 
 # -- value checks shared by the request, the plan and the keyframes ----------------

@@ -1,4 +1,4 @@
-"""One video request end to end: validate, convert keyframes, render (hook), mux, verify.
+"""One video request end to end: validate, convert keyframes, render (the engine's), mux, verify.
 
 Everything that can be refused is refused before the engine is called: the
 render is hours long, so ffmpeg is resolved when the pipeline is created and
@@ -59,8 +59,28 @@ class VideoResult:
         }
 
 
-def _video_hook(pm: pluggy.PluginManager) -> Any:
-    return pm.hook.harness_video_generate
+def _renderer(engine: str, pm: pluggy.PluginManager) -> Any:
+    """The registered engine's ``video_generate``; None when it has none (or is not registered)."""
+    from harness import registry
+
+    impl = registry.engines(pm).get(engine)
+    return impl.video_generate if impl is not None else None
+
+
+def engine_limits(engine: str, pm: pluggy.PluginManager | None = None) -> VideoLimits:
+    """The limits for ``engine``: the defaults, overridden by the registered engine's ``video_limits``."""
+    from harness import registry
+
+    impl = registry.engines(pm).get(engine)
+    overrides = impl.video_limits if impl is not None else None
+    if not overrides:
+        return DEFAULT_LIMITS
+    if isinstance(overrides, VideoLimits):
+        return overrides
+    if not isinstance(overrides, Mapping):
+        msg = f"the {engine} engine's video_limits is a {type(overrides).__name__}, not a mapping"
+        raise VideoError(msg)
+    return DEFAULT_LIMITS.with_overrides(overrides, source=f"the {engine} plugin")
 
 
 def _default_manager() -> pluggy.PluginManager:
@@ -133,7 +153,7 @@ class VideoPipeline:
     :param pm: the plugin manager (default: the process-wide one).
     :param ffmpeg: an already-resolved ffmpeg (default: resolve from options/env/PATH/wheel).
     :param limits: bounds on requests (default: :data:`~harness.video.limits.DEFAULT_LIMITS`;
-        the CLI passes :func:`~harness.video.limits.engine_limits` for the engine).
+        the CLI passes :func:`engine_limits` for the engine).
     :raises HostError: no usable ffmpeg: at load time, never after a render.
     """
 
@@ -201,7 +221,7 @@ class VideoPipeline:
         cancel = cancel or threading.Event()
         say = status or (lambda text: None)
         plan = self.check(data, base_dir=base_dir)
-        hook = _video_hook(self._pm or _default_manager())
+        render = _renderer(self.engine, self._pm or _default_manager())
         seed = (plan.seed if plan.seed is not None
                 else secrets.randbelow(min(2**31, self.limits.max_seed + 1)))
         base = base_dir or Path.cwd()
@@ -241,7 +261,7 @@ class VideoPipeline:
                 ffmpeg=self.ffmpeg.path, model=self.model, models_dir=self.models_dir)
             check_cancel("before rendering")
             say(f"rendering {plan.num_frames} frames at {plan.canvas}, {plan.steps} steps")
-            output = self._render(hook, job, workdir, on_step, cancel)
+            output = self._render(render, job, workdir, on_step, cancel)
             check_cancel("after rendering")
             say("muxing")
             result = mux(self.ffmpeg, output, job, workdir, cancel)
@@ -253,11 +273,10 @@ class VideoPipeline:
             ffmpeg=self.ffmpeg.path, seconds=time.monotonic() - started,
             warnings=plan.warnings + result.notes)
 
-    def _render(self, hook: Any, job: VideoJob, workdir: Path, on_step: ProgressCallback,
+    def _render(self, render: Any, job: VideoJob, workdir: Path, on_step: ProgressCallback,
                 cancel: threading.Event) -> EngineOutput:
         try:
-            output = hook(engine=self.engine, request=job, workdir=workdir,
-                          progress=on_step, cancel=cancel)
+            output = render(job, workdir, on_step, cancel) if render is not None else None
         except HarnessError:
             raise
         except Exception as e:
@@ -268,7 +287,7 @@ class VideoPipeline:
             raise VideoCancelledError(msg)
         if output is None:
             msg = (f"no plugin rendered video for engine {self.engine!r}: none implements "
-                   "harness_video_generate for it (is the engine plugin installed?)")
+                   "video_generate for it (is the engine plugin installed?)")
             raise VideoError(msg)
         if not isinstance(output, EngineOutput):
             msg = f"the {self.engine} video plugin returned {type(output).__name__}, not EngineOutput"

@@ -6,7 +6,7 @@ model (:mod:`.tiny`), bench arms (:mod:`.bench`: our backend, the xllamacpp peer
 llama-bench) and the cross-variant check (:mod:`.crossvariant`). The core reaches them
 through the :class:`~harness.registry.EngineImpl` registered below.
 
-It also owns llama.cpp's config rules (``harness_config_check``): the model is a .gguf file
+It also owns llama.cpp's model matching (``match``) and config rules (``config_check``): the model is a .gguf file
 or a directory with config.json, the projector a .gguf, every option ``key:value``, numbers
 inside what the runtime takes, and (when the file is there) a GGUF header whose architecture
 the pinned llama.cpp knows. LocalAI calls this backend ``llama-cpp`` (``llama``, ``llama.cpp``).
@@ -40,11 +40,6 @@ NOT_LOADABLE = frozenset({".bin", ".safetensors", ".pt", ".pth", ".onnx", ".ggml
 ARCH_SOURCE = "src/llama-arch.cpp"
 _ARCH_NAMES = re.compile(r"LLM_ARCH_NAMES\s*=\s*\{(?P<body>.*?)\n\};", re.S)
 _ARCH_ENTRY = re.compile(r'\{\s*LLM_ARCH_\w+\s*,\s*"([^"]+)"\s*\}')
-
-
-@hookimpl
-def harness_engine_names() -> list[str]:
-    return [NAME]
 
 
 def _load(model: str | Path, *, variant: str | None = None, **engine_args: Any) -> Any:
@@ -114,14 +109,6 @@ def _emulated_levels(artifact: Path, **kw: Any) -> dict[str, Any]:
     return emulated_levels(artifact, **kw)
 
 
-@hookimpl
-def harness_engine_register() -> list[EngineImpl]:
-    return [EngineImpl(name=NAME, serves=("text", "embeddings"), default=True, load=_load,
-                       probe_model=_probe_model, random_models=_random_models(), convert=_convert,
-                       cross_variant=_cross_variant, emulated_levels=_emulated_levels,
-                       old_pin_bench_arm="llama-bench")]
-
-
 # ---------------------------------------------------------------------------
 # architectures the pinned source knows
 # ---------------------------------------------------------------------------
@@ -181,10 +168,8 @@ def architecture_problem(arch: Any) -> str | None:
 # ---------------------------------------------------------------------------
 
 
-@hookimpl
-def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult | None:
-    if engine != NAME:
-        return None
+def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
+    """Whether llama.cpp serves ``model`` (its facts) on ``host``, and on which variant."""
     fmt = model.get("format")
     if fmt in UNSUPPORTED_QUANT or fmt not in FORMATS:
         return MatchResult(engine=NAME, ok=False,
@@ -310,17 +295,26 @@ class _Rules:
                 self.error(path, f"{label} {value} is outside what llama.cpp takes here ({low}..{high})")
 
 
-@hookimpl
-def harness_config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic] | None:
-    if context.engine != NAME:
-        return None
+def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
+    """llama.cpp's rules for a model config whose backend resolves to it."""
     return _Rules(config, context).run()
 
 
-@hookimpl
-def harness_e2e_specs(engine: str) -> list[Path] | None:
-    if engine != NAME:
-        return None
+def e2e_specs() -> list[Path]:
     from harness.paths import project_root
 
     return sorted((project_root() / "tests" / "e2e" / "llamacpp").glob("test_*.py"))
+
+
+# ---------------------------------------------------------------------------
+# registration
+# ---------------------------------------------------------------------------
+
+
+@hookimpl
+def harness_engine_register() -> list[EngineImpl]:
+    return [EngineImpl(name=NAME, serves=("text", "embeddings"), default=True, load=_load,
+                       probe_model=_probe_model, random_models=_random_models(), convert=_convert,
+                       cross_variant=_cross_variant, emulated_levels=_emulated_levels,
+                       old_pin_bench_arm="llama-bench", match=match, config_check=config_check,
+                       e2e_specs=e2e_specs, localai_backends=("llama-cpp",))]

@@ -1,7 +1,7 @@
 """Engine plugin ``stable-diffusion.cpp``: Wan video checkpoints rendered by the pybind11 backend.
 
-Its config rules (``harness_config_check``) are its video family's (``video_family``,
-else ``wan``: 4n+1 frames, a 16-pixel grid, no audio; see harness/video/families.yaml).
+Its config rules (``config_check`` on the registered engine) are its video family's (``video_family``,
+else the engine's own, ``wan``: 4n+1 frames, a 16-pixel grid, no audio; see harness/video/families.yaml).
 LocalAI calls this backend ``stablediffusion-ggml``; those configs are checked here too,
 and their options may be flags (``diffusion_model``), as LocalAI's backend takes them.
 
@@ -48,11 +48,6 @@ _contexts: dict[tuple[Any, ...], Any] = {}
 _loaded_backends: set[str] = set()
 
 
-@hookimpl
-def harness_engine_names() -> list[str]:
-    return [NAME]
-
-
 def _fixture_env() -> dict[str, str]:
     """The tiny random-weight Wan set the video specs render with (written once, deterministic)."""
     from harness import paths
@@ -65,13 +60,15 @@ def _fixture_env() -> dict[str, str]:
 
 @hookimpl
 def harness_engine_register() -> list[EngineImpl]:
-    return [EngineImpl(name=NAME, serves=("video",), default=True, fixture_env=_fixture_env)]
+    # The binding takes an int64_t seed; width, height and frames are C ints, which the
+    # default video limits already keep in range.
+    return [EngineImpl(name=NAME, serves=("video",), default=True, fixture_env=_fixture_env, match=match,
+                       config_check=config_check, e2e_specs=e2e_specs, localai_backends=("stablediffusion-ggml",),
+                       video_family="wan", video_limits={"max_seed": 2**63 - 1}, video_generate=video_generate)]
 
 
-@hookimpl
-def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult | None:
-    if engine != NAME:
-        return None
+def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
+    """Whether stable-diffusion.cpp serves ``model`` (its facts) on ``host``: video checkpoints only."""
     fmt = model.get("format")
     abilities = model.get("abilities") or []
     if "video" not in abilities:
@@ -84,11 +81,9 @@ def harness_engine_match(engine: str, model: dict[str, Any], host: HostInfo) -> 
     return MatchResult(engine=NAME, ok=True, variant="cpu")
 
 
-@hookimpl
-def harness_config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic] | None:
+def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
+    """The video family's rules for a config whose backend resolves to this engine."""
     from harness.config.video_rules import check_video
-    if context.engine != NAME:
-        return None
     if context.options.video_engaged:
         return check_video(context)
     if "video" in config.known_usecases:
@@ -179,19 +174,10 @@ def _context(core: ModuleType, params: dict[str, Any]) -> Any:
         return ctx
 
 
-@hookimpl
-def harness_video_limits(engine: str) -> dict[str, int] | None:
-    # The binding takes an int64_t seed; width, height and frames are C ints, which the
-    # default limits already keep in range.
-    return {"max_seed": 2**63 - 1} if engine == NAME else None
-
-
-@hookimpl
-def harness_video_generate(engine: str, request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
-                           cancel: threading.Event) -> EngineOutput | None:
+def video_generate(request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
+                   cancel: threading.Event) -> EngineOutput:
+    """Render a validated request into ``workdir`` (binary PPM frames; the harness muxes them)."""
     from harness.video.job import EngineOutput
-    if engine != NAME:
-        return None
     if request.partition not in PARTITIONS:
         msg = (f"stable-diffusion.cpp renders {' and '.join(PARTITIONS)} (text-only, first/last frame), "
                f"not {request.partition}; declare video_partition:fl2va")
@@ -223,10 +209,7 @@ def harness_video_generate(engine: str, request: VideoJob, workdir: Path, progre
     return EngineOutput(frames=frames)
 
 
-@hookimpl
-def harness_e2e_specs(engine: str) -> list[Path] | None:
-    if engine != NAME:
-        return None
+def e2e_specs() -> list[Path]:
     from harness.paths import project_root
 
     return sorted((project_root() / "tests" / "e2e" / "sdcpp").glob("test_*.py"))

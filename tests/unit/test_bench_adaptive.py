@@ -76,7 +76,7 @@ def test_adaptive_config_is_checked(cfg: dict[str, Any], match: str) -> None:
 
 def test_report_and_results_say_what_stopped_the_run(tmp_path: Path) -> None:
     r = _run("fake:noise=0.2,seed=1", "fake:noise=0.2,seed=1", blocks=2, until_halfwidth=1.0, max_blocks=4)
-    files = write_report(r, out=tmp_path, plots=False, hooks=False)
+    files = write_report(r, out=tmp_path, plots=False)
     md = files.markdown.read_text()
     assert "- adaptive: stopped at --max-blocks 4 with" in md
     assert "4 ABBA blocks (A B B A A B B A)" in md

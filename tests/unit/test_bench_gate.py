@@ -134,7 +134,7 @@ def test_report_shows_headline_and_gate(tmp_path: Path) -> None:
     r = _run("fake", "fake:slowdown=1.1", blocks=4)
     an = analyze(r.samples)
     gate = evaluate(resolve_gate({"all": 5.0}, (1, 4)), an, r.config.pn)
-    files = write_report(r, out=tmp_path, analysis=an, host=HOST, plots=False, hooks=False, gate=gate)
+    files = write_report(r, out=tmp_path, analysis=an, host=HOST, plots=False, gate=gate)
     md = files.markdown.read_text()
     assert "## Headline" in md and "| metric | A: fake | B: fake:slowdown=1.1 | B/A speed (95% CI) |" in md
     prefill_row = next(line for line in md.splitlines() if line.startswith("| prefill @ c=1 |"))
@@ -147,9 +147,8 @@ def test_report_shows_headline_and_gate(tmp_path: Path) -> None:
 
 def test_compare_markdown_for_a_pull_request(harness_cli: Any, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    old = write_report(_run("fake:seed=1", "fake:seed=1", blocks=4), out=tmp_path, plots=False, hooks=False)
-    new = write_report(_run("fake:seed=2", "fake:seed=2,slowdown=1.1", blocks=4), out=tmp_path, plots=False,
-                       hooks=False)
+    old = write_report(_run("fake:seed=1", "fake:seed=1", blocks=4), out=tmp_path, plots=False)
+    new = write_report(_run("fake:seed=2", "fake:seed=2,slowdown=1.1", blocks=4), out=tmp_path, plots=False)
     rc = harness_cli(["report", "compare", str(old.results), str(new.results), "--markdown"])
     md = capsys.readouterr().out
     assert rc == BenchError.exit_code
@@ -168,7 +167,7 @@ def test_compare_notes_a_change_of_thread_count(tmp_path: Path) -> None:
     def run(threads: int) -> Path:
         r = run_abba(ArmSpec.parse(f"fake:threads={threads}"), ArmSpec.parse(f"fake:threads={threads}"),
                      BenchConfig(blocks=2, concurrency=(1,)), isolate=False, extra_plugins=FAKE)
-        return write_report(r, out=tmp_path, plots=False, hooks=False).results
+        return write_report(r, out=tmp_path, plots=False).results
 
     comp = compare(run(2), run(8))
     assert "the runs used different thread counts per arm: 2 -> 8" in comp.notes

@@ -75,15 +75,15 @@ def test_markdown_has_the_seed_shaped_table(report: Any) -> None:
 
 def test_report_dir_never_overwrites(tmp_path: Path) -> None:
     r = _run("fake", "fake", "same", blocks=2, concurrency=(1,))
-    first = write_report(r, out=tmp_path, plots=False, hooks=False)
-    second = write_report(r, out=tmp_path, plots=False, hooks=False)
+    first = write_report(r, out=tmp_path, plots=False)
+    second = write_report(r, out=tmp_path, plots=False)
     assert first.directory != second.directory and second.directory.name.endswith("-2")
 
 
 def test_compare_flags_a_regression_beyond_noise(tmp_path: Path) -> None:
-    old = write_report(_run("fake:seed=1", "fake:seed=1", "old"), out=tmp_path, plots=False, hooks=False)
+    old = write_report(_run("fake:seed=1", "fake:seed=1", "old"), out=tmp_path, plots=False)
     new = write_report(_run("fake:seed=2", "fake:seed=2,slowdown=1.1", "new"), out=tmp_path,
-                       plots=False, hooks=False)
+                       plots=False)
     comp = compare(old.results, new.results)
     reg = {(r.metric, r.what) for r in comp.regressions}
     assert ("decode_tps@c1", "B/A") in reg and ("ttft_ms@c1", "B/A") in reg
@@ -143,8 +143,8 @@ def test_cli_usage_errors(harness_cli: Any, capsys: pytest.CaptureFixture[str]) 
 
 def test_cli_report_compare_exit_code(harness_cli: Any, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    old = write_report(_run("fake", "fake", "old"), out=tmp_path, plots=False, hooks=False)
-    new = write_report(_run("fake", "fake:slowdown=1.1", "new"), out=tmp_path, plots=False, hooks=False)
+    old = write_report(_run("fake", "fake", "old"), out=tmp_path, plots=False)
+    new = write_report(_run("fake", "fake:slowdown=1.1", "new"), out=tmp_path, plots=False)
     assert harness_cli(["report", "compare", str(old.results), str(new.results)]) == BenchError.exit_code
     assert "regression" in capsys.readouterr().out
     assert harness_cli(["report", "compare", str(new.results), str(old.results), "--json"]) == 0
@@ -174,7 +174,7 @@ def test_prefill_is_also_tok_s_and_plots_fold_with_attach_instructions(report: A
 
 
 def test_embedded_plots_need_no_files(tmp_path: Path) -> None:
-    files = write_report(_run("fake", "fake", "embed", blocks=2, concurrency=(1,)), out=tmp_path, hooks=False,
+    files = write_report(_run("fake", "fake", "embed", blocks=2, concurrency=(1,)), out=tmp_path,
                          embed_plots=True)
     md = files.markdown.read_text()
     assert "![ratios](data:image/png;base64,iVBOR" in md and "![samples](data:image/png;base64," in md
@@ -195,7 +195,7 @@ def test_results_json_holds_json_values_only(tmp_path: Path) -> None:
                                "shape": [1, 2], "n": 3, "x": 0.5, "nan": None, "7": {"set": [1]}}
     r = _run("fake", "fake", "json", blocks=2, concurrency=(1,))
     r = dataclasses.replace(r, describe={**r.describe, "A": {**r.describe["A"], "odd": odd}})
-    files = write_report(r, out=tmp_path, plots=False, hooks=False)
+    files = write_report(r, out=tmp_path, plots=False)
     text = files.results.read_text()
     doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert doc["arms"]["A"]["describe"]["odd"]["build_info"] == {"build_number": 0, "commit": "unknown"}

@@ -112,7 +112,7 @@ def test_every_run_records_the_state_and_the_report_shows_it(tmp_path: Path) -> 
     r = run_abba(ArmSpec.parse("fake:threads=3"), ArmSpec.parse("fake:threads=3"), BenchConfig(blocks=2),
                  isolate=False, extra_plugins=FAKE, threads_source="--threads")
     assert r.system is not None and r.system.threads == 3 and r.system.threads_source == "--threads"
-    files = write_report(r, out=tmp_path, plots=False, hooks=False)
+    files = write_report(r, out=tmp_path, plots=False)
     md = files.markdown.read_text()
     assert "- threads per arm: 3 (--threads)" in md
     assert "## System state" in md and "- kernel " in md and "governor:" in md and "load average" in md

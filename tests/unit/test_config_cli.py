@@ -16,6 +16,7 @@ import harness.config.cli as config_cli
 import harness.config.validate as validate
 import harness.plugin
 from harness import hookspec
+from harness.registry import EngineImpl
 from harness.types import GpuInfo, HostInfo, MatchResult
 from tests.unit.test_config_validate import tiny_gguf
 
@@ -125,16 +126,16 @@ def test_config_show_picks_by_name(tmp_path: Path, capsys: pytest.CaptureFixture
     assert json.loads(capsys.readouterr().out)["name"] == "b"
 
 
+def _match(model: dict[str, Any], host: HostInfo) -> MatchResult:
+    ok = model["format"] == "ggufv2"
+    return MatchResult(engine="llamacpp", ok=ok, variant="cpu" if ok else None,
+                       reason="" if ok else "llama.cpp engine only supports ggufv2 format")
+
+
 class Engine:
     @hookimpl
-    def harness_engine_names(self) -> list[str]:
-        return ["llamacpp"]
-
-    @hookimpl
-    def harness_engine_match(self, engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult:
-        ok = model["format"] == "ggufv2"
-        return MatchResult(engine=engine, ok=ok, variant="cpu" if ok else None,
-                           reason="" if ok else "llama.cpp engine only supports ggufv2 format")
+    def harness_engine_register(self) -> list[EngineImpl]:
+        return [EngineImpl(name="llamacpp", match=_match)]
 
 
 def test_select(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

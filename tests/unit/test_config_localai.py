@@ -26,6 +26,7 @@ from harness.config import loader, model, schema
 from harness.config.localai import SECTIONS, resolve_backend, vocabulary
 from harness.config.validate import Validated, Validator
 from harness.plugin import make_manager
+from harness.registry import EngineImpl
 from harness.types import GpuInfo, HostInfo, MatchResult
 from tests.unit.test_config_validate import tiny_gguf
 
@@ -190,12 +191,9 @@ def test_vllm_cpp_is_the_engine_of_that_name_when_registered() -> None:
 
 class VllmCpp:
     @hookimpl
-    def harness_engine_names(self) -> list[str]:
-        return ["vllm-cpp"]
-
-    @hookimpl
-    def harness_engine_match(self, engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult | None:
-        return MatchResult(engine=engine, ok=True, variant="cpu") if engine == "vllm-cpp" else None
+    def harness_engine_register(self) -> list[EngineImpl]:
+        return [EngineImpl(name="vllm-cpp",
+                           match=lambda model, host: MatchResult(engine="vllm-cpp", ok=True, variant="cpu"))]
 
 
 def test_spec_section_4_example_is_served_by_a_registered_vllm_cpp(

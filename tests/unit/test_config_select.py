@@ -18,6 +18,7 @@ from harness.config.select import (
     cuda_wheel_index,
     select_engine,
 )
+from harness.registry import EngineImpl
 from harness.types import HostInfo, MatchResult
 
 hookimpl = pluggy.HookimplMarker("harness")
@@ -90,37 +91,37 @@ def test_facts_without_models_dir() -> None:
 # -- selection -------------------------------------------------------------------
 
 
+def gg_match(model: dict[str, Any], host: HostInfo) -> MatchResult:
+    if model["format"] != "ggufv2":
+        return MatchResult(engine="gg", ok=False, reason="gg engine only supports ggufv2 format")
+    return MatchResult(engine="gg", ok=True, variant="cpu")
+
+
+def cu_match(model: dict[str, Any], host: HostInfo) -> MatchResult:
+    ok = host.has_gpu("cuda")
+    return MatchResult(engine="cu", ok=ok, reason="" if ok else "requires Linux with a CUDA device")
+
+
 class GgufEngine:
     @hookimpl
-    def harness_engine_names(self) -> list[str]:
-        return ["gg"]
-
-    @hookimpl
-    def harness_engine_match(self, engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult | None:
-        if engine != "gg":
-            return None
-        if model["format"] != "ggufv2":
-            return MatchResult(engine="gg", ok=False, reason="gg engine only supports ggufv2 format")
-        return MatchResult(engine="gg", ok=True, variant="cpu")
+    def harness_engine_register(self) -> list[EngineImpl]:
+        return [EngineImpl(name="gg", match=gg_match)]
 
 
 class CudaEngine:
     @hookimpl
-    def harness_engine_names(self) -> list[str]:
-        return ["cu", "silent"]
+    def harness_engine_register(self) -> list[EngineImpl]:
+        return [EngineImpl(name="cu", match=cu_match), EngineImpl(name="silent")]
 
-    @hookimpl
-    def harness_engine_match(self, engine: str, model: dict[str, Any], host: HostInfo) -> MatchResult | None:
-        if engine == "cu":
-            ok = host.has_gpu("cuda")
-            return MatchResult(engine="cu", ok=ok, reason="" if ok else "requires Linux with a CUDA device")
-        return None
+
+def _boom(model: dict[str, Any], host: HostInfo) -> MatchResult:
+    raise RuntimeError("boom")
 
 
 class Broken:
     @hookimpl
-    def harness_engine_names(self) -> list[str]:
-        return ["bad"]
+    def harness_engine_register(self) -> list[EngineImpl]:
+        return [EngineImpl(name="bad", match=_boom)]
 
 
 def manager(*plugins: object) -> pluggy.PluginManager:
@@ -181,10 +182,5 @@ def test_default_manager_lists_descriptor_engines(monkeypatch: pytest.MonkeyPatc
 
 
 def test_select_survives_a_failing_plugin() -> None:
-    class Raises:
-        @hookimpl
-        def harness_engine_match(self, engine: str, model: dict[str, Any], host: HostInfo) -> None:
-            raise RuntimeError("boom")
-
-    sel = select_engine(config("x.gguf"), HOST, pm=manager(Broken(), Raises()))
+    sel = select_engine(config("x.gguf"), HOST, pm=manager(Broken()))
     assert [(r.engine, r.reason) for r in sel.results] == [("bad", "match hook failed: boom")]

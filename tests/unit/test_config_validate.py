@@ -519,20 +519,27 @@ def test_plugin_config_checks_add_located_diagnostics() -> None:
     from harness import hookspec
     from harness.config.model import ModelConfig
     from harness.config.rules import CheckContext
+    from harness.registry import EngineImpl
 
     hookimpl = pluggy.HookimplMarker("harness")
 
+    def no_big_context(config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
+        if (config.context_size or 0) > 4096:
+            return [context.document.diag(("context_size",), "warning", "context above 4096")]
+        return []
+
+    def boom(config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
+        raise RuntimeError("boom")
+
     class NoBigContext:
         @hookimpl
-        def harness_config_check(self, config: ModelConfig, context: CheckContext) -> list[object]:
-            if (config.context_size or 0) > 4096:
-                return [context.document.diag(("context_size",), "warning", "context above 4096")]
-            return []
+        def harness_engine_register(self) -> list[EngineImpl]:
+            return [EngineImpl(name="llamacpp", config_check=no_big_context)]
 
-    class Raises:
+    class Raises:  # registered later: replaces the engine of the same name
         @hookimpl
-        def harness_config_check(self, config: ModelConfig, context: CheckContext) -> list[object]:
-            raise RuntimeError("boom")
+        def harness_engine_register(self) -> list[EngineImpl]:
+            return [EngineImpl(name="llamacpp", config_check=boom)]
 
     pm = pluggy.PluginManager("harness")
     pm.add_hookspecs(hookspec)

@@ -35,19 +35,19 @@ def job(**kw: Any) -> VideoJob:
 def test_registered_and_named() -> None:
     pm = make_manager(autoload=False)
     assert "engine-sdcpp" in [name for name, _ in pm.list_name_plugin()]
-    names = [n for ns in pm.hook.harness_engine_names() for n in ns]
-    assert plugin.NAME in names
+    from harness import registry
+
+    assert plugin.NAME in registry.names(pm)
     assert (ROOT / "engines" / plugin.NAME / "engine.yaml").is_file()
 
 
 def test_match() -> None:
     h = host()
-    assert plugin.harness_engine_match(engine="llamacpp", model={}, host=h) is None
-    ok = plugin.harness_engine_match(engine=plugin.NAME, model={"format": "ggufv2", "abilities": ["video"]}, host=h)
+    ok = plugin.match({"format": "ggufv2", "abilities": ["video"]}, h)
     assert ok is not None and ok.ok and ok.variant == "cpu"
-    chat = plugin.harness_engine_match(engine=plugin.NAME, model={"format": "ggufv2", "abilities": ["chat"]}, host=h)
+    chat = plugin.match({"format": "ggufv2", "abilities": ["chat"]}, h)
     assert chat is not None and not chat.ok and "video models only" in chat.reason
-    gptq = plugin.harness_engine_match(engine=plugin.NAME, model={"format": "gptq", "abilities": ["video"]}, host=h)
+    gptq = plugin.match({"format": "gptq", "abilities": ["video"]}, h)
     assert gptq is not None and not gptq.ok and "gptq" in gptq.reason
 
 
@@ -97,11 +97,7 @@ def test_checkpoint_set_resolves_against_models_dir(tmp_path: Path) -> None:
 
 def test_refusals_before_loading(tmp_path: Path) -> None:
     cancel = threading.Event()
-    assert plugin.harness_video_generate(engine="other", request=job(), workdir=tmp_path,
-                                         progress=lambda s, t: None, cancel=cancel) is None
     with pytest.raises(VideoError, match="ref2va"):
-        plugin.harness_video_generate(engine=plugin.NAME, request=job(partition="ref2va"), workdir=tmp_path,
-                                      progress=lambda s, t: None, cancel=cancel)
+        plugin.video_generate(job(partition="ref2va"), tmp_path, lambda s, t: None, cancel)
     with pytest.raises(VideoError, match="cpu only"):
-        plugin.harness_video_generate(engine=plugin.NAME, request=job(device="cuda"), workdir=tmp_path,
-                                      progress=lambda s, t: None, cancel=cancel)
+        plugin.video_generate(job(device="cuda"), tmp_path, lambda s, t: None, cancel)

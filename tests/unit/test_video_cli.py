@@ -13,6 +13,7 @@ import pytest
 
 from harness import hookspec
 from harness.errors import ConfigError, UsageError, VideoError
+from harness.registry import EngineImpl
 from harness.video import cli
 from harness.video import pipeline as pipeline_mod
 from harness.video.ffmpeg import resolve_ffmpeg
@@ -39,9 +40,11 @@ options:
 
 class Engine:
     @hookimpl
-    def harness_video_generate(self, engine: str, request: VideoJob, workdir: Path,
-                               progress: Callable[[int, int], None],
-                               cancel: threading.Event) -> EngineOutput | None:
+    def harness_engine_register(self) -> list[EngineImpl]:
+        return [EngineImpl(name="fake", video_generate=self.generate)]
+
+    def generate(self, request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
+                 cancel: threading.Event) -> EngineOutput | None:
         raw = workdir / "frames.rgb"
         for step in range(1, request.steps + 1):
             progress(step, request.steps)

@@ -21,13 +21,11 @@ from harness.video.ffmpeg import Ffmpeg
 from harness.video.job import VideoPlan
 from harness.video.limits import (
     DEFAULT_LIMITS,
-    LIMITS_HOOK,
     VideoLimits,
-    engine_limits,
     show,
 )
 from harness.video.options import video_options
-from harness.video.pipeline import VideoPipeline
+from harness.video.pipeline import VideoPipeline, engine_limits
 
 from .pngs import png_header
 
@@ -183,22 +181,19 @@ def test_overrides_are_checked() -> None:
         DEFAULT_LIMITS.with_overrides({"max_fps": math.inf}, source="t")
 
 
-def test_engine_limits_come_from_the_plugin_hook() -> None:
-    spec = pluggy.HookspecMarker("harness")
-    impl = pluggy.HookimplMarker("harness")
+def test_engine_limits_come_from_the_registered_engine() -> None:
+    from harness import hookspec
+    from harness.registry import EngineImpl
 
-    class Spec:
-        @spec(firstresult=True)
-        def harness_video_limits(self, engine: str) -> Any: ...
+    impl = pluggy.HookimplMarker("harness")
 
     class Plugin:
         @impl
-        def harness_video_limits(self, engine: str) -> Any:
-            return {"max_seed": 2**63 - 1} if engine == "wide-seeds" else None
+        def harness_engine_register(self) -> list[EngineImpl]:
+            return [EngineImpl(name="wide-seeds", video_limits={"max_seed": 2**63 - 1}), EngineImpl(name="other")]
 
-    assert LIMITS_HOOK == "harness_video_limits"
     pm = pluggy.PluginManager("harness")
-    pm.add_hookspecs(Spec)
+    pm.add_hookspecs(hookspec)
     pm.register(Plugin())
     assert engine_limits("wide-seeds", pm).max_seed == 2**63 - 1
     assert engine_limits("other", pm) == DEFAULT_LIMITS

@@ -16,6 +16,7 @@ import pytest
 
 from harness import hookspec
 from harness.errors import SubprocessError, VideoError
+from harness.registry import EngineImpl
 from harness.video.ffmpeg import Ffmpeg, resolve_ffmpeg
 from harness.video.job import EngineOutput, VideoJob
 from harness.video.mux import VideoCancelledError
@@ -44,11 +45,11 @@ class FakeEngine:
         self.workdirs: list[Path] = []
 
     @hookimpl
-    def harness_video_generate(self, engine: str, request: VideoJob, workdir: Path,
-                               progress: Callable[[int, int], None],
-                               cancel: threading.Event) -> EngineOutput | None:
-        if engine != self.name:
-            return None
+    def harness_engine_register(self) -> list[EngineImpl]:
+        return [EngineImpl(name=self.name, video_generate=self.generate)]
+
+    def generate(self, request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
+                 cancel: threading.Event) -> EngineOutput | None:
         self.jobs.append(request)
         self.workdirs.append(workdir)
         frames = workdir / "frames"
@@ -178,11 +179,9 @@ def test_failure_keeps_the_workdir_and_names_it(ff: Ffmpeg, tmp_path: Path) -> N
 
 def test_ffmpeg_failure_keeps_workdir_with_subprocess_error(ff: Ffmpeg, tmp_path: Path) -> None:
     class BadArgv(FakeEngine):
-        @hookimpl
-        def harness_video_generate(self, engine: str, request: VideoJob, workdir: Path,
-                                   progress: Callable[[int, int], None],
-                                   cancel: threading.Event) -> EngineOutput | None:
-            out = super().harness_video_generate(engine, request, workdir, progress, cancel)
+        def generate(self, request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
+                     cancel: threading.Event) -> EngineOutput | None:
+            out = super().generate(request, workdir, progress, cancel)
             assert out is not None
             return EngineOutput(frames=out.frames, audio=out.audio,
                                 argv=("ffmpeg", "-i", "does-not-exist.ppm", "x.mp4"))
@@ -214,12 +213,9 @@ def test_no_plugin_for_the_engine(ff: Ffmpeg, tmp_path: Path) -> None:
 class DeafEngine(FakeEngine):
     """An engine that never looks at the cancel event: the progress callback stops it."""
 
-    @hookimpl
-    def harness_video_generate(self, engine: str, request: VideoJob, workdir: Path,
-                               progress: Callable[[int, int], None],
-                               cancel: threading.Event) -> EngineOutput | None:
-        return super().harness_video_generate(engine, request, workdir, progress,
-                                              threading.Event())
+    def generate(self, request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
+                 cancel: threading.Event) -> EngineOutput | None:
+        return super().generate(request, workdir, progress, threading.Event())
 
 
 @pytest.mark.parametrize("engine_polls", [True, False])

@@ -14,11 +14,13 @@ from harness.qualify.result import SkippedStage, StageResult
 def e2e(ctx: QualifyContext) -> StageResult:
     """Each spec file in a process of its own, per row: a crash names its signal, spec and CPU
     level, and the other files' results are kept."""
+    from harness import paths, registry
+
     engine = ctx.engine
-    specs = [str(p) for ps in ctx.pm.hook.harness_e2e_specs(engine=engine.name) for p in ps or []]
+    impl = registry.engines(ctx.pm).get(engine.name)
+    specs = [str(p) for p in impl.e2e_specs()] if impl is not None and impl.e2e_specs else []
     if not specs:
         raise SkippedStage(f"no plugin lists e2e specs for {engine.name}")
-    from harness import paths
     from harness.build import artifact_dir
     from harness.e2e import run_specs
     from harness.matrix import get_variant

@@ -1,0 +1,102 @@
+"""The one engine interface: what an engine provides to the core, as one registered object.
+
+An engine plugin returns an :class:`EngineImpl` from ``harness_engine_register()``;
+:mod:`harness.registry` looks it up by name. Each capability is optional: what an engine
+does not provide is ``None`` (or empty), and the stage that needs it says so.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.types import HostInfo, MatchResult
+
+# The interface names the core's config and video types only in words: the modules that hold
+# them (harness.config.*, harness.video.job) look engines up here, and an import back would
+# close a circle. The engine packages type their functions precisely.
+
+#: ``match(model, host)``: whether the engine serves a model (facts: format, quantization,
+#: architecture, abilities) on the probed host.
+MatchFn = Callable[[dict[str, Any], "HostInfo"], "MatchResult"]
+#: ``config_check(config, context)`` -> diagnostics: the engine's own rules for a model config
+#: whose backend resolves to it (config: :class:`harness.config.model.ModelConfig`, values the
+#: schema refuses left out; context: :class:`harness.config.rules.CheckContext`, which locates
+#: findings with ``context.error(path, ...)`` / ``context.warn``; diagnostics:
+#: :class:`harness.config.loader.Diagnostic`).
+ConfigCheckFn = Callable[[Any, Any], Sequence[Any]]
+#: ``video_generate(request, workdir, progress, cancel)`` -> :class:`harness.video.job.EngineOutput`
+#: for a :class:`harness.video.job.VideoJob`.
+VideoGenerateFn = Callable[[Any, Path, Callable[[int, int], None], threading.Event], Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomModel:
+    """A random-weight model an engine's plugin writes (fixture kind ``tiny``, chosen by its ``shape``)."""
+
+    write: Callable[[Path, int], Path]
+    """``write(dest, seed)``: same seed, same bytes."""
+    version: str
+    """Changes whenever the bytes written would change; a file written by another version is rewritten."""
+    doc: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineImpl:
+    """What one engine plugin provides to the core."""
+
+    name: str
+    serves: tuple[str, ...] = ()
+    """request kinds: "text", "embeddings", "video"."""
+    default: bool = False
+    """The engine used when a command names none (one per kind of request)."""
+    load: Callable[..., Any] | None = None
+    """``load(model, *, variant=None, **engine_args)`` -> a loaded engine (text engines). Loading a
+    model config adds ``effective=`` (:class:`harness.config.effective.Effective`, the values
+    ``harness config show`` prints) for the engine to map onto its own parameters."""
+    probe_model: Callable[[], Path] | None = None
+    """A tiny model for the CPU-level smoke probe (written on demand)."""
+    random_models: Mapping[str, RandomModel] = field(default_factory=dict)
+    """Shape name (``tiny``, ...) -> the random-weight model the engine writes (fixture kind ``tiny``)."""
+    convert: Callable[..., tuple[Path, bool]] | None = None
+    """``convert(src_dir, *, engine_tree, outtype)`` -> (gguf, converted now) (fixture kind ``converted``)."""
+    cross_variant: Callable[..., dict[str, Any]] | None = None
+    """``cross_variant(model, *, threads)``: the same greedy prompt on every installed variant and CPU
+    level (qualify's cross-variant stage)."""
+    emulated_levels: Callable[..., dict[str, Any]] | None = None
+    """``emulated_levels(artifact, *, tree, models, expect, bench_model, threads, only, n_tokens)``: every
+    CPU level of a cross-built artifact run under an emulated CPU that has its features (the level table)."""
+    fixture_env: Callable[[], Mapping[str, str]] | None = None
+    """Extra model fixtures the engine's e2e specs need (name -> path), written on demand."""
+    old_pin_bench_arm: str | None = None
+    """Bench arm kind that runs an artifact's own benchmark tool (old pin vs new pin)."""
+    match: MatchFn | None = None
+    """``match(model, host)`` -> :class:`~harness.types.MatchResult` (``harness select``); without
+    it the engine is registered but answers for no model."""
+    config_check: ConfigCheckFn | None = None
+    """``config_check(config, context)`` -> diagnostics, called for every config whose backend
+    resolves to this engine (LocalAI's backend names included), valid or not."""
+    e2e_specs: Callable[[], list[Path]] | None = None
+    """Pytest files holding the engine's e2e specs (qualify's e2e stage)."""
+    localai_backends: tuple[str, ...] = ()
+    """LocalAI backend names this engine serves (what configs write as ``backend:``); their aliases in
+    ``harness/config/localai.yaml`` follow them."""
+    video_family: str | None = None
+    """The video family (``harness/video/families.yaml``) of a config whose backend is this engine,
+    when the config declares none."""
+    video_limits: Mapping[str, int | float] = field(default_factory=dict)
+    """Overrides of :class:`harness.video.limits.VideoLimits` (field -> value) for this engine."""
+    video_generate: VideoGenerateFn | None = None
+    """``video_generate(request, workdir, progress, cancel)`` -> :class:`~harness.video.job.EngineOutput`.
+
+    Called only after the request, partition, canvas and frame count were checked and ffmpeg was
+    found; keyframes are already binary PPMs at the exact canvas. The engine writes frames
+    (PPM/PNG files or one raw RGB24 file) and optionally a WAV under ``workdir`` and spawns no
+    ffmpeg itself: it may propose a mux argv, whose argv[0] the harness replaces with the
+    resolved ffmpeg. ``progress(step, total)`` after each denoising step raises when the request
+    was cancelled; ``cancel`` is set when the caller cancels (check it between steps)."""
+    extra: dict[str, Any] = field(default_factory=dict)
