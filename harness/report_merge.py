@@ -238,11 +238,18 @@ def differences(reports: Sequence[HostReport]) -> list[dict[str, str]]:
     diffs: list[dict[str, str]] = []
     for name in stage_names(reports):
         status = {r.label: (r.stage(name) or {}).get("status", "missing") for r in reports}
-        if "passed" in status.values() and "failed" in status.values():
+        others = set(status.values()) - {"failed"}
+        # a failure matters beside a pass, and beside a host whose report lacks the stage (an older
+        # harness, or a stage this host's run did not have): "the same verdict" cannot be claimed
+        if "failed" in status.values() and others & {"passed", "missing"}:
             failed = [r for r in reports if status[r.label] == "failed"]
+            passed = [h for h, s in status.items() if s == "passed"]
+            missing = [h for h, s in status.items() if s == "missing"]
+            head = f"stage {name} passes on {', '.join(passed)} and fails on " if passed else f"stage {name} fails on "
+            tail = f"; not in the report of {', '.join(missing)}" if missing else ""
             diffs.append({"kind": "stage", "what": name, "detail": (
-                f"stage {name} passes on {', '.join(h for h, s in status.items() if s == 'passed')} and fails on "
-                + "; ".join(f"{r.label} ({((r.stage(name) or {}).get('summary') or '').splitlines()[0][:200]})" for r in failed))})
+                head + "; ".join(f"{r.label} ({((r.stage(name) or {}).get('summary') or '').splitlines()[0][:200]})"
+                                 for r in failed) + tail)})
     outcomes = {r.label: level_outcomes(r) for r in reports}
     levels = sorted({lvl for o in outcomes.values() for lvl in o})
     for level in levels:

@@ -340,6 +340,13 @@ class LlamaBenchArm:
         self.level, self.exe = _llama_bench_at_level(self.artifact, self.opts.get("level"))
         self.commands: list[str] = []
 
+    def command_forms(self) -> list[str]:
+        """The command lines a measurement runs (describe() is asked before the first one)."""
+        base = f"{self.exe} -m {self.opts['model']} -t {self.opts['threads']}"
+        depth = self.opts.get("depth")
+        tg = "-p 0 -n GN" + (f" -d {depth}" if depth is not None else " -d PN")
+        return [f"{base} -p PN -n 0 -r 1 -o json", f"{base} {tg} -r 1 -o json"]
+
     def _ts(self, *args: str) -> float:
         """Tokens/s of the one test ``args`` select (``-p N -n 0`` or ``-p 0 -n N -d D``)."""
         argv = [str(self.exe), "-m", self.opts["model"], "-t", str(self.opts["threads"]), *args, "-r", "1",
@@ -380,7 +387,7 @@ class LlamaBenchArm:
         m = self.manifest
         return {"kind": "llama-bench", "engine": m.get("engine"), "pin": m.get("pin"), "variant": m.get("variant"),
                 "recipe_commit": m.get("recipe_commit"), "upstream": m.get("upstream"), "abi_fingerprint": m.get("abi_fingerprint"),
-                "cpu_level": self.level, "commands": list(self.commands),
+                "cpu_level": self.level, "commands": list(self.commands) or self.command_forms(),
                 "versions": {"harness": __version__}, "options": self.opts, "model": _model_facts(self.opts["model"])}
 
     def close(self) -> None:

@@ -91,6 +91,19 @@ def test_level_crashing_on_one_host_and_a_flipped_ratio_are_named(tmp_path: Path
     assert not any("1.05" in line for line in render_markdown(m).splitlines() if "decode @ c=1" in line)
 
 
+def test_a_stage_failing_where_another_report_lacks_it_is_named(tmp_path: Path) -> None:
+    """A stage new on one host (an engine-ceiling stage, say) that fails there is a difference, though
+    no host passed it: 'the same verdict on every host' cannot be claimed."""
+    b = other_host(reference())
+    b["stages"].append({"name": "ceiling-bandwidth", "status": "failed", "seconds": 74.8, "data": {},
+                        "summary": "m.gguf, cpu level sapphirerapids: binding / llama-bench decode 0.961x"})
+    m = merge(load_reports([write(tmp_path, "amd", reference()), write(tmp_path, "intel", b)]))
+    details = [d["detail"] for d in m["differences"] if d["kind"] == "stage"]
+    assert details == ["stage ceiling-bandwidth fails on Intel Xeon Platinum 8480+ x86_64 [sapphirerapids] "
+                       "(m.gguf, cpu level sapphirerapids: binding / llama-bench decode 0.961x); "
+                       "not in the report of AMD EPYC x86_64 [x86_64_v4]"]
+
+
 def test_an_interval_spanning_one_is_not_a_flip(tmp_path: Path) -> None:
     b = other_host(reference())
     decode = next(h for h in stage(b, "bench")["data"]["headline"] if h["name"] == "decode")
