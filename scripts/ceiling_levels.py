@@ -20,43 +20,43 @@ import subprocess
 import sys
 from pathlib import Path
 
+#: The binding's arm in a process of its own, with the level forced (the runtime reads it at load).
 CHILD = """
-import json, os, sys
-from harness.runtime import Engine
-from harness_plugins.llamacpp.bench import n_vocab_of, synthetic_prompt
+import json, sys
+from harness_plugins.llamacpp.bench import BackendArm
 model, pn, gn, reps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-eng = Engine.load(model, variant="cpu", n_ctx=pn + gn + 64, threads=threads, max_num_seqs=1, prefix_caching=False)
-nv = n_vocab_of(model)
-eng.complete(synthetic_prompt(64, nv), temperature=0.0, max_tokens=8, ignore_eos=True)
-pp, tg = [], []
-for i in range(reps):
-    r = eng.complete(synthetic_prompt(pn, nv, salt=i + 1), temperature=0.0, max_tokens=gn, ignore_eos=True)
-    pp.append(pn / r.ttft_s)
-    tg.append(r.decode_tokens_per_s)
-print(json.dumps({"level": eng.info().get("cpu_variant"), "pp": pp, "tg": tg}))
-eng.close()
+arm = BackendArm({"model": model, "threads": threads, "n_ctx": pn + gn + 64, "max_num_seqs": 1, "variant": "cpu"})
+arm.warmup()
+runs = [arm.measure(pn, gn, 1) for _ in range(reps)]
+print(json.dumps({"level": arm.describe()["cpu_variant"], "runs": runs}))
+arm.close()
 """
 
 
-def llama_bench(exe: Path, model: str, threads: int, reps: int, *args: str) -> float:
-    argv = [str(exe), "-m", model, "-t", str(threads), "-r", str(reps), "-o", "json", *args]
-    r = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=3600)
-    return float(json.loads(r.stdout)[0]["avg_ts"])
+def tool(artifact: Path, model: str, level: str, pn: int, gn: int, reps: int, threads: int) -> tuple[float, float]:
+    """(prefill, decode) tok/s of llama-bench at ``level``: the bench arm, medians of ``reps``."""
+    from harness_plugins.llamacpp.bench import LlamaBenchArm
+
+    arm = LlamaBenchArm({"artifact": str(artifact), "model": model, "threads": threads, "level": level})
+    runs = [arm.measure(pn, gn, 1) for _ in range(reps)]
+    return statistics.median(r["prefill_tps"] for r in runs), statistics.median(r["decode_tps"] for r in runs)
 
 
 def binding(model: str, level: str, pn: int, gn: int, reps: int, threads: int) -> tuple[float, float]:
+    """(prefill, decode) tok/s of the binding's bench arm with ``level`` forced, medians of ``reps``."""
     env = {**os.environ, "HARNESS_CPU_LEVEL": level}
     r = subprocess.run([sys.executable, "-c", CHILD, model, str(pn), str(gn), str(reps), str(threads)],
                        capture_output=True, text=True, env=env, check=True, timeout=3600)
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["level"] == level, d
-    return statistics.median(d["pp"]), statistics.median(d["tg"])
+    return (statistics.median(x["prefill_tps"] for x in d["runs"]),
+            statistics.median(x["decode_tps"] for x in d["runs"]))
 
 
 def main() -> int:
     from harness import paths
+    from harness.errors import HarnessError
     from harness.runtime import levels
-    from harness_plugins.llamacpp.bench import _llama_bench_at_level
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", action="append", help="GGUF (default: $HARNESS_MODEL and $HARNESS_BANDWIDTH_MODEL)")
@@ -77,17 +77,14 @@ def main() -> int:
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for model in models:
         for level in wanted:
-            _, exe = _llama_bench_at_level(a.artifact, level)
             try:
-                pp_a1 = llama_bench(exe, model, a.threads, a.reps, "-p", str(a.pn), "-n", "0")
-                tg_a1 = llama_bench(exe, model, a.threads, a.reps, "-p", "0", "-n", str(a.gn), "-d", str(a.pn))
-            except subprocess.CalledProcessError as e:
-                print(f"| {Path(model).name} | {level} | cannot run here (llama-bench exit {e.returncode}) ||||||", flush=True)
+                pp_a1, tg_a1 = tool(a.artifact, model, level, a.pn, a.gn, a.reps, a.threads)
+            except HarnessError as e:
+                print(f"| {Path(model).name} | {level} | cannot run here ({e}) ||||||", flush=True)
                 continue
             pp_b1, tg_b1 = binding(model, level, a.pn, a.gn, a.reps, a.threads)
             pp_b2, tg_b2 = binding(model, level, a.pn, a.gn, a.reps, a.threads)
-            pp_a2 = llama_bench(exe, model, a.threads, a.reps, "-p", str(a.pn), "-n", "0")
-            tg_a2 = llama_bench(exe, model, a.threads, a.reps, "-p", "0", "-n", str(a.gn), "-d", str(a.pn))
+            pp_a2, tg_a2 = tool(a.artifact, model, level, a.pn, a.gn, a.reps, a.threads)
             pa, pb = (pp_a1 + pp_a2) / 2, (pp_b1 + pp_b2) / 2
             ta, tb = (tg_a1 + tg_a2) / 2, (tg_b1 + tg_b2) / 2
             rows.append({"model": Path(model).name, "level": level, "pp_a": pa, "pp_b": pb, "tg_a": ta, "tg_b": tb})

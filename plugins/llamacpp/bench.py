@@ -338,10 +338,10 @@ class LlamaBenchArm:
         #: artifact whose lib/ holds only that level), else the one the runtime would pick here, so
         #: that it and the backend arm run the same kernels.
         self.level, self.exe = _llama_bench_at_level(self.artifact, self.opts.get("level"))
-        self.commands: list[str] = []
 
     def command_forms(self) -> list[str]:
-        """The command lines a measurement runs (describe() is asked before the first one)."""
+        """The command lines a measurement runs, PN and GN standing for the shape (describe() is asked
+        before the first measurement)."""
         base = f"{self.exe} -m {self.opts['model']} -t {self.opts['threads']}"
         depth = self.opts.get("depth")
         tg = "-p 0 -n GN" + (f" -d {depth}" if depth is not None else " -d PN")
@@ -351,9 +351,6 @@ class LlamaBenchArm:
         """Tokens/s of the one test ``args`` select (``-p N -n 0`` or ``-p 0 -n N -d D``)."""
         argv = [str(self.exe), "-m", self.opts["model"], "-t", str(self.opts["threads"]), *args, "-r", "1",
                 "-o", "json"]
-        shown = " ".join(argv)
-        if shown not in self.commands:
-            self.commands.append(shown)
         r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
         if r.returncode:
             from harness.errors import SubprocessError
@@ -387,7 +384,7 @@ class LlamaBenchArm:
         m = self.manifest
         return {"kind": "llama-bench", "engine": m.get("engine"), "pin": m.get("pin"), "variant": m.get("variant"),
                 "recipe_commit": m.get("recipe_commit"), "upstream": m.get("upstream"), "abi_fingerprint": m.get("abi_fingerprint"),
-                "cpu_level": self.level, "commands": list(self.commands) or self.command_forms(),
+                "cpu_level": self.level, "commands": self.command_forms(),
                 "versions": {"harness": __version__}, "options": self.opts, "model": _model_facts(self.opts["model"])}
 
     def close(self) -> None:

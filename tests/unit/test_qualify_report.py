@@ -156,14 +156,14 @@ def _bench_stage(tmp_path: Path, b: str, model: str) -> dict[str, Any]:
     from harness.bench.arms import ArmSpec
     from harness.bench.session import run_and_report
     from harness.qualify import StageFailed
-    from harness.qualify.stages.bench import _stage_result
+    from harness.qualify.stages.bench import bench_stage_result
 
     outcome = run_and_report(ArmSpec.parse("fake:threads=2"), ArmSpec.parse(f"{b},threads=2"),
                              BenchConfig(blocks=4, until_halfwidth=3.0, max_blocks=8), out=tmp_path / "bench",
                              host=HOST, gate={"all": 5.0}, threads_source="2 physical cores",
                              extra_plugins=("harness_plugins.bench_fake",), plots=False, isolate=False)
     try:
-        r = _stage_result(outcome, tmp_path, model)
+        r = bench_stage_result(outcome, tmp_path, model)
         status = "passed"
     except StageFailed as e:
         r, status = e.result, "failed"

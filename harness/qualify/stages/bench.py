@@ -62,7 +62,10 @@ def old_pin(ctx: QualifyContext) -> StageResult:
                          host_measure=measure_host())
 
 
-def _stage_result(outcome: Any, report_root: Path, model: str) -> StageResult:
+def bench_stage_result(outcome: Any, report_root: Path, model: str, *, label: str | None = None,
+                  extra: Mapping[str, Any] | None = None) -> StageResult:
+    """A bench stage's result: the report's place, headline, gate and stop; failed when the gate failed.
+    ``label`` replaces the model name at the head of the summary, ``extra`` adds data."""
     files = outcome.files
     rel = str(files.directory.relative_to(report_root))
     state = outcome.result.system
@@ -70,8 +73,9 @@ def _stage_result(outcome: Any, report_root: Path, model: str) -> StageResult:
             "headline": [h.as_dict() for h in outcome.headline],
             "gate": None if outcome.gate is None else outcome.gate.as_dict(),
             "stop": None if outcome.result.stop is None else outcome.result.stop.as_dict(),
-            "blocks": outcome.result.blocks_run, "threads": None if state is None else state.threads}
-    result = StageResult(f"{model}: {outcome.summary()}", data)
+            "blocks": outcome.result.blocks_run, "threads": None if state is None else state.threads,
+            **(extra or {})}
+    result = StageResult(f"{label or model}: {outcome.summary()}", data)
     if not outcome.passed:
         raise StageFailed(result)
     return result
@@ -91,7 +95,7 @@ def peer_bench(engine: EngineSpec, peer: str, model: str, plan: BenchPlan, *, ou
     outcome = run_and_report(a, b, plan.config(), name=f"qualify-{engine.name}-{engine.pin}-{Path(model).stem}",
                              out=out, host=host, host_measure=host_measure, gate=plan.gate,
                              threads_source=plan.threads_source)
-    return _stage_result(outcome, report_root, Path(model).name)
+    return bench_stage_result(outcome, report_root, Path(model).name)
 
 
 def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Path, model: str, out: Path, *,
@@ -113,4 +117,4 @@ def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Pa
     b = ArmSpec(kind=kind, name=f"{kind} {engine.pin}", options={**common, "artifact": str(new_artifact)})
     outcome = run_and_report(a, b, plan.config((1,)), name=f"old-pin-{label}-vs-{engine.pin}", out=out, host=host,
                              host_measure=host_measure, gate=plan.gate, threads_source=plan.threads_source)
-    return _stage_result(outcome, out.parent, Path(model).name)
+    return bench_stage_result(outcome, out.parent, Path(model).name)

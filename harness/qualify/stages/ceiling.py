@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError
 from harness.qualify.bench_plan import BenchPlan
 from harness.qualify.context import Built, Models, QualifyContext
-from harness.qualify.result import SkippedStage, StageFailed, StageResult
+from harness.qualify.result import SkippedStage, StageResult
 from harness.types import EngineSpec
 
 #: The binding's floor against the engine's own benchmark tool when the descriptor sets none
@@ -42,12 +41,9 @@ def ceiling(ctx: QualifyContext, *, model_var: str) -> StageResult:
 
 
 def ceiling_min_ratio(engine: EngineSpec) -> float:
+    """The descriptor's floor (its schema keeps it in (0, 1]), else :data:`CEILING_MIN_RATIO`."""
     raw = (engine.raw.get("qualify") or {}).get("ceiling") or {}
-    ratio = float(raw.get("min_ratio", CEILING_MIN_RATIO))
-    if not 0 < ratio <= 1:
-        msg = f"qualify.ceiling.min_ratio of {engine.name} is {ratio}; expected a ratio in (0, 1], e.g. 0.97"
-        raise UsageError(msg)
-    return ratio
+    return float(raw.get("min_ratio", CEILING_MIN_RATIO))
 
 
 def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPlan, *, out: Path, report_root: Path,
@@ -59,52 +55,23 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     from harness.bench.arms import ArmSpec
     from harness.bench.session import run_and_report
     from harness.plugin import get_manager
+    from harness.qualify.stages.bench import bench_stage_result
 
     kind = registry.get(engine.name).old_pin_bench_arm
     if kind is None:
         raise SkippedStage(f"engine {engine.name} names no benchmark tool of its own (old_pin_bench_arm)")
     ratio = ceiling_min_ratio(engine)
     pct = round(100 * (1 - ratio), 3)
-    gate = {"prefill": pct, "decode": pct}
     common = {"model": model, "threads": plan.threads, "variant": "cpu", "engine": engine.name}
     a_opts = get_manager().hook.harness_bench_arm_prepare(kind=kind, options={**common, "artifact": str(artifact)})
     a = ArmSpec(kind=kind, name=kind, options=a_opts)
     b = ArmSpec.parse(f"backend:model={model},threads={plan.threads},n_ctx={plan.pn + plan.gn + 64},"
                       f"max_num_seqs=1,variant=cpu,name=backend")
     outcome = run_and_report(a, b, plan.config((1,)), name=f"ceiling-{engine.name}-{engine.pin}-{Path(model).stem}",
-                             out=out, host=host, host_measure=host_measure, gate=gate,
+                             out=out, host=host, host_measure=host_measure, gate={"prefill": pct, "decode": pct},
                              threads_source=plan.threads_source)
-    arms = outcome.result.describe
-    level = _arm_level(arms)
-    files = outcome.files
-    data = {"report": str(files.directory.relative_to(report_root)), "markdown": files.markdown.read_text(),
-            "model": Path(model).name, "min_ratio": ratio, "cpu_level": level,
-            "commands": _arm_commands(arms),
-            "headline": [h.as_dict() for h in outcome.headline],
-            "gate": None if outcome.gate is None else outcome.gate.as_dict(),
-            "blocks": outcome.result.blocks_run}
-    figures = "; ".join(f"{h.name} {h.speed.point:.3f}x" + (f" [{h.speed.lo:.3f}, {h.speed.hi:.3f}]"
-                                                             if h.speed.lo is not None and h.speed.hi is not None else "")
-                        for h in outcome.headline if h.speed is not None) or outcome.summary()
-    result = StageResult(f"{Path(model).name}, cpu level {level or '?'}: binding / {kind} {figures} "
-                         f"(floor {ratio:.2f}x)", data)
-    if not outcome.passed:
-        raise StageFailed(result)
-    return result
-
-
-def _arm_level(arms: Any) -> str | None:
-    for desc in (arms.values() if isinstance(arms, Mapping) else []):
-        if isinstance(desc, Mapping):
-            level = desc.get("cpu_level") or desc.get("cpu_variant")
-            if level:
-                return str(level)
-    return None
-
-
-def _arm_commands(arms: Any) -> list[str]:
-    out: list[str] = []
-    for desc in (arms.values() if isinstance(arms, Mapping) else []):
-        if isinstance(desc, Mapping):
-            out += [str(c) for c in desc.get("commands") or []]
-    return out
+    tool = outcome.result.describe.get("A") or {}  # the tool's arm runs the level the binding runs
+    level = tool.get("cpu_level")
+    return bench_stage_result(outcome, report_root, Path(model).name,
+                         label=f"{Path(model).name}, cpu level {level or '?'}, binding / {kind} (floor {ratio:.2f}x)",
+                         extra={"min_ratio": ratio, "cpu_level": level, "commands": list(tool.get("commands") or [])})
