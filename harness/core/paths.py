@@ -16,7 +16,7 @@ def project_root() -> Path:
     env = os.environ.get("HARNESS_ROOT")
     if env:
         return Path(env).resolve()
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]
     if (checkout / "engines").is_dir():
         return checkout
     installed = Path(sys.prefix) / "share" / "harness"
