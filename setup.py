@@ -2,7 +2,7 @@
 
 pyproject.toml holds the project; this file only lists the data trees as ``data_files``
 under ``<prefix>/share/harness/``, walked at build time, so a new engine's folders ship
-without an edit here. A checkout uses them in place (harness.paths.project_root).
+without an edit here. A checkout uses them in place (harness.core.paths.project_root).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.plugin import hookimpl
+from harness.engine.plugin import hookimpl
 
 
 @hookimpl

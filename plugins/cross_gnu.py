@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.plugin import hookimpl
-from harness.types import EngineSpec, HostInfo, Variant
+from harness.core.types import EngineSpec, HostInfo, Variant
+from harness.engine.plugin import hookimpl
 
 INSTALL_HINT = {"aarch64-linux-gnu": "bash scripts/install-system-deps.sh --cross-aarch64"}
 #: CMake's CMAKE_SYSTEM_PROCESSOR for the first field of a triple (what ggml's arch detection reads).
@@ -79,7 +79,7 @@ class CrossToolchain:
         """The qemu-user prefix that runs a target program here (``-L`` the cross sysroot)."""
         if self.qemu is None:
             msg = f"no {_qemu_name(self.triple)} on this host: {INSTALL_HINT.get(self.triple, 'install qemu-user')}"
-            from harness.errors import HostError
+            from harness.core.errors import HostError
 
             raise HostError(msg)
         return [self.qemu, *(["-cpu", cpu_model] if cpu_model else []), "-L", str(self.sysroot)]
@@ -138,7 +138,7 @@ def toolchain_text(tc: CrossToolchain) -> str:
 
 def toolchain_file(tc: CrossToolchain) -> Path:
     """Write the toolchain file once under ``<cache>/toolchains/``; its name holds its hash."""
-    from harness import paths
+    from harness.core import paths
     text = toolchain_text(tc)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     path = paths.cache_root() / "toolchains" / f"cross-{tc.triple}-{digest}.cmake"

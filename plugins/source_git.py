@@ -5,7 +5,7 @@ checkout needs; ``sparse: [paths]`` checks out only those paths, for an engine w
 not need every file (a mirror without the large test data still serves). A sparse tree holds
 other files than the full one, so its cache key adds a hash of the paths:
 ``git-<full commit>-sparse-<hash12>``. Either way the tree is made once, stamped with its
-manifest and checked at every use (:func:`harness.source.ensure_tree`).
+manifest and checked at every use (:func:`harness.source.cache.ensure_tree`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness.errors import SourceError, SubprocessError
-from harness.plugin import hookimpl
-from harness.types import SourceSpec, SourceTree
+from harness.core.errors import SourceError, SubprocessError
+from harness.core.types import SourceSpec, SourceTree
+from harness.engine.plugin import hookimpl
 
 KIND = "git"
 REMOTE = "origin"
@@ -76,7 +76,7 @@ def harness_source_kinds() -> list[str]:
 
 @hookimpl
 def harness_source_fetch(engine: str, spec: SourceSpec, cache_dir: Path) -> SourceTree | None:
-    from harness.source import ensure_tree, tree_subdir
+    from harness.source.cache import ensure_tree, tree_subdir
     if spec.kind != KIND:
         return None
     if len(spec.commit) != 40:

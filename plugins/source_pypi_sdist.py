@@ -1,6 +1,6 @@
 """Source kind ``pypi-sdist``: a pinned sdist from the package indexes pip is configured with.
 
-The archive is kept at ``downloads/<engine>/<sha256>/<filename>`` (:func:`harness.source.archive_path`);
+The archive is kept at ``downloads/<engine>/<sha256>/<filename>`` (:func:`harness.source.cache.archive_path`);
 ``harness fetch --verify`` and ``--repair`` leave a verified archive there, downloading it again
 when it is missing (and saying so), so that a later repair needs no network.
 """
@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.errors import SourceError
-from harness.plugin import hookimpl
-from harness.types import SourceSpec, SourceTree
+from harness.core.errors import SourceError
+from harness.core.types import SourceSpec, SourceTree
+from harness.engine.plugin import hookimpl
 
 KIND = "pypi-sdist"
 
 
 def resolve_url(spec: SourceSpec) -> str:
-    """The download URL of ``spec.filename`` on the configured indexes (:mod:`harness.index`)."""
-    from harness import index
+    """The download URL of ``spec.filename`` on the configured indexes (:mod:`harness.source.index`)."""
+    from harness.source import index
     return index.find_file(spec.package, spec.filename,
                            hint="Check source.version and source.filename in the engine descriptor").url
 
@@ -32,7 +32,7 @@ def fetch_archive(engine: str, spec: SourceSpec, *, missing: str = "") -> Path:
     """The verified archive in the downloads cache: downloaded (under a lock) when absent or
     wrong, a wrong one moved aside first; one an older harness kept in ``downloads/`` is
     taken when its hash is right."""
-    from harness.source import archive_path, download, legacy_archive_path
+    from harness.source.cache import archive_path, download, legacy_archive_path
     archive = archive_path(engine, spec.sha256, spec.filename)
     return download(lambda: resolve_url(spec), archive, sha256=spec.sha256, label=f"download {spec.filename}",
                     adopt=legacy_archive_path(spec.filename), missing=missing)
@@ -40,7 +40,7 @@ def fetch_archive(engine: str, spec: SourceSpec, *, missing: str = "") -> Path:
 
 @hookimpl
 def harness_source_fetch(engine: str, spec: SourceSpec, cache_dir: Path) -> SourceTree | None:
-    from harness.source import current_checking, extract_once, single_top_dir, tree_subdir
+    from harness.source.cache import current_checking, extract_once, single_top_dir, tree_subdir
     if spec.kind != KIND:
         return None
     if current_checking().full:  # verify the archive as well; a corrupt or missing one is fetched again

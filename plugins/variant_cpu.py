@@ -10,15 +10,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.errors import AuditError
-from harness.plugin import hookimpl
-from harness.types import Buildability, CpuLevel, EngineSpec, HostInfo, Variant
+from harness.core.errors import AuditError
+from harness.core.types import Buildability, CpuLevel, EngineSpec, HostInfo, Variant
+from harness.engine.plugin import hookimpl
 from harness_plugins import cross_gnu
 
 
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
-    from harness.matrix import generic_reasons
+    from harness.build.matrix import generic_reasons
     if variant.backend != "cpu":
         return None
     reasons = generic_reasons(variant, host)
@@ -34,7 +34,7 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
 
 @hookimpl
 def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostInfo) -> dict[str, str] | None:
-    from harness.matrix import intent_defines
+    from harness.build.matrix import intent_defines
     if variant.backend != "cpu":
         return None
     # Metal is on by default on macOS; a CPU row must not pick it up silently.

@@ -10,8 +10,8 @@ import importlib.util
 import os
 from pathlib import Path
 
-from harness.plugin import hookimpl
-from harness.types import Buildability, EngineSpec, HostInfo, Variant
+from harness.core.types import Buildability, EngineSpec, HostInfo, Variant
+from harness.engine.plugin import hookimpl
 
 
 def cublas_wheel_root() -> Path | None:
@@ -75,7 +75,7 @@ def arch_satisfies(archs: tuple[str, ...] | list[str], compute_capability: str) 
 
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
-    from harness.matrix import generic_reasons
+    from harness.build.matrix import generic_reasons
     if variant.backend != "cuda":
         return None
     reasons = generic_reasons(variant, host)
@@ -102,7 +102,7 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
 
 @hookimpl
 def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostInfo) -> dict[str, str] | None:
-    from harness.matrix import intent_defines
+    from harness.build.matrix import intent_defines
     if variant.backend != "cuda":
         return None
     defines = {"CMAKE_CUDA_ARCHITECTURES": ";".join(variant.cuda_archs)}

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from harness.plugin import hookimpl
-from harness.types import Buildability, HostInfo, Variant
+from harness.core.types import Buildability, HostInfo, Variant
+from harness.engine.plugin import hookimpl
 
 
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
-    from harness.matrix import generic_reasons
+    from harness.build.matrix import generic_reasons
     if variant.backend != "metal":
         return None
     reasons = generic_reasons(variant, host)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from harness.plugin import hookimpl
-from harness.types import Buildability, HostInfo, Variant
+from harness.core.types import Buildability, HostInfo, Variant
+from harness.engine.plugin import hookimpl
 
 
 def mlx_wheel_problems(variant: Variant) -> list[str]:
@@ -28,7 +28,7 @@ def mlx_wheel_problems(variant: Variant) -> list[str]:
 
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
-    from harness.matrix import generic_reasons
+    from harness.build.matrix import generic_reasons
     if variant.backend != "mlx":
         return None
     reasons = generic_reasons(variant, host)

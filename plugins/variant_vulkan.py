@@ -5,7 +5,7 @@ bfloat16, 64-bit indexing are all behind ``#if defined(VK_...)``), and the pinne
 does not compile at all below ``vulkan_headers_min``. When the host's headers are older, the
 row's ``vulkan_headers_package`` (a sha256-pinned package holding newer headers, named by its
 path in the Debian archive) is fetched from the Debian mirror apt is configured with
-(:func:`harness.mirrors.debian_pool_url`) into the cache, and the build points CMake's
+(:func:`harness.source.mirrors.debian_pool_url`) into the cache, and the build points CMake's
 ``Vulkan_INCLUDE_DIR`` at it. Only headers come from it:
 ggml-vulkan resolves every Vulkan entry point at run time through vulkan.hpp's dynamic
 dispatcher, so the host's own loader (``libvulkan.so``) still links and runs.
@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from harness.errors import SourceError, UnsafeArchiveError
-from harness.plugin import hookimpl
-from harness.types import Buildability, EngineSpec, HostInfo, Variant
+from harness.core.errors import SourceError, UnsafeArchiveError
+from harness.core.types import Buildability, EngineSpec, HostInfo, Variant
+from harness.engine.plugin import hookimpl
 
 STAMP = ".harness-headers.json"
 # ggml-vulkan's CMake looks for these with find_package(SPIRV-Headers CONFIG REQUIRED).
@@ -50,13 +50,13 @@ def headers_package(variant: Variant) -> dict[str, Any] | None:
 
 def headers_root(pkg: dict[str, Any]) -> Path:
     """Where a headers package lands: ``<cache>/toolchains/vulkan-headers-<version>-<sha12>/``."""
-    from harness import paths
+    from harness.core import paths
     return paths.cache_root() / "toolchains" / f"vulkan-headers-{pkg['version']}-{str(pkg['sha256'])[:12]}"
 
 
 def needs_package(variant: Variant, host: HostInfo) -> bool:
     """The host's headers are missing or older than the row's minimum, and the row pins a package."""
-    from harness.matrix import version_at_least
+    from harness.build.matrix import version_at_least
     minimum = str(variant.extra.get("vulkan_headers_min", "1.3"))
     return headers_package(variant) is not None and not version_at_least(host.vulkan_headers, minimum)
 
@@ -104,9 +104,10 @@ def ensure_headers(pkg: dict[str, Any]) -> Path:
     """Fetch and unpack a pinned headers package once (locked, stamped); return its include dir."""
     from filelock import FileLock
 
-    from harness import mirrors, paths, progress
-    from harness.host import vulkan_header_version
-    from harness.source import download
+    from harness.core import paths, progress
+    from harness.core.host import vulkan_header_version
+    from harness.source import mirrors
+    from harness.source.cache import download
     root = headers_root(pkg)
     include = root / "include"
     stamp = root / STAMP
@@ -153,7 +154,7 @@ def spirv_headers_config() -> Path | None:
 
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
-    from harness.matrix import generic_reasons, version_at_least
+    from harness.build.matrix import generic_reasons, version_at_least
     if variant.backend != "vulkan":
         return None
     reasons = generic_reasons(variant, host)
@@ -205,7 +206,7 @@ def glslc_features(log_text: str) -> dict[str, bool]:
 
 @hookimpl
 def harness_artifact_manifest(engine: EngineSpec, variant: Variant, manifest: dict[str, Any]) -> dict[str, Any] | None:
-    from harness.host import system_vulkan_headers, vulkan_header_version
+    from harness.core.host import system_vulkan_headers, vulkan_header_version
     if variant.backend != "vulkan":
         return None
     defines = manifest.get("defines", {})

@@ -54,8 +54,8 @@ def binding(model: str, level: str, pn: int, gn: int, reps: int, threads: int) -
 
 
 def main() -> int:
-    from harness import paths
-    from harness.errors import HarnessError
+    from harness.core import paths
+    from harness.core.errors import HarnessError
     from harness.runtime import levels
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -2,7 +2,7 @@
 
     python scripts/update_pins.py llamacpp 0.3.37 [--build N --commit SHA]
 
-The index is the one pip is configured with (PIP_INDEX_URL, pip.conf; see harness/index.py).
+The index is the one pip is configured with (PIP_INDEX_URL, pip.conf; see harness/source/index.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import re
 import sys
 from pathlib import Path
 
-from harness.errors import HarnessError
-from harness.index import find_sdist
+from harness.core.errors import HarnessError
+from harness.source.index import find_sdist
 
 ROOT = Path(__file__).resolve().parent.parent
 

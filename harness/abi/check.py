@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import paths
 from harness.abi import surface as surf
 from harness.abi.diff import diff_surfaces
-from harness.errors import AbiError, ConfigError
+from harness.core import paths
+from harness.core.errors import AbiError, ConfigError
 
 if TYPE_CHECKING:
-    from harness.types import EngineSpec
+    from harness.core.types import EngineSpec
 
 
 @dataclass(frozen=True, kw_only=True)

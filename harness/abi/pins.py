@@ -2,7 +2,7 @@
 
 The pinned source of the pipeline comes from the engine descriptor with a
 committed sha256; an arbitrary other version for a report has no committed hash,
-so it is trusted on the sha256 the index publishes (:func:`harness.index.find_sdist`),
+so it is trusted on the sha256 the index publishes (:func:`harness.source.index.find_sdist`),
 verified after download.
 """
 
@@ -12,9 +12,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from harness import index, progress
-from harness.errors import SourceError, UsageError
-from harness.source import (
+from harness.core import progress
+from harness.core.errors import SourceError, UsageError
+from harness.source import index
+from harness.source.cache import (
     archive_path,
     download,
     extract_once,

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 import pluggy
 from packaging.version import InvalidVersion, Version
 
-from harness import paths
-from harness.errors import SourceError, UsageError
-from harness.types import EngineSpec
+from harness.core import paths
+from harness.core.errors import SourceError, UsageError
+from harness.core.types import EngineSpec
 
 if TYPE_CHECKING:
     from harness.abi import surface as surf
@@ -119,7 +119,7 @@ def pin_tree(pin: str, spec: EngineSpec) -> Path:
     from harness.abi.pins import resolve_pin
 
     if spec.source.kind == "git" and not Path(pin).expanduser().is_dir():
-        from harness.plugin import get_manager
+        from harness.engine.plugin import get_manager
 
         return fetch_revision(spec, pin, get_manager())  # the source plugin applies source.subdir
     return resolve_pin(pin, package=spec.source.package or spec.name, subdir=spec.source.subdir)
@@ -139,7 +139,7 @@ def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.
 def default_engine() -> str | None:
     """The engine commands use when they name none, if an engine plugin declares one."""
     try:
-        from harness import registry
+        from harness.engine import registry
 
         return registry.default("text").name
     except Exception:  # none declared (UsageError), or a broken engine plugin: a diff needs no plugin

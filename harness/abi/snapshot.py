@@ -21,7 +21,7 @@ from typing import Any
 import clang.cindex as ci
 
 from harness.abi.surface import DEFAULT_TARGETS, Flat, Surface, build_surface, empty_flat
-from harness.errors import AbiError
+from harness.core.errors import AbiError
 
 #: Object-like macros recorded as constants: version numbers, file magics, the default seed.
 CONSTANT_PATTERN = r"(_VERSION|_MAGIC(_[A-Z0-9]+)?|_DEFAULT_SEED)$"

@@ -12,8 +12,8 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.errors import HostError, SubprocessError, UsageError
-from harness.inputs import open_input, read_bytes
+from harness.core.errors import HostError, SubprocessError, UsageError
+from harness.core.inputs import open_input, read_bytes
 
 #: Every C identifier: the default ``abi.used_pattern``; the surface's own names filter the result.
 #: An engine with prefixed names may narrow it in its descriptor (fewer names to intersect).

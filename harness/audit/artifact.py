@@ -8,18 +8,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ArtifactError, AuditError
-from harness.types import EngineSpec
+from harness.core.errors import ArtifactError, AuditError
+from harness.core.types import EngineSpec
 
 
 def audit_engine(engine: EngineSpec, variant: str = "cpu", artifact: Path | None = None) -> dict[str, Any]:
     """Audit one engine's artifact; returns the report (``clean``, ``levels``) without raising on findings."""
-    from harness import pipeline
     from harness.audit.isa import audit_artifact
-    from harness.build import artifact_dir
-    from harness.host import normalize_arch
-    from harness.matrix import get_variant
-    from harness.plugin import get_manager
+    from harness.build import pipeline
+    from harness.build.cmake import artifact_dir
+    from harness.build.matrix import get_variant
+    from harness.core.host import normalize_arch
+    from harness.engine.plugin import get_manager
     from harness.runtime.levels import level_libraries
 
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Static ISA audit: does each CPU level's library use only what the loader checked?
 
 ggml loads the CPU level whose score is best for the host; the score checks a set of
-CPUID features (read from the pinned source, :class:`~harness.types.CpuLevel`). If the
+CPUID features (read from the pinned source, :class:`~harness.core.types.CpuLevel`). If the
 library's code needs a feature outside that set, some CPU that passes the check dies
 with SIGILL. This module decodes every executable section of each level's library with
 iced-x86 (which reports the CPUID feature of each instruction), attributes instructions
@@ -30,9 +30,9 @@ from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from harness.errors import AuditError
+from harness.core.errors import AuditError
+from harness.core.types import CpuLevel
 from harness.runtime.levels import level_libraries
-from harness.types import CpuLevel
 
 FEATURE_NAMES: dict[int, str] = {
     v: k for k, v in vars(ix.CpuidFeature).items() if not k.startswith("_") and isinstance(v, int)

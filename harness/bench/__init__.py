@@ -11,5 +11,5 @@ bandwidth and GEMM figures, ``report`` writes ``reports/<timestamp>-<name>/``
 
 from __future__ import annotations
 
-# Nothing is imported here: `harness --help` imports harness.bench.cli, and the statistics
+# Nothing is imported here: `harness --help` imports harness.cli.bench, and the statistics
 # (scipy, numpy) must load only when a benchmark runs. Import from the submodules.

@@ -16,14 +16,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import progress
 from harness.bench import system
 from harness.bench.arms import ArmHandle, ArmSpec, Sample, started_arms
 from harness.bench.gate import headline_keys
 from harness.bench.stats import analyze
 from harness.bench.system import SystemState
-from harness.errors import BenchError
-from harness.jsonvalue import json_value
+from harness.core import progress
+from harness.core.errors import BenchError
+from harness.core.jsonvalue import json_value
 
 ROLES: tuple[str, str] = ("A", "B")
 

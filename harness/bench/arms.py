@@ -30,8 +30,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from harness import crash
-from harness.errors import BenchError, EngineCrashError
+from harness.core import crash
+from harness.core.errors import BenchError, EngineCrashError
 
 #: The keys every ``measure()`` result must carry, all positive numbers.
 REQUIRED_METRICS: tuple[str, ...] = ("ttft_s", "decode_tps", "aggregate_tps")
@@ -190,7 +190,7 @@ def create_arm(spec: ArmSpec, role: str, extra_plugins: Sequence[str] = ()) -> A
     """Build the plugin manager and ask ``harness_bench_arm`` for ``spec``'s arm."""
     import importlib
 
-    from harness.plugin import get_manager
+    from harness.engine.plugin import get_manager
 
     pm = get_manager()
     for module_name in extra_plugins:

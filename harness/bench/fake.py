@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness import __version__
-from harness.errors import BenchError, did_you_mean
+from harness.core.errors import BenchError, did_you_mean
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.bench.stats import METRICS, Analysis, Interval, MetricStats, metric_key
-from harness.errors import UsageError, did_you_mean
+from harness.core.errors import UsageError, did_you_mean
 
 #: Short names -> metric ids; a bare short name means its headline concurrency.
 NAMES: dict[str, str] = {"prefill": "ttft_ms", "ttft": "ttft_ms", "decode": "decode_tps", "aggregate": "aggregate_tps"}

@@ -19,16 +19,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import paths
 from harness.bench.abba import BenchResult
 from harness.bench.comparison import CompareRow, Comparison
 from harness.bench.gate import GateResult, headlines
 from harness.bench.roofline import roofline_pcts
 from harness.bench.stats import Analysis, Finding, Interval, analyze, metric_key
 from harness.bench.system import findings as system_findings
-from harness.errors import BenchError
-from harness.inputs import read_text
-from harness.jsonvalue import json_value
+from harness.core import paths
+from harness.core.errors import BenchError
+from harness.core.inputs import read_text
+from harness.core.jsonvalue import json_value
 
 SCHEMA = "harness.bench/1"
 RESULTS_JSON = "results.json"

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from harness import paths
+from harness.core import paths
 
 CACHE_FILE = "host-measure.json"
 SCHEMA = 1

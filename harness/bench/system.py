@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from harness.bench.stats import Finding, Level
-from harness.host import physical_cores
+from harness.core.host import physical_cores
 
 CPU_SYSFS = Path("/sys/devices/system/cpu")
 #: Seconds the "before" sample watches the other processes.

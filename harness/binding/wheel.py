@@ -22,10 +22,10 @@ from typing import Any
 
 from filelock import FileLock
 
-from harness import paths, progress
-from harness.build import MANIFEST, read_manifest
-from harness.errors import BackendError, SubprocessError
-from harness.types import EngineSpec
+from harness.build.cmake import MANIFEST, read_manifest
+from harness.core import paths, progress
+from harness.core.errors import BackendError, SubprocessError
+from harness.core.types import EngineSpec
 
 IDENTITY = "identity.json"
 ENTRY_POINT_GROUP = "harness.backends"

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import paths
-from harness.build import MANIFEST, file_hashes, read_manifest
-from harness.errors import ArtifactError
-from harness.types import HostInfo
+from harness.core import paths
+from harness.build.cmake import MANIFEST, file_hashes, read_manifest
+from harness.core.errors import ArtifactError
+from harness.core.types import HostInfo
 
 
 @dataclass(frozen=True, kw_only=True)

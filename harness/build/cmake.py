@@ -16,11 +16,12 @@ from typing import Any
 import pluggy
 from filelock import FileLock
 
-from harness import ccache, cmake_fileapi, paths, progress
-from harness.engines import with_current_build_data
-from harness.errors import BuildError, HostError, UsageError
-from harness.matrix import buildability, engine_support, row_defines
-from harness.types import EngineSpec, HostInfo, PatchedTree, Variant
+from harness.build import ccache, cmake_fileapi
+from harness.core import paths, progress
+from harness.engine.descriptor import with_current_build_data
+from harness.core.errors import BuildError, HostError, UsageError
+from harness.build.matrix import buildability, engine_support, row_defines
+from harness.core.types import EngineSpec, HostInfo, PatchedTree, Variant
 
 BUILD_STAMP = ".harness-build.json"
 MANIFEST = "manifest.json"
@@ -287,7 +288,7 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
         try:
             _run_logged(["cmake", "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", "-C", str(init)],
                         build_dir, log, env, f"configure {engine.name} {variant.name}")
-            # this build's own ccache counts (other builds running now keep theirs): see harness/ccache.py
+            # this build's own ccache counts (other builds running now keep theirs): see harness/build/ccache.py
             build_env = {**env, **ccache.build_env(build_dir)} if _uses_ccache(defines) else env
             _run_logged(["cmake", "--build", str(build_dir), "--parallel", str(jobs()), "--target", *targets],
                         build_dir, log, build_env, f"build {engine.name} {variant.name} (-j{jobs()})")

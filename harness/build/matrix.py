@@ -19,11 +19,11 @@ import jsonschema
 import pluggy
 from packaging.version import InvalidVersion, Version
 
-from harness import paths
-from harness.datafile import load_yaml
-from harness.engines import engine_names, load_engine, with_current_build_data
-from harness.errors import ConfigError, UnknownNameError, UsageError
-from harness.types import Buildability, EngineSpec, HostInfo, Variant
+from harness.core import paths
+from harness.core.datafile import load_yaml
+from harness.engine.descriptor import engine_names, load_engine, with_current_build_data
+from harness.core.errors import ConfigError, UnknownNameError, UsageError
+from harness.core.types import Buildability, EngineSpec, HostInfo, Variant
 
 
 @functools.cache

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pluggy
 
-from harness import paths
-from harness.engines import load_engine
-from harness.errors import SourceError, UsageError
-from harness.patches import STAMP as PATCH_STAMP
-from harness.patches import (
+from harness.core import paths
+from harness.engine.descriptor import load_engine
+from harness.core.errors import SourceError, UsageError
+from harness.source.patches import STAMP as PATCH_STAMP
+from harness.source.patches import (
     apply_series,
     check_series,
     copy_dir,
@@ -26,13 +26,13 @@ from harness.patches import (
     load_series,
     series_hash,
 )
-from harness.plugin import get_manager
-from harness.source import checking
-from harness.types import EngineSpec, HostInfo, PatchedTree, PatchOutcome, SourceTree, Variant
+from harness.engine.plugin import get_manager
+from harness.source.cache import checking
+from harness.core.types import EngineSpec, HostInfo, PatchedTree, PatchOutcome, SourceTree, Variant
 
 if TYPE_CHECKING:
     from harness.abi.check import CheckResult
-    from harness.build import BuildResult
+    from harness.build.cmake import BuildResult
 
 
 def _pm(pm: pluggy.PluginManager | None) -> pluggy.PluginManager:
@@ -114,7 +114,7 @@ def rows_for(engine: EngineSpec, patterns: str | None = None, *, where: Callable
     build is an error, and so is a selection the engine builds nothing of; rows a wildcard picked
     up are skipped with their reason.
     """
-    from harness.matrix import engine_support, load_matrix, select
+    from harness.build.matrix import engine_support, load_matrix, select
 
     table = list(matrix) if matrix is not None else load_matrix()
     chosen = select(table, patterns) if patterns else table
@@ -156,7 +156,7 @@ def prepare_build(engine: EngineSpec, pm: pluggy.PluginManager | None = None,
                   host: HostInfo | None = None) -> BuildInputs:
     """fetch -> patch -> ABI check (each a no-op when stamped). The ABI check runs before any
     build: seconds, not a wasted half hour."""
-    from harness import host as hostmod
+    from harness.core import host as hostmod
     from harness.abi.check import check_engine
 
     pm = _pm(pm)
@@ -169,7 +169,7 @@ def build_row(inputs: BuildInputs, row: Variant, *, overrides: dict[str, str] | 
               force: bool = False) -> BuildResult:
     """The one way a matrix row is built: from ``inputs``' checked tree, stamped with its ABI
     fingerprint (a no-op when the stamped artifact matches)."""
-    from harness.build import build
+    from harness.build.cmake import build
 
     return build(inputs.pm, inputs.engine, row, inputs.tree, inputs.host, overrides=overrides,
                  abi_fingerprint=inputs.abi.fingerprint, force=force)
@@ -178,7 +178,7 @@ def build_row(inputs: BuildInputs, row: Variant, *, overrides: dict[str, str] | 
 def build_variant(engine: EngineSpec, variant: str, pm: pluggy.PluginManager | None = None,
                   *, force: bool = False) -> BuildResult:
     """fetch -> patch -> ABI check -> build of one matrix row by name (each stage a no-op when stamped)."""
-    from harness.matrix import get_variant
+    from harness.build.matrix import get_variant
 
     row = get_variant(variant)
     return build_row(prepare_build(engine, pm), row, force=force)

@@ -29,11 +29,11 @@ from pathlib import Path
 import yaml
 from filelock import FileLock
 
-from harness import paths
-from harness.datafile import load_yaml
-from harness.engines import DESCRIPTOR, load_engine, parse_engine
-from harness.errors import ConfigError
-from harness.types import EngineSpec
+from harness.core import paths
+from harness.core.datafile import load_yaml
+from harness.engine.descriptor import DESCRIPTOR, load_engine, parse_engine
+from harness.core.errors import ConfigError
+from harness.core.types import EngineSpec
 
 STAMP = ".harness-recipe.json"
 RECIPE_DIRS = ("engines", "patches", "abi")

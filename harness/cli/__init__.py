@@ -1,9 +1,10 @@
 """The ``harness`` command line: one entry point, subcommands registered by area.
 
-Each area module exposes ``register(subparsers)``; its parsers set
+Every command lives in this package, one module per area (``harness/cli/<area>.py``), and does
+no work of its own: it parses, calls the package that does the work, and prints. Each area module exposes ``register(subparsers)``; its parsers set
 ``func=handler`` where ``handler(args) -> int``, and ``extras=(...)`` when the command needs
 optional dependency groups (checked before the handler runs: a typed error naming the extra,
-never a traceback). Errors derived from :class:`harness.errors.HarnessError` map to their
+never a traceback). Errors derived from :class:`harness.core.errors.HarnessError` map to their
 class's exit code.
 
 Start-up imports only what builds the parser: an area module's top level is argparse and the
@@ -22,23 +23,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness import __version__
-from harness.errors import HarnessError, MissingExtraError
+from harness.core.errors import HarnessError, MissingExtraError
 
 #: Modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
-    "harness.commands.core",
-    "harness.commands.build",
-    "harness.commands.runtime",
-    "harness.commands.qualify",
-    "harness.commands.e2e",
-    "harness.commands.emulate",
-    "harness.models.cli",
-    "harness.abi.cli",
-    "harness.audit.cli",
-    "harness.config.cli",
-    "harness.video.cli",
-    "harness.bench.cli",
-    "harness.serve.cli",
+    "harness.cli.inspect",
+    "harness.cli.build",
+    "harness.cli.runtime",
+    "harness.cli.qualify",
+    "harness.cli.e2e",
+    "harness.cli.emulate",
+    "harness.cli.models",
+    "harness.cli.abi",
+    "harness.cli.audit",
+    "harness.cli.config",
+    "harness.cli.video",
+    "harness.cli.bench",
+    "harness.cli.serve",
 )
 
 EPILOG = """\
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from harness import extras, progress
+    from harness.core import extras, progress
 
     progress.set_quiet(bool(args.quiet or getattr(args, "json", False)))
     command = _command_name(args)
@@ -131,7 +132,7 @@ def _command_name(args: argparse.Namespace) -> str:
 
 
 def _report(e: HarnessError) -> int:
-    from harness import progress
+    from harness.core import progress
 
     progress.console.print(f"[bold red]error:[/] {type(e).__name__}: ", end="", highlight=False)
     # soft_wrap keeps one difference / diagnostic per line, whatever the width

@@ -1,4 +1,4 @@
-"""``harness abi snapshot|check|diff``: wire into ``harness.cli.COMMAND_MODULES`` as ``harness.abi.cli``."""
+"""``harness abi snapshot|check|diff``: wire into ``harness.cli.COMMAND_MODULES`` as ``harness.cli.abi``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.types import EngineSpec
+    from harness.core.types import EngineSpec
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,15 +56,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _load(engine: str) -> EngineSpec:
-    from harness.engines import load_engine
+    from harness.engine.descriptor import load_engine
 
     return load_engine(engine)
 
 
 def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str, Any] | None) -> set[str] | None:
     """--used-from, else the descriptor's abi.used_from, else the committed used set; None = everything."""
-    from harness import progress
     from harness.abi.used import used_from
+    from harness.core import progress
     if args.all:
         return None
     pattern = spec.abi.get("used_pattern")
@@ -84,10 +84,10 @@ def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str
 
 def _engine_for(pins: list[str]) -> str:
     """``--engine`` not given: the engine both pins fit (see :func:`choose_engine`)."""
-    from harness import progress
     from harness.abi.revisions import choose_engine, default_engine
-    from harness.engines import engine_names, load_engine
-    from harness.errors import ConfigError
+    from harness.core import progress
+    from harness.core.errors import ConfigError
+    from harness.engine.descriptor import engine_names, load_engine
 
     specs = []
     for n in engine_names():
@@ -101,11 +101,11 @@ def _engine_for(pins: list[str]) -> str:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from harness import progress
     from harness.abi import surface as surf
     from harness.abi.check import snapshot_config, version_macro
     from harness.abi.diff import diff_surfaces
-    from harness.pipeline import patched_tree
+    from harness.build.pipeline import patched_tree
+    from harness.core import progress
 
     t0 = time.perf_counter()
     spec = _load(args.engine)
@@ -144,9 +144,9 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from harness import progress
     from harness.abi.check import check_engine
-    from harness.pipeline import patched_tree
+    from harness.build.pipeline import patched_tree
+    from harness.core import progress
 
     spec = _load(args.engine)
     result = check_engine(spec, patched_tree(spec).path)
@@ -166,17 +166,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _shown(path: Path) -> str:
-    from harness import paths
+    from harness.core import paths
     root = paths.project_root()
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from harness import progress
     from harness.abi import surface as surf
     from harness.abi.check import load_committed, version_macro
     from harness.abi.diff import diff, render_markdown
     from harness.abi.revisions import snapshot_pin
+    from harness.core import progress
     t0 = time.perf_counter()
     spec = _load(args.engine or _engine_for([args.pin_a, args.pin_b]))
     targets = args.target or None

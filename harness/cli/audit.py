@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.cli import add_json_flag, print_json
-from harness.errors import AuditError
+from harness.core.errors import AuditError
 
 DESCRIPTION = """\
 Decode every CPU level library of a built artifact (lib/libggml-cpu-<level>.so) with
@@ -40,8 +40,8 @@ def cmd_isa(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from harness.audit.artifact import audit_engine, findings_lines
-    from harness.commands.core import _stdout_table
-    from harness.engines import load_engine
+    from harness.cli.inspect import _stdout_table
+    from harness.engine.descriptor import load_engine
 
     r = audit_engine(load_engine(args.engine), args.variant, args.artifact)
     if args.json:

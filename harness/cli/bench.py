@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli import add_json_flag, print_json
-from harness.errors import BenchError, UsageError
+from harness.core.errors import BenchError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -129,20 +129,20 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
 
 def prepare_arm(spec: ArmSpec) -> ArmSpec:
     """Let the arm's plugin prepare it here, in the parent (builds show progress), before workers start."""
-    from harness.plugin import get_manager
+    from harness.engine.plugin import get_manager
 
     options = get_manager().hook.harness_bench_arm_prepare(kind=spec.kind, options=dict(spec.options))
     return spec if options is None else dataclasses.replace(spec, options=options)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from harness import progress
     from harness.bench.abba import BenchConfig
     from harness.bench.arms import ArmSpec
     from harness.bench.gate import parse_gate, resolve_gate
     from harness.bench.report import all_findings
     from harness.bench.session import run_and_report, with_threads
-    from harness.host import resolve_threads
+    from harness.core import progress
+    from harness.core.host import resolve_threads
 
     threads, source = resolve_threads(args.threads)
     a_spec = ArmSpec.parse(args.a)
@@ -166,7 +166,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     gate = parse_gate(args.fail_on_slower)
     resolve_gate(gate, config.concurrency)  # a typo fails now, not after the run
 
-    from harness import host as hostmod
+    from harness.core import host as hostmod
 
     host = hostmod.as_dict(hostmod.probe())
     measure = None
@@ -282,7 +282,7 @@ def cmd_report_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report_merge(args: argparse.Namespace) -> int:
-    from harness.report_merge import write_merged
+    from harness.qualify.merge import write_merged
 
     merged, out = write_merged(args.reports, args.out)
     if args.json:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.cli import add_json_flag, print_json
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,8 +52,9 @@ def parse_defines(items: list[str]) -> dict[str, str]:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from harness import pipeline, progress, recipes
-    from harness.build import ccache_summary, smoke_cpu_level
+    from harness.build import pipeline, recipes
+    from harness.build.cmake import ccache_summary, smoke_cpu_level
+    from harness.core import progress
 
     engine = recipes.resolve(args.engine, pin=args.pin, rev=args.rev)
     if engine.recipe_commit and not args.json:
@@ -84,10 +85,10 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_artifacts(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from harness import host as hostmod
-    from harness import paths
-    from harness.artifacts import find_artifacts, status
-    from harness.commands.core import _stdout_table
+    from harness.build.artifacts import find_artifacts, status
+    from harness.cli.inspect import _stdout_table
+    from harness.core import host as hostmod
+    from harness.core import paths
     host = hostmod.probe()
     rows = [status(p, host) for p in find_artifacts()]
     if args.json:
@@ -108,11 +109,11 @@ def cmd_artifacts(args: argparse.Namespace) -> int:
 
 
 def cmd_package(args: argparse.Namespace) -> int:
-    from harness import paths
-    from harness.artifacts import package
-    from harness.build import artifact_dir
-    from harness.engines import load_engine
-    from harness.matrix import get_variant, load_matrix
+    from harness.build.artifacts import package
+    from harness.build.cmake import artifact_dir
+    from harness.build.matrix import get_variant, load_matrix
+    from harness.core import paths
+    from harness.engine.descriptor import load_engine
     engine = load_engine(args.engine)
     rows = load_matrix()
     names = [v for v in args.variants.split(",") if v]

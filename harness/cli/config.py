@@ -1,6 +1,6 @@
 """Subcommands for model configs: ``validate``, ``config show``, ``config schema``, ``select``.
 
-Wire with ``harness.config.cli.register(subparsers)``. Diagnostics go to stdout
+Wire with ``harness.cli.config.register(subparsers)``. Diagnostics go to stdout
 one per line (``file:line:col: error|warning: message``), like a linter's, or as
 GitHub annotations (``--format github``); summaries go to stderr; ``--json``
 prints one JSON document on stdout. ``config show`` and ``select`` answer for an
@@ -20,7 +20,7 @@ from harness.cli import add_json_flag, print_json
 if TYPE_CHECKING:
     from harness.config.effective import Effective
     from harness.config.loader import Diagnostic
-    from harness.types import HostInfo
+    from harness.core.types import HostInfo
 
 
 FORMATS = ("text", "json", "github")
@@ -103,9 +103,9 @@ def _print_diagnostics(diags: list[Diagnostic] | tuple[Diagnostic, ...], fmt: st
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from harness import progress
     from harness.config.effective import named_models_dir
     from harness.config.validate import Validator
+    from harness.core import progress
     fmt = args.format or ("json" if args.json else "text")
     validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template)
     report = validator.validate_paths(args.paths)
@@ -149,8 +149,8 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from harness import progress
     from harness.config.effective import load_config_file
+    from harness.core import progress
     loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir)
     diags = list(loaded.diagnostics)
     failed = _report(diags, as_json=args.json)
@@ -198,9 +198,9 @@ def cmd_config_schema(args: argparse.Namespace) -> int:
 def probe_host() -> HostInfo:
     """The host probe of ``harness host``; a minimal description when it is unavailable."""
     from harness.config.effective import cpu_count
-    from harness.types import HostInfo
+    from harness.core.types import HostInfo
     try:
-        from harness.host import probe
+        from harness.core.host import probe
 
         return probe()
     except Exception:  # selection still explains itself on a host we cannot fully probe

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.cli import add_json_flag, print_json
-from harness.errors import EngineCrashError, HarnessError
+from harness.core.errors import EngineCrashError, HarnessError
 
 DESCRIPTION = """\
 Run e2e spec files, each in its own pytest process. A process that dies by a signal
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_e2e(args: argparse.Namespace) -> int:
-    from harness.e2e import run_specs
+    from harness.qualify.e2e import run_specs
 
     specs, extra = args.specs, list(getattr(args, "passthrough", []))
     for v in args.variant:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from harness.cli import add_json_flag, print_json
-from harness.errors import HarnessError, UsageError
+from harness.core.errors import HarnessError, UsageError
 
 DESCRIPTION = """\
 Build a cross-built matrix row (target: in the matrix, e.g. cpu-aarch64) when its stamp is stale,
@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def resolve_models(names: list[str]) -> tuple[dict[str, Path], dict[str, str]]:
-    from harness import registry
+    from harness.engine import registry
     from harness.models.fixtures import env_vars
 
     models: dict[str, Path] = {}
@@ -72,10 +72,10 @@ def resolve_models(names: list[str]) -> tuple[dict[str, Path], dict[str, str]]:
 
 
 def cmd_emulate(args: argparse.Namespace) -> int:
-    from harness import registry
-    from harness.emulate import emulate, table_lines
-    from harness.engines import load_engine
-    from harness.matrix import get_variant
+    from harness.build.matrix import get_variant
+    from harness.engine import registry
+    from harness.engine.descriptor import load_engine
+    from harness.qualify.emulate import emulate, table_lines
 
     names = args.model or ["tiny"]
     if args.bench and args.bench not in names:

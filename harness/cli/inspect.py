@@ -8,14 +8,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from harness.cli import add_json_flag, print_json
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from harness.ci_matrix import CI_SYSTEMS  # light: its engine and matrix imports are lazy
+    from harness.qualify.ci_matrix import (
+        CI_SYSTEMS,  # light: its engine and matrix imports are lazy
+    )
 
     p = sub.add_parser("plugins", help="list plugins and the hooks each implements")
     add_json_flag(p)
@@ -72,7 +74,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_plugins(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from harness.plugin import describe, get_manager
+    from harness.engine.plugin import describe, get_manager
     rows = describe(get_manager())
     if args.json:
         print_json(rows)
@@ -97,8 +99,8 @@ def _gib(n: int) -> str:
 def cmd_host(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from harness import host as hostmod
-    from harness.ccache import remote_status as ccache_remote_status
+    from harness.build.ccache import remote_status as ccache_remote_status
+    from harness.core import host as hostmod
     h = hostmod.probe()
     measured = None
     if args.measure:
@@ -143,9 +145,9 @@ def _remote_text(remote: dict[str, Any]) -> str:
 def cmd_matrix(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from harness import host as hostmod
-    from harness.matrix import buildability, load_matrix, select
-    from harness.plugin import get_manager
+    from harness.build.matrix import buildability, load_matrix, select
+    from harness.core import host as hostmod
+    from harness.engine.plugin import get_manager
     if args.ci:
         return _ci_matrix(args)
     if args.engine:
@@ -172,8 +174,8 @@ def _ci_matrix(args: argparse.Namespace) -> int:
     import json
     import sys
 
-    from harness import progress
-    from harness.ci_matrix import github_matrix
+    from harness.core import progress
+    from harness.qualify.ci_matrix import github_matrix
 
     m = github_matrix(engine=args.engine, variant=args.variant)
     for note in m.notes:
@@ -186,8 +188,8 @@ def _ci_matrix(args: argparse.Namespace) -> int:
 def cmd_engines(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from harness import registry
-    from harness.engines import engine_names, load_engine
+    from harness.engine import registry
+    from harness.engine.descriptor import engine_names, load_engine
     registered = registry.names()
     data: list[dict[str, Any]] = []
     for name in engine_names():
@@ -207,7 +209,7 @@ def cmd_engines(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from harness import pipeline
+    from harness.build import pipeline
     t0 = time.perf_counter()
     copy = None
     if args.verify or args.repair:
@@ -235,7 +237,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_patch(args: argparse.Namespace) -> int:
-    from harness import pipeline
+    from harness.build import pipeline
     t0 = time.perf_counter()
     if args.check:
         outcomes = pipeline.check_patches(args.engine)
@@ -264,7 +266,7 @@ def cmd_patch(args: argparse.Namespace) -> int:
 def _print_copy_state(engine: str) -> None:
     """`patch --check` checks the series against the pristine tree; say too whether the working
     copy still is what the series made (an edit there is discarded by the next `harness patch`)."""
-    from harness import pipeline
+    from harness.build import pipeline
     path, problem = pipeline.working_copy_state(engine)
     if problem is None:
         print(f"working copy {path}: intact")

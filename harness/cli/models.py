@@ -1,4 +1,4 @@
-"""``harness models fetch|list|env``: wire into ``harness.cli.COMMAND_MODULES`` as ``harness.models.cli``.
+"""``harness models fetch|list|env``: wire into ``harness.cli.COMMAND_MODULES`` as ``harness.cli.models``.
 
 ``fetch`` and ``env`` print only ``export`` lines on stdout, so
 ``eval "$(harness models fetch)"`` sets the variables the e2e specs read.
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from harness.cli import add_json_flag, print_json
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from harness import progress
+    from harness.core import progress
     from harness.models import fixtures as fx
     report = fx.fetch_all(args.only, index=args.index)
     if args.json:
@@ -80,7 +80,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_env(args: argparse.Namespace) -> int:
-    from harness import progress
+    from harness.core import progress
     from harness.models import fixtures as fx
     env = {**fx.env_vars(), **fx.engine_env()}
     if args.json:
@@ -95,8 +95,8 @@ def cmd_env(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m harness.models.cli ACTION``: the same commands, before the CLI wires them in."""
-    from harness import progress
+    """``python -m harness.cli.models ACTION``: the same commands, before the CLI wires them in."""
+    from harness.core import progress
     parser = argparse.ArgumentParser(prog="harness")
     register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     args = parser.parse_args(["models", *(argv if argv is not None else sys.argv[1:])])

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.cli import add_json_flag, print_json
-from harness.errors import UsageError
+from harness.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,10 +39,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_build_backend(args: argparse.Namespace) -> int:
-    from harness.backend import build_backend
-    from harness.build import artifact_dir
-    from harness.engines import load_engine
-    from harness.matrix import get_variant
+    from harness.binding.wheel import build_backend
+    from harness.build.cmake import artifact_dir
+    from harness.build.matrix import get_variant
+    from harness.engine.descriptor import load_engine
 
     engine = load_engine(args.engine)
     artifact = artifact_dir(engine, get_variant(args.variant))
@@ -63,9 +63,9 @@ def cmd_build_backend(args: argparse.Namespace) -> int:
 def cmd_engine_info(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from harness import registry
-    from harness.commands.core import _stdout_table
-    from harness.engines import load_engine
+    from harness.cli.inspect import _stdout_table
+    from harness.engine import registry
+    from harness.engine.descriptor import load_engine
     from harness.runtime import discovery, levels
 
     engine = load_engine(args.engine or registry.default("text").name)
@@ -105,7 +105,7 @@ def cmd_engine_info(args: argparse.Namespace) -> int:
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
-    from harness import crash
+    from harness.core import crash
     from harness.runtime import Engine
 
     code = crash.supervise(getattr(args, "argv", None), "harness complete")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, UsageError
+from harness.core.errors import ConfigError, UsageError
 
 #: The environment variable ``--api-key`` falls back to (a key on the command line shows in ``ps``).
 API_KEY_ENV = "HARNESS_API_KEY"
@@ -95,8 +95,8 @@ def _is_loopback(host: str) -> bool:
 def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | None,
                 max_queue: int | None) -> dict[str, Any]:
     """name -> :class:`~harness.serve.app.ServedModel` for each config, loaded as ``Engine.load(config=...)``."""
-    from harness import progress
     from harness.config.effective import load_config_file
+    from harness.core import progress
     from harness.runtime import Engine
     from harness.runtime.aio import AsyncEngine
     from harness.serve.app import ServedModel
@@ -134,7 +134,7 @@ def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | 
 def cmd_serve(args: argparse.Namespace) -> int:
     import signal
 
-    from harness import crash
+    from harness.core import crash
 
     # the engines run in a child: a crash in one is reported by signal and CPU level (exit 16)
     code = crash.supervise(getattr(args, "argv", None), "harness serve")
@@ -143,7 +143,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from harness import progress
+    from harness.core import progress
     from harness.serve.app import create_app
 
     # an empty $HARNESS_API_KEY is unset; an empty --api-key is a mistake check_options names

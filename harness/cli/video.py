@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli import add_json_flag, print_json
-from harness.errors import ConfigError, UsageError
+from harness.core.errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
     from harness.video.limits import VideoLimits
@@ -82,8 +82,8 @@ def _media_dir(args: argparse.Namespace) -> Path:
 
 def _engine_of(backend: str) -> str:
     """The registered engine a ``backend:`` names (LocalAI's names resolved), else the name itself."""
-    from harness import registry
     from harness.config.localai import resolve_backend
+    from harness.engine import registry
 
     try:
         engines = frozenset(registry.names())
@@ -101,8 +101,8 @@ def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
     import yaml
 
     from harness.config.options import config_options
-    from harness.datafile import load_yaml
-    from harness.inputs import read_text
+    from harness.core.datafile import load_yaml
+    from harness.core.inputs import read_text
     from harness.video.options import video_options
     # a regular file within the config limit: a FIFO or /dev/zero is refused unread
     text = read_text(path, kind="config", error=ConfigError)
@@ -140,13 +140,13 @@ def _load_pipeline(config: Path, loaded: tuple[str, VideoOptions, dict[str, Any]
 
 
 def _print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
-    from harness import progress
+    from harness.core import progress
     for w in warnings:
         progress.console.print(f"[yellow]warning:[/] {w}", highlight=False)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from harness import progress
+    from harness.core import progress
     from harness.video.pipeline import engine_limits, plan_request
     from harness.video.request import load_request
     loaded = load_config(args.config)
@@ -191,7 +191,7 @@ def _step_display() -> Iterator[tuple[Callable[[int, int], None], Callable[[str]
     """(progress, status) callbacks: a rich bar on a terminal, plain lines otherwise."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from harness import progress
+    from harness.core import progress
     if not progress.enabled():
         last = [0.0]
 
@@ -213,7 +213,7 @@ def _step_display() -> Iterator[tuple[Callable[[int, int], None], Callable[[str]
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from harness import crash, progress
+    from harness.core import crash, progress
     from harness.video.mux import VideoCancelledError
     from harness.video.pipeline import engine_limits, plan_request
 

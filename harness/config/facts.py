@@ -35,7 +35,7 @@ def gguf_header(path: Path) -> tuple[dict[str, Any] | None, str]:
     before it is used, so a FIFO, a device or a crafted header is a reason, never a hang.
     """
     from harness.config.gguf_header import read_header
-    from harness.errors import ModelError
+    from harness.core.errors import ModelError
 
     try:
         return read_header(path).as_dict(), ""
@@ -106,8 +106,8 @@ def gguf_facts(path: Path) -> dict[str, Any]:
 
 def directory_facts(path: Path) -> dict[str, Any]:
     """Facts from a model directory's ``config.json`` (safetensors / pytorch layout)."""
-    from harness.errors import ModelError
-    from harness.inputs import read_text
+    from harness.core.errors import ModelError
+    from harness.core.inputs import read_text
 
     try:
         cfg = json.loads(read_text(path / "config.json", kind="model-metadata", error=ModelError))

@@ -3,9 +3,9 @@
 The ``gguf`` package's reader maps the whole file and builds one numpy array per element of
 every array it meets: a 68-byte file that claims a 2^40-element array costs it about a minute
 and then a MemoryError, and a string length of 2^62 reads as an empty string. Here every count
-and length is checked against the bytes the file has left (and :data:`harness.inputs.LIMITS`'s
+and length is checked against the bytes the file has left (and :data:`harness.core.inputs.LIMITS`'s
 ``gguf-header``) before it is read or skipped, so a hostile header costs a few small reads and
-ends in a :class:`~harness.errors.ModelError` naming the field and the limit.
+ends in a :class:`~harness.core.errors.ModelError` naming the field and the limit.
 
 The format (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md): ``GGUF``, version u32,
 tensor count u64, key/value count u64; each key a string (u64 length + UTF-8 bytes), a value
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from harness.errors import ModelError
-from harness.inputs import limit, open_input
+from harness.core.errors import ModelError
+from harness.core.inputs import limit, open_input
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)

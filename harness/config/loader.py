@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from harness.inputs import limit
+from harness.core.inputs import limit
 
 Severity = Literal["error", "warning"]
 Path_ = tuple[str | int, ...]

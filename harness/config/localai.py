@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
-from harness.datafile import load_yaml
-from harness.errors import did_you_mean
+from harness.core.datafile import load_yaml
+from harness.core.errors import did_you_mean
 
 DATA_FILE = "localai.yaml"
 #: Sections of the vocabulary: the top level and the two nested mappings the harness types.
@@ -121,7 +121,7 @@ class BackendVerdict:
 
 def served_by() -> dict[str, str]:
     """LocalAI backend name -> the registered engine that serves it (the engines' ``localai_backends``)."""
-    from harness import registry
+    from harness.engine import registry
 
     try:
         found = registry.engines()

@@ -33,7 +33,7 @@ from harness.config.model import (
     nested_specs,
     option_specs,
 )
-from harness.errors import did_you_mean
+from harness.core.errors import did_you_mean
 
 TRUE = frozenset({"1", "t", "true", "yes", "y", "on"})
 FALSE = frozenset({"0", "f", "false", "no", "n", "off"})

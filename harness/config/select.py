@@ -1,7 +1,7 @@
 """Engine selection (SPEC.md section 3): every engine plugin says yes or why not.
 
 Each registered engine answers through its ``match(model, host)`` (see
-:mod:`harness.registry`) with a :class:`~harness.types.MatchResult`; selection is transparent:
+:mod:`harness.engine.registry`) with a :class:`~harness.core.types.MatchResult`; selection is transparent:
 ``harness select`` shows the chosen engine and variant and every rejection's
 reason. Also here: the CUDA-version -> GPU wheel index mapping used when
 installing variant wheels. LocalAI backend names resolve through ``localai.yaml``.
@@ -20,7 +20,7 @@ import pluggy
 from harness.config.facts import model_facts
 from harness.config.localai import BackendVerdict, resolve_backend
 from harness.config.model import ModelConfig
-from harness.types import HostInfo, MatchResult
+from harness.core.types import HostInfo, MatchResult
 
 # ---------------------------------------------------------------------------
 # CUDA -> wheel index
@@ -95,7 +95,7 @@ class Selection:
 def engine_names(pm: pluggy.PluginManager, described: Iterable[str] = ()) -> list[str]:
     """Registered engine names, in registration order, then engines that only have a
     descriptor (``described``), without repeats."""
-    from harness import registry
+    from harness.engine import registry
 
     out = list(registry.names(pm))
     return out + [n for n in dict.fromkeys(described) if n not in out]
@@ -108,7 +108,7 @@ def ask_engines(facts: dict[str, Any], host: HostInfo, pm: pluggy.PluginManager,
     An engine in ``described`` that no plugin registers is known (a descriptor exists) but
     cannot serve models: its rejection says so.
     """
-    from harness import registry
+    from harness.engine import registry
 
     registered = registry.engines(pm)
     results: list[MatchResult] = []
@@ -153,8 +153,8 @@ def select_engine(
     rejections that say why); a caller's own ``pm`` is its own world unless ``described`` is given.
     """
     if pm is None:
-        from harness.engines import engine_names as descriptor_names
-        from harness.plugin import get_manager
+        from harness.engine.descriptor import engine_names as descriptor_names
+        from harness.engine.plugin import get_manager
 
         pm = get_manager()
         described = descriptor_names() if described is None else described

@@ -34,8 +34,8 @@ from harness.config.rules import (
     non_finite,
     str_at,
 )
-from harness.errors import ConfigError, did_you_mean
-from harness.inputs import read_bytes
+from harness.core.errors import ConfigError, did_you_mean
+from harness.core.inputs import read_bytes
 
 __all__ = ["CheckContext", "Diagnostic", "Report", "Validated", "Validator", "iter_config_files"]
 
@@ -48,7 +48,7 @@ _TYPE_NAMES = {
 
 def described_engines() -> frozenset[str]:
     """Engines with a descriptor, whether or not a plugin implements them yet."""
-    from harness.engines import engine_names
+    from harness.engine.descriptor import engine_names
 
     try:
         return frozenset(engine_names())
@@ -57,8 +57,8 @@ def described_engines() -> frozenset[str]:
 
 
 def known_engines_from_plugins(pm: pluggy.PluginManager | None = None) -> frozenset[str]:
-    """Registered engine names (:mod:`harness.registry`)."""
-    from harness import registry
+    """Registered engine names (:mod:`harness.engine.registry`)."""
+    from harness.engine import registry
 
     return frozenset(registry.names(pm))
 
@@ -327,7 +327,7 @@ class Validator:
     def _plugin_checks(self, doc: Document, config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
         if context.engine is None or (self._pm is None and not self._use_default_pm):
             return []
-        from harness import registry
+        from harness.engine import registry
 
         try:
             impl = registry.engines(self._pm).get(context.engine)

@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.config.loader import Diagnostic, Path_
 from harness.config.rules import CheckContext
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.video.families import VideoFamily, family_for
 from harness.video.options import parse_canvas
 

@@ -175,7 +175,7 @@ def supervise(argv: list[str] | None, what: str) -> int | None:
     import subprocess
     import sys
 
-    from harness.errors import EngineCrashError
+    from harness.core.errors import EngineCrashError
 
     if argv is None or os.environ.get(SUPERVISED_ENV):
         return None

@@ -12,7 +12,7 @@ import functools
 import importlib.util
 import re
 
-from harness.errors import MissingExtraError
+from harness.core.errors import MissingExtraError
 
 #: Distributions whose import name is not their normalised project name.
 IMPORT_NAMES: dict[str, str] = {

@@ -17,8 +17,8 @@ from typing import Any
 import archspec.cpu
 import psutil
 
-from harness.errors import UsageError
-from harness.types import GpuInfo, HostInfo, ToolInfo
+from harness.core.errors import UsageError
+from harness.core.types import GpuInfo, HostInfo, ToolInfo
 
 #: tool -> (argv to print its version, regex capturing the version)
 TOOLS: dict[str, tuple[list[str], str]] = {

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from harness.errors import HarnessError, UsageError
+from harness.core.errors import HarnessError, UsageError
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -65,7 +65,7 @@ def limit(kind: str) -> int:
     try:
         return LIMITS[kind]
     except KeyError:
-        msg = f"no input limit for kind {kind!r}: add it to harness.inputs.LIMITS"
+        msg = f"no input limit for kind {kind!r}: add it to harness.core.inputs.LIMITS"
         raise KeyError(msg) from None
 
 

@@ -99,7 +99,7 @@ class EngineSpec:
     cross: dict[str, Any] = field(default_factory=dict)
     """``cross:``: what a cross-built row adds (``targets``, ``bin``: the programs run under emulation)."""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # Set when the recipe comes from a commit of the history (harness.recipes), not the working tree.
+    # Set when the recipe comes from a commit of the history (harness.build.recipes), not the working tree.
     recipe_commit: str = ""
 
     @property

@@ -19,10 +19,10 @@ from typing import Any
 import jsonschema
 import yaml
 
-from harness import inputs, paths
-from harness.datafile import load_yaml
-from harness.errors import ConfigError, HarnessError, UnknownNameError, UsageError
-from harness.types import EngineSpec, SourceSpec
+from harness.core import inputs, paths
+from harness.core.datafile import load_yaml
+from harness.core.errors import ConfigError, HarnessError, UnknownNameError, UsageError
+from harness.core.types import EngineSpec, SourceSpec
 
 DESCRIPTOR = "engine.yaml"
 #: Extra folders of engine descriptors, searched before the checkout's ``engines/``.

@@ -3,7 +3,7 @@
 Names follow ``harness_<phase>_<verb>``. Hooks marked ``firstresult`` are
 "choose one" hooks: they stop at the first non-None result. What one engine provides
 (model matching, config rules, e2e specs, video) is not a hook: it is a field of the
-:class:`~harness.engine_interface.EngineImpl` the engine registers, looked up by name.
+:class:`~harness.engine.interface.EngineImpl` the engine registers, looked up by name.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from harness.engine_interface import EngineImpl
-    from harness.types import (
+    from harness.core.types import (
         Buildability,
         CpuLevel,
         EngineSpec,
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
         SourceTree,
         Variant,
     )
+    from harness.engine.interface import EngineImpl
 
 hookspec = pluggy.HookspecMarker("harness")
 
@@ -37,7 +37,7 @@ hookspec = pluggy.HookspecMarker("harness")
 def harness_engine_register() -> list[EngineImpl]:
     """The engines this plugin provides, as objects the core looks up by name.
 
-    The core never compares engine names: it asks :mod:`harness.registry` for an engine
+    The core never compares engine names: it asks :mod:`harness.engine.registry` for an engine
     and calls what the engine provides (load, match models, config rules, e2e specs, video,
     probe model, fixtures, cross-variant check). Engine names come from here alone.
     """

@@ -1,7 +1,7 @@
 """The one engine interface: what an engine provides to the core, as one registered object.
 
 An engine plugin returns an :class:`EngineImpl` from ``harness_engine_register()``;
-:mod:`harness.registry` looks it up by name. Each capability is optional: what an engine
+:mod:`harness.engine.registry` looks it up by name. Each capability is optional: what an engine
 does not provide is ``None`` (or empty), and the stage that needs it says so.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.types import HostInfo, MatchResult
+    from harness.core.types import HostInfo, MatchResult
 
 # The interface names the core's config and video types only in words: the modules that hold
 # them (harness.config.*, harness.video.job) look engines up here, and an import back would
@@ -75,7 +75,7 @@ class EngineImpl:
     old_pin_bench_arm: str | None = None
     """Bench arm kind that runs an artifact's own benchmark tool (old pin vs new pin)."""
     match: MatchFn | None = None
-    """``match(model, host)`` -> :class:`~harness.types.MatchResult` (``harness select``); without
+    """``match(model, host)`` -> :class:`~harness.core.types.MatchResult` (``harness select``); without
     it the engine is registered but answers for no model."""
     config_check: ConfigCheckFn | None = None
     """``config_check(config, context)`` -> diagnostics, called for every config whose backend

@@ -16,7 +16,7 @@ from typing import Any
 
 import pluggy
 
-from harness import hookspec
+from harness.engine import hookspec
 
 hookimpl = pluggy.HookimplMarker("harness")
 

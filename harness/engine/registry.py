@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.engine_interface import EngineImpl, RandomModel
-from harness.errors import UnknownNameError, UsageError
+from harness.core.errors import UnknownNameError, UsageError
+from harness.engine.interface import EngineImpl, RandomModel
 
 __all__ = ["EngineImpl", "RandomModel", "default", "engines", "get", "names", "reset"]
 
@@ -42,7 +42,7 @@ def engines(pm: Any | None = None) -> dict[str, EngineImpl]:
     global _cache
     if pm is not None:
         return _collect(pm)
-    from harness.plugin import get_manager
+    from harness.engine.plugin import get_manager
 
     pm = get_manager()
     if _cache is None or _cache[0] is not pm:

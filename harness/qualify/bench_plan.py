@@ -14,8 +14,8 @@ from typing import Any
 
 from harness.bench.abba import BenchConfig
 from harness.bench.gate import parse_gate, resolve_gate
-from harness.errors import UsageError
-from harness.types import EngineSpec
+from harness.core.errors import UsageError
+from harness.core.types import EngineSpec
 
 #: Adaptive-block defaults when the descriptor says nothing.
 UNTIL_HALFWIDTH = 3.0
@@ -59,7 +59,7 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int = 512, 
 
     ``until_halfwidth=0`` turns adaptive blocks off (``blocks`` is then the fixed count).
     """
-    from harness.host import resolve_threads
+    from harness.core.host import resolve_threads
 
     raw: Mapping[str, Any] = (engine.raw.get("qualify") or {}).get("bench") or {}
     width = until_halfwidth if until_halfwidth is not None else raw.get("until_halfwidth", UNTIL_HALFWIDTH)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError, UsageError
+from harness.core.errors import ConfigError, UsageError
 
 #: CI systems ``--ci`` knows.
 CI_SYSTEMS = ("github",)
@@ -35,7 +35,7 @@ class Runner:
 
 def load_runners(directory: Path | None = None) -> list[Runner]:
     """The ``runners:`` of every ``matrix/*.yaml``; an os/arch listed twice is a config error."""
-    from harness.matrix import matrix_files
+    from harness.build.matrix import matrix_files
     runners: list[Runner] = []
     for f, data in matrix_files(directory):
         for r in data.get("runners", []):
@@ -65,9 +65,9 @@ def github_matrix(engine: str | None = None, variant: str | None = None,
     """One entry per engine x row x (os, arch) with a runner. Without ``variant``, the rows marked
     ``ci: true``; with it, the rows it matches (fnmatch, comma-separated). Without ``engine``, every
     engine that builds the row."""
-    from harness.engines import engine_names, load_engine
-    from harness.matrix import load_matrix
-    from harness.pipeline import rows_for
+    from harness.build.matrix import load_matrix
+    from harness.build.pipeline import rows_for
+    from harness.engine.descriptor import engine_names, load_engine
 
     matrix = load_matrix(directory)
     engines = [load_engine(engine)] if engine else [load_engine(n) for n in engine_names()]

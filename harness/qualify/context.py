@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 if TYPE_CHECKING:
     import pluggy
 
+    from harness.core.types import EngineSpec, HostInfo
     from harness.qualify.bench_plan import BenchPlan
-    from harness.types import EngineSpec, HostInfo
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """Run e2e spec files so that one crash cannot take the others down.
 
-Each spec file runs in its own pytest process (``-p harness.pytest_crashnote`` records
+Each spec file runs in its own pytest process (``-p harness.qualify.pytest_crashnote`` records
 the running test in a crash note). A process that dies by a signal is reported with the
 signal, the spec that was running and the CPU level it had loaded; the results of the
 other files, and of the tests that finished before the crash, are kept.
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import progress
-from harness.crash import Crash, run_child
-from harness.errors import UsageError
+from harness.core import progress
+from harness.core.crash import Crash, run_child
+from harness.core.errors import UsageError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +113,7 @@ def run_specs(specs: Sequence[Path], *, pytest_args: Sequence[str] = (), env: di
         progress.info(f"e2e [{n}/{len(files)}] {spec}")
         with tempfile.TemporaryDirectory(prefix="harness-e2e-") as tmp:
             xml = Path(tmp) / "junit.xml"
-            argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "harness.pytest_crashnote",
+            argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "harness.qualify.pytest_crashnote",
                     str(spec), f"--junitxml={xml}", *pytest_args]
             t0 = time.perf_counter()
             r = run_child(argv, env=base, cwd=cwd, capture=capture)

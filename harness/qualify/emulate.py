@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError, HostError, UsageError
-from harness.types import EngineSpec, Variant
+from harness.core.errors import HarnessError, HostError, UsageError
+from harness.core.types import EngineSpec, Variant
 
 
 def cross_rows(engine: EngineSpec, arches: list[str] | None = None) -> tuple[list[Variant], list[dict[str, str]]]:
@@ -21,10 +21,10 @@ def cross_rows(engine: EngineSpec, arches: list[str] | None = None) -> tuple[lis
 
     ``arches`` (``["aarch64"]``) narrows to rows targeting those architectures.
     """
-    from harness.host import probe
-    from harness.matrix import buildability
-    from harness.pipeline import rows_for
-    from harness.plugin import get_manager
+    from harness.build.matrix import buildability
+    from harness.build.pipeline import rows_for
+    from harness.core.host import probe
+    from harness.engine.plugin import get_manager
 
     def wanted(v: Variant) -> bool:
         return bool(v.target) and (arches is None or v.target.split("-", 1)[0] in arches)
@@ -46,12 +46,13 @@ def emulate(engine: EngineSpec, row: Variant, *, models: dict[str, Path], expect
             n_tokens: int = 12) -> dict[str, Any]:
     """Build the cross row ``row`` (a no-op when stamped), check its exports and headers against the
     committed ABI surface, then run the engine's emulated level table."""
-    from harness import pipeline, registry
     from harness.abi.check import load_committed
     from harness.abi.exports import check_artifact
-    from harness.host import default_threads, probe
-    from harness.matrix import buildability
-    from harness.plugin import get_manager
+    from harness.build import pipeline
+    from harness.build.matrix import buildability
+    from harness.core.host import default_threads, probe
+    from harness.engine import registry
+    from harness.engine.plugin import get_manager
 
     if not row.target:
         msg = f"variant {row.name} is built for this host, not cross-built (no target: in the matrix): nothing to emulate"

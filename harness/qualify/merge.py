@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import paths
-from harness.errors import ReportMismatchError, UsageError
-from harness.inputs import read_text
+from harness.core import paths
+from harness.core.errors import ReportMismatchError, UsageError
+from harness.core.inputs import read_text
 
 #: How deep under a given directory qualify.json files are looked for (a CI run's downloaded
 #: artifacts: <dir>/<artifact name>/<stamp>-qualify-<engine>/qualify.json).

@@ -1,6 +1,6 @@
-"""pytest plugin (``-p harness.pytest_crashnote``): tell the parent which spec is running.
+"""pytest plugin (``-p harness.qualify.pytest_crashnote``): tell the parent which spec is running.
 
-Loaded by :mod:`harness.e2e` into each spec process. Before each test it records the
+Loaded by :mod:`harness.qualify.e2e` into each spec process. Before each test it records the
 test id in the crash note, after each phase the outcomes so far, so a process killed by
 a signal still reports the spec it died in and the results it had.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from harness import crash
+from harness.core import crash
 
 _done: dict[str, list[str]] = {"passed": [], "failed": [], "skipped": []}
 

@@ -101,7 +101,7 @@ def _cross_variant(name: str, data: Mapping[str, Any]) -> list[str]:
 def _emulated(name: str, d: Mapping[str, Any]) -> list[str]:
     if not name.startswith("emulated-") or not d.get("levels"):
         return []
-    from harness.emulate import table_lines
+    from harness.qualify.emulate import table_lines
 
     return ["", f"## {d['build']['variant']}: every CPU level under qemu-user ({d['triple']}, qemu {d['qemu']})",
             "", f"Prompt {d['prompt']!r}, greedy, {d['n_tokens']} tokens, {d['threads']} threads; each level "

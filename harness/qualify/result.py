@@ -2,7 +2,7 @@
 
 A stage returns a :class:`StageResult` (a one-line summary, the figures the report shows, and
 what later stages get from it); it raises :class:`SkippedStage` when it cannot run here, a
-:class:`~harness.errors.HarnessError` when it fails, and :class:`StageFailed` when it ran and its
+:class:`~harness.core.errors.HarnessError` when it fails, and :class:`StageFailed` when it ran and its
 verdict is a failure whose figures the report must still show (a benchmark gate).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 
 
 @dataclass(frozen=True)

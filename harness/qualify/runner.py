@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness import progress
-from harness.errors import HarnessError
+from harness.core import progress
+from harness.core.errors import HarnessError
 from harness.qualify.result import SkippedStage, StageFailed, StageResult
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The inference runtime: variant discovery, CPU levels, request validation and the engine API.
 
 ``Engine.load(model, ...)`` loads on the default text engine (the registered engine that
-serves text, :mod:`harness.registry`); ``engine=NAME`` picks another one.
+serves text, :mod:`harness.engine.registry`); ``engine=NAME`` picks another one.
 ``Engine.load(config=PATH)`` (or a ``.yaml`` path as the model) loads what a model config
 describes, with the values ``harness config show`` prints for it.
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from harness import errors
+from harness.core import errors
 
 T = TypeVar("T")
 

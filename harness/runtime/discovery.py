@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import BackendError
-from harness.host import probe
-from harness.types import HostInfo
+from harness.core.errors import BackendError
+from harness.core.host import probe
+from harness.core.types import HostInfo
 
 ENTRY_POINT_GROUP = "harness.backends"
 FORCE_ENV = "HARNESS_VARIANT"
@@ -200,7 +200,7 @@ def import_core(c: Candidate) -> Any:
 
 def committed_fingerprint(engine: str) -> str | None:
     """The ABI fingerprint of ``abi/<engine>/surface.json``: what a backend must have been built against."""
-    from harness.paths import project_root
+    from harness.core.paths import project_root
 
     p = project_root() / "abi" / engine / "surface.json"
     try:

@@ -28,8 +28,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from harness import crash, paths, progress
-from harness.errors import BackendError
+from harness.core import crash, paths, progress
+from harness.core.errors import BackendError
 
 LEVEL_ENV = "HARNESS_CPU_LEVEL"
 LIB_DIR_ENV = "HARNESS_BACKEND_LIB_DIR"
@@ -138,7 +138,7 @@ class Selection:
 
 
 def _probe_model() -> Path:
-    from harness import registry
+    from harness.engine import registry
 
     impl = registry.default("text")
     if impl.probe_model is None:
@@ -219,7 +219,7 @@ def _verdict_path(key: str) -> Path:
 
 def verdict(lib: Path, *, refresh: bool = False) -> Verdict:
     """The cached verdict for this artifact on this host CPU, probing once when there is none."""
-    from harness.host import cpu_fingerprint
+    from harness.core.host import cpu_fingerprint
 
     host, art = cpu_fingerprint(), artifact_key(lib)
     path = _verdict_path(f"{art}-{host}")

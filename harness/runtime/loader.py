@@ -33,8 +33,8 @@ class Engine:
             else the config's directory).
         :raises ConfigError: the config has errors (each one listed, as ``harness validate`` says them).
         """
-        from harness import registry
-        from harness.errors import UsageError
+        from harness.core.errors import UsageError
+        from harness.engine import registry
 
         if config is None and model is not None and Path(model).suffix.lower() in CONFIG_SUFFIXES:
             model, config = None, model
@@ -61,7 +61,7 @@ def _resolve_config(path: Path, name: str | None, models_dir: str | Path | None)
     """(effective parameters, engine) of a model config, as ``harness config show`` resolves it."""
     # Imported here: the config package (schema, validation) is not needed to load a model file.
     from harness.config.effective import load_config_file
-    from harness.errors import ConfigError
+    from harness.core.errors import ConfigError
 
     loaded = load_config_file(path, name=name, models_dir=Path(models_dir) if models_dir is not None else None)
     errors = [str(d) for d in loaded.diagnostics if d.severity == "error"]

@@ -1,7 +1,7 @@
 """Request validation for the runtime: one place holds the limits, every refusal is typed.
 
 Whatever a caller passes (a prompt, token ids, chat messages, tools, a response format,
-sampling values), the answer is a result or an :class:`~harness.errors.InvalidRequestError`
+sampling values), the answer is a result or an :class:`~harness.core.errors.InvalidRequestError`
 naming the field: never a raw ``TypeError`` from a comparison, nor a pybind11 cast error
 from the C++ side.
 """
@@ -16,7 +16,7 @@ from typing import Any
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 
-from harness.errors import InvalidRequestError
+from harness.core.errors import InvalidRequestError
 
 
 @dataclass(frozen=True, kw_only=True)

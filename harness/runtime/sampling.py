@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import InvalidRequestError
+from harness.core.errors import InvalidRequestError
 from harness.runtime.requests import LIMITS
 
 _NUMBERS = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty")
@@ -115,7 +115,7 @@ class Sampling:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(base) - known)
         if unknown:
-            from harness.errors import did_you_mean
+            from harness.core.errors import did_you_mean
 
             hint = did_you_mean(unknown[0], known)
             raise InvalidRequestError(f"unknown sampling parameter {unknown[0]!r}{hint}")

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness import errors
+from harness.core import errors
 from harness.runtime import requests as engine_requests
 from harness.runtime.sampling import Sampling
 

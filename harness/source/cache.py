@@ -47,16 +47,17 @@ from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
 
-from harness import index, inputs, paths
-from harness import progress as ui
-from harness.errors import (
+from harness.core import inputs, paths
+from harness.core import progress as ui
+from harness.core.errors import (
     ChecksumError,
     HarnessError,
     IntegrityError,
     SourceError,
     UnsafeArchiveError,
 )
-from harness.manifest import (
+from harness.source import index
+from harness.source.manifest import (
     VERSION,
     Manifest,
     check_tree,

@@ -15,7 +15,7 @@ connection resets; exponential backoff). A reply that is not what an index serve
 login page, a truncated JSON document) raises :class:`IndexReplyError` naming the URL and what
 was expected. Credentials in an index URL (``https://user:token@host/simple/``) are sent as
 basic auth to that host and never printed. Downloads (resumable, verified, atomic, locked) are
-:func:`harness.source.download`'s; it opens URLs through :func:`open_download`.
+:func:`harness.source.cache.download`'s; it opens URLs through :func:`open_download`.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 from packaging.utils import InvalidSdistFilename, canonicalize_name, parse_sdist_filename
 from packaging.version import InvalidVersion, Version
 
-from harness import progress
-from harness.errors import SourceError
+from harness.core import progress
+from harness.core.errors import SourceError
 
 #: Used only when pip is configured with no index at all (pip's own default).
 DEFAULT_INDEX = "https://pypi.org/simple/"

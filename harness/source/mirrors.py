@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from urllib.parse import urljoin, urlsplit
 
-from harness.index import IndexConfigError
+from harness.source.index import IndexConfigError
 
 APT_ETC = Path("/etc/apt")
 

@@ -18,17 +18,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from harness import paths
-from harness.errors import PatchError
-from harness.manifest import (
-    VERSION,
-    check_tree,
-    manifest_from_json,
-    manifest_to_json,
-    scan_tree,
-    sha256_file,
-)
-from harness.source import (
+from harness.core import paths
+from harness.core.errors import PatchError
+from harness.core.types import PatchedTree, PatchOutcome, SourceTree
+from harness.source.cache import (
     current_checking,
     notice,
     read_json,
@@ -40,7 +33,14 @@ from harness.source import (
     write_json,
     write_seal,
 )
-from harness.types import PatchedTree, PatchOutcome, SourceTree
+from harness.source.manifest import (
+    VERSION,
+    check_tree,
+    manifest_from_json,
+    manifest_to_json,
+    scan_tree,
+    sha256_file,
+)
 
 STAMP = ".harness-patched.json"
 HEADER_KEYS = ("Subject", "Why", "Upstream", "Retire-when")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from harness.datafile import load_yaml
-from harness.errors import ConfigError, did_you_mean
+from harness.core.datafile import load_yaml
+from harness.core.errors import ConfigError, did_you_mean
 
 DATA_FILE = "families.yaml"
 
@@ -114,8 +114,8 @@ def backend_family(backend: str | None) -> str | None:
     """The family a ``backend:`` implies: the registered engine's, else the LocalAI backend's."""
     if not backend:
         return None
-    from harness import registry
     from harness.config.localai import vocabulary
+    from harness.engine import registry
 
     try:
         impl = registry.engines().get(backend)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import HostError, SubprocessError
+from harness.core.errors import HostError, SubprocessError
 
 ENV_VAR = "HARNESS_FFMPEG"
 #: AAC encoders in order of preference; ffmpeg's native one is good enough.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.errors import VideoError
+from harness.core.errors import VideoError
 from harness.video.families import default_family
 
 GRID = default_family().pixel_grid

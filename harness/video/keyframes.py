@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import unquote_to_bytes
 
-from harness.errors import SubprocessError, VideoError
-from harness.inputs import open_input
+from harness.core.errors import SubprocessError, VideoError
+from harness.core.inputs import open_input
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.geometry import Canvas
 from harness.video.limits import DEFAULT_LIMITS, VideoLimits

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from harness.errors import VideoError, did_you_mean
-from harness.inputs import LIMITS
+from harness.core.errors import VideoError, did_you_mean
+from harness.core.inputs import LIMITS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,11 +59,11 @@ class VideoLimits:
     """Largest keyframe width * height (8192x8192): what the converter may decode."""
 
     max_image_bytes: int = LIMITS["keyframe"]
-    """Largest keyframe file or data: URL payload, in bytes (``harness.inputs.LIMITS``'s; an
+    """Largest keyframe file or data: URL payload, in bytes (``harness.core.inputs.LIMITS``'s; an
     engine may lower it)."""
 
     max_request_bytes: int = LIMITS["request"]
-    """Largest request file (a data: URL keyframe is most of it; ``harness.inputs.LIMITS``'s, an
+    """Largest request file (a data: URL keyframe is most of it; ``harness.core.inputs.LIMITS``'s, an
     engine may lower it)."""
 
     max_json_depth: int = 8

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from harness.errors import VideoError
-from harness.inputs import open_input
+from harness.core.errors import VideoError
+from harness.core.inputs import open_input
 from harness.video.limits import DEFAULT_LIMITS, VideoLimits, show
 
 _KIND = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
@@ -87,7 +87,7 @@ def regular_file(path: Path, key: str) -> os.stat_result:
 def open_regular(path: Path, key: str, *, max_bytes: int) -> Iterator[tuple[BinaryIO, int]]:
     """Open a vetted regular file of at most ``max_bytes``; yields (file, size).
 
-    Opened by :func:`harness.inputs.open_input` without following a final symlink, so a file
+    Opened by :func:`harness.core.inputs.open_input` without following a final symlink, so a file
     swapped for a FIFO or a symlink after the check fails instead of blocking or escaping; the
     descriptor is then checked to be the file that was ``stat``-ed.
     """

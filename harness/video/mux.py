@@ -17,8 +17,8 @@ import wave
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import SubprocessError, VideoError
-from harness.inputs import open_input
+from harness.core.errors import SubprocessError, VideoError
+from harness.core.inputs import open_input
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.job import EngineOutput, VideoJob
 from harness.video.keyframes import read_ppm_header

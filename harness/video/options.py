@@ -23,7 +23,7 @@ from harness.config.model import (
     option_specs,
 )
 from harness.config.options import ResolvedOptions, parse_options
-from harness.errors import ConfigError, did_you_mean
+from harness.core.errors import ConfigError, did_you_mean
 
 #: Partitions a video DiT can be declared as. ``t2va`` names the FL2VA checkpoint
 #: used text-only: the same file serves t2va and fl2va, so it gets the FL2VA rules.

@@ -9,7 +9,7 @@ checks therefore run before the engine is called.
 
 from __future__ import annotations
 
-from harness.errors import VideoError, did_you_mean
+from harness.core.errors import VideoError, did_you_mean
 from harness.video.options import PARTITIONS
 from harness.video.request import VideoRequest
 

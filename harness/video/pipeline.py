@@ -20,7 +20,7 @@ from typing import Any
 
 import pluggy
 
-from harness.errors import HarnessError, VideoError
+from harness.core.errors import HarnessError, VideoError
 from harness.video.ffmpeg import Ffmpeg, get_ffmpeg
 from harness.video.geometry import resolve_canvas, resolve_frames
 from harness.video.job import EngineOutput, VideoJob, VideoPlan
@@ -61,7 +61,7 @@ class VideoResult:
 
 def _renderer(engine: str, pm: pluggy.PluginManager) -> Any:
     """The registered engine's ``video_generate``; None when it has none (or is not registered)."""
-    from harness import registry
+    from harness.engine import registry
 
     impl = registry.engines(pm).get(engine)
     return impl.video_generate if impl is not None else None
@@ -69,7 +69,7 @@ def _renderer(engine: str, pm: pluggy.PluginManager) -> Any:
 
 def engine_limits(engine: str, pm: pluggy.PluginManager | None = None) -> VideoLimits:
     """The limits for ``engine``: the defaults, overridden by the registered engine's ``video_limits``."""
-    from harness import registry
+    from harness.engine import registry
 
     impl = registry.engines(pm).get(engine)
     overrides = impl.video_limits if impl is not None else None
@@ -84,7 +84,7 @@ def engine_limits(engine: str, pm: pluggy.PluginManager | None = None) -> VideoL
 
 
 def _default_manager() -> pluggy.PluginManager:
-    from harness.plugin import get_manager
+    from harness.engine.plugin import get_manager
 
     return get_manager()
 

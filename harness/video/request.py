@@ -9,7 +9,7 @@ clients written for those APIs for no gain.
 Every number is bounded by :class:`~harness.video.limits.VideoLimits` (NaN,
 infinities, bools and non-integers where integers are expected are refused), and
 a request file is bounded in size and nesting before it is decoded: every bad
-request is a :class:`~harness.errors.VideoError` naming the key.
+request is a :class:`~harness.core.errors.VideoError` naming the key.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UsageError, VideoError, did_you_mean
-from harness.inputs import read_bytes
+from harness.core.errors import UsageError, VideoError, did_you_mean
+from harness.core.inputs import read_bytes
 from harness.video.limits import DEFAULT_LIMITS, VideoLimits, is_int, is_number, show
 from harness.video.media import confine, regular_file
 

@@ -4,7 +4,7 @@ Everything llama.cpp-specific in Python lives in this package: the runtime glue
 (:mod:`.engine`), model resolution and conversion (:mod:`.models`, :mod:`.convert`), the tiny
 model (:mod:`.tiny`), bench arms (:mod:`.bench`: our backend, the xllamacpp peer,
 llama-bench) and the cross-variant check (:mod:`.crossvariant`). The core reaches them
-through the :class:`~harness.registry.EngineImpl` registered below.
+through the :class:`~harness.engine.registry.EngineImpl` registered below.
 
 It also owns llama.cpp's model matching (``match``) and config rules (``config_check``): the model is a .gguf file
 or a directory with config.json, the projector a .gguf, every option ``key:value``, numbers
@@ -19,10 +19,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import did_you_mean
-from harness.plugin import hookimpl
-from harness.registry import EngineImpl, RandomModel
-from harness.types import HostInfo, MatchResult
+from harness.core.errors import did_you_mean
+from harness.core.types import HostInfo, MatchResult
+from harness.engine.plugin import hookimpl
+from harness.engine.registry import EngineImpl, RandomModel
 from harness_plugins.llamacpp.bounds import RUNTIME_BOUNDS
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _load(model: str | Path, *, variant: str | None = None, **engine_args: Any) 
 
 def _probe_model() -> Path:
     """The tiny llama with Q4_1 matrices: the quantized (SIMD and AMX) matmul kernels run."""
-    from harness import paths
+    from harness.core import paths
     from harness_plugins.llamacpp.tiny import write_tiny_llama
 
     path = paths.models_dir() / "tiny-llama-s0-Q4_1.gguf"
@@ -122,8 +122,8 @@ def architectures_from_source(text: str) -> frozenset[str]:
 
 def pinned_source_file(relative: str) -> Path | None:
     """``relative`` in the pinned source tree when it is in the cache (never fetched here)."""
-    from harness import paths
-    from harness.engines import load_engine
+    from harness.core import paths
+    from harness.engine.descriptor import load_engine
 
     try:
         src = load_engine(NAME).source
@@ -301,7 +301,7 @@ def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]
 
 
 def e2e_specs() -> list[Path]:
-    from harness.paths import project_root
+    from harness.core.paths import project_root
 
     return sorted((project_root() / "tests" / "e2e" / "llamacpp").glob("test_*.py"))
 

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import __version__, paths, progress
-from harness.errors import BenchError
-from harness.host import default_threads
-from harness.jsonvalue import json_value
+from harness import __version__
+from harness.core import paths, progress
+from harness.core.errors import BenchError
+from harness.core.host import default_threads
+from harness.core.jsonvalue import json_value
 from harness_plugins.llamacpp.bench_tasks import TASKS, copy_prompt, free_prompt
 
 #: The peer baseline, pinned (moved with `nox -s update_pins` like the engine pins).
@@ -197,7 +198,7 @@ def peer_venv(version: str = XLLAMACPP_VERSION) -> Path:
         r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                             f"xllamacpp=={version}"], capture_output=True, text=True, check=False)
         if r.returncode:
-            from harness.errors import SubprocessError
+            from harness.core.errors import SubprocessError
 
             raise SubprocessError([str(py), "-m", "pip", "install", f"xllamacpp=={version}"], r.returncode,
                                   r.stdout + r.stderr, hint="the peer baseline could not be installed")
@@ -281,14 +282,14 @@ def prepare_llama_bench(options: dict[str, Any]) -> dict[str, Any]:
     """Resolve ``pin=``/``rev=`` to an artifact, building that pin's recipe when needed.
 
     The recipe of a pin other than the working tree's comes from git history
-    (:mod:`harness.recipes`); each stage is a no-op when already stamped, so a second run
+    (:mod:`harness.build.recipes`); each stage is a no-op when already stamped, so a second run
     costs seconds. ``artifact=DIR`` is used as given.
     """
     if "artifact" in options:
         return dict(options)
     if "pin" not in options and "rev" not in options:
         raise BenchError("llama-bench arm needs artifact=DIR, pin=VERSION or rev=GITREV")
-    from harness import pipeline, recipes
+    from harness.build import pipeline, recipes
 
     engine = str(options.get("engine", "llamacpp"))
     variant = str(options.get("variant", "cpu"))
@@ -353,7 +354,7 @@ class LlamaBenchArm:
                 "-o", "json"]
         r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
         if r.returncode:
-            from harness.errors import SubprocessError
+            from harness.core.errors import SubprocessError
 
             raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
         rows = json.loads(r.stdout)

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from harness import __version__
-from harness.errors import BenchError
+from harness.core.errors import BenchError
 from harness_plugins.llamacpp.bench import (
     _metrics,
     _model_facts,
@@ -183,9 +183,9 @@ class LlamaServerArm(_HttpArm):
         return argv, dict(os.environ)
 
     def _default_artifact(self) -> Path:
-        from harness.build import artifact_dir
-        from harness.engines import load_engine
-        from harness.matrix import get_variant
+        from harness.build.cmake import artifact_dir
+        from harness.build.matrix import get_variant
+        from harness.engine.descriptor import load_engine
 
         return artifact_dir(load_engine("llamacpp"), get_variant(str(self.opts.get("variant", "cpu"))))
 

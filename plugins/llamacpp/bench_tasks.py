@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.errors import BenchError
+from harness.core.errors import BenchError
 
 TASKS = ("synthetic", "copy", "free")
 

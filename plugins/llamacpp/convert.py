@@ -3,7 +3,7 @@
 The converter (``convert_hf_to_gguf.py``) and its ``gguf-py`` come from the same
 patched source tree as the build, so the GGUF matches what the engine loads. They run
 without byte code: a tree that holds any is refused, and none is written into it
-(:func:`harness.source.python_env`, ``-B``), so only sources the manifest vouches for run. The
+(:func:`harness.source.cache.python_env`, ``-B``), so only sources the manifest vouches for run. The
 result is cached under ``models/converted/`` by a content hash of the directory,
 the output type and the converter's own sources: a second call is a lookup.
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from harness import paths, progress
-from harness.errors import HostError, ModelError, SubprocessError
-from harness.source import python_env, refuse_byte_code
+from harness.core import paths, progress
+from harness.core.errors import HostError, ModelError, SubprocessError
+from harness.source.cache import python_env, refuse_byte_code
 
 #: What the pinned converter writes for BERT-like and llama-like models alike.
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
@@ -96,7 +96,7 @@ def _check_converter(engine_tree: Path, outtype: str) -> Path:
     script = engine_tree / CONVERTER
     if not script.is_file():
         msg = (f"{engine_tree} has no {CONVERTER}; expected the patched engine tree "
-               "(harness.pipeline.patched_tree('llamacpp').path)")
+               "(harness.build.pipeline.patched_tree('llamacpp').path)")
         raise ModelError(msg)
     missing = [m for m in CONVERTER_MODULES if importlib.util.find_spec(m) is None]
     if missing:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import crash
+from harness.core import crash
 from harness.runtime import discovery, levels
 
 PROMPT = "The capital of France is"
@@ -71,12 +71,12 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
 
     A level this CPU cannot run is listed as not run here (the ISA audit covers it);
     a run that dies by a signal is reported as a crash with its signal and level.
-    ``threads`` defaults to the host's physical cores (:func:`harness.host.default_threads`).
+    ``threads`` defaults to the host's physical cores (:func:`harness.core.host.default_threads`).
     """
-    from harness.host import default_threads
+    from harness.core.host import default_threads
 
     threads = threads or default_threads()
-    from harness.engines import load_engine
+    from harness.engine.descriptor import load_engine
     from harness_plugins.llamacpp.engine import _committed_fingerprint
 
     spec = load_engine("llamacpp")

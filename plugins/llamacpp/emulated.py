@@ -26,8 +26,8 @@ from typing import Any
 
 from filelock import FileLock
 
-from harness import crash, paths, progress
-from harness.errors import HostError
+from harness.core import crash, paths, progress
+from harness.core.errors import HostError
 from harness.runtime import levels
 from harness_plugins import cross_gnu
 
@@ -240,8 +240,8 @@ def emulated_levels(artifact: Path, tree: Path, models: dict[str, Path], *, expe
     ``models``: label -> GGUF; ``expect``: label -> text the answer must hold (a label without one
     passes when it decodes). ``bench_model``: the label ``llama-bench`` runs on (None: no bench).
     """
-    from harness.build import read_manifest
-    from harness.plugin import get_manager
+    from harness.build.cmake import read_manifest
+    from harness.engine.plugin import get_manager
 
     manifest = read_manifest(artifact)
     triple = str(manifest.get("target") or "")

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness import crash, errors
 from harness.config.localai import vocabulary
 from harness.config.model import OPTION_ALIASES
 from harness.config.options import parameter, tristate
+from harness.core import crash, errors
 from harness.runtime import discovery, levels, requests
 from harness.runtime.api import (
     STREAM_STALL_TIMEOUT_S,
@@ -193,7 +193,7 @@ class Engine:
             core's ``Engine.load(config=...)`` passes them): its engine arguments and sampling
             defaults apply, and ``engine_args`` given here win over them.
         """
-        from harness.engines import load_engine
+        from harness.engine.descriptor import load_engine
 
         spec = load_engine(ENGINE)
         stall = engine_args.pop("stream_stall_timeout", STREAM_STALL_TIMEOUT_S)

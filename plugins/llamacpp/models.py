@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.errors import ModelError
+from harness.core.errors import ModelError
 
 MAX_GGUF_VERSION = 3
 
@@ -12,7 +12,7 @@ MAX_GGUF_VERSION = 3
 def check_gguf(path: Path) -> dict[str, object]:
     """Read the GGUF header within limits; refuse bad magic, version > 3, crafted counts, truncation."""
     from harness.config.gguf_header import read_header
-    from harness.inputs import open_input
+    from harness.core.inputs import open_input
 
     with open_input(path, kind="gguf-header", error=ModelError, head=True) as f:
         head = f.read(8)
@@ -38,7 +38,7 @@ def resolve_model(path: Path) -> Path:
             raise ModelError(f"{path} is a directory without config.json: not a Hugging Face model dir")
         if not any(path.glob("*.safetensors")):
             raise ModelError(f"{path} has config.json but no *.safetensors weights (only safetensors are converted)")
-        from harness.pipeline import patched_tree
+        from harness.build.pipeline import patched_tree
         from harness_plugins.llamacpp.convert import convert_hf_dir
 
         return resolve_model(convert_hf_dir(path, engine_tree=patched_tree("llamacpp").path))

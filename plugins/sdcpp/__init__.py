@@ -23,10 +23,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import BackendError, VideoError
-from harness.plugin import hookimpl
-from harness.registry import EngineImpl
-from harness.types import HostInfo, MatchResult
+from harness.core.errors import BackendError, VideoError
+from harness.core.types import HostInfo, MatchResult
+from harness.engine.plugin import hookimpl
+from harness.engine.registry import EngineImpl
 
 if TYPE_CHECKING:
     from harness.config.loader import Diagnostic
@@ -50,7 +50,7 @@ _loaded_backends: set[str] = set()
 
 def _fixture_env() -> dict[str, str]:
     """The tiny random-weight Wan set the video specs render with (written once, deterministic)."""
-    from harness import paths
+    from harness.core import paths
     from harness_plugins.sdcpp.tiny_wan import write_tiny_wan
 
     wan = paths.models_dir() / "tiny-wan"
@@ -131,9 +131,9 @@ def checkpoint_set(model: Any, models_dir: Path | None) -> dict[str, Any]:
 
 def load_backend() -> ModuleType:
     """The installed backend module (``harness_stable_diffusion_cpp_<variant>._core``)."""
-    from harness import crash
-    from harness.backend import package_name
-    from harness.engines import load_engine
+    from harness.binding.wheel import package_name
+    from harness.core import crash
+    from harness.engine.descriptor import load_engine
     from harness.runtime import levels
 
     spec = load_engine(NAME)
@@ -210,6 +210,6 @@ def video_generate(request: VideoJob, workdir: Path, progress: Callable[[int, in
 
 
 def e2e_specs() -> list[Path]:
-    from harness.paths import project_root
+    from harness.core.paths import project_root
 
     return sorted((project_root() / "tests" / "e2e" / "sdcpp").glob("test_*.py"))

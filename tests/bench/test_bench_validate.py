@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from harness.config.validate import Report, Validator
-from harness.plugin import make_manager
+from harness.engine.plugin import make_manager
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [*sorted((ROOT / "examples" / "models").glob("*.yaml")),

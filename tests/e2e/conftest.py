@@ -32,7 +32,7 @@ def _variants(config: pytest.Config) -> list[str]:
     if chosen:
         return list(chosen)
     try:
-        from harness.engines import load_engine
+        from harness.engine.descriptor import load_engine
         from harness.runtime import discovery
         from harness_plugins.llamacpp.engine import _committed_fingerprint
 

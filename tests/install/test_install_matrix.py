@@ -108,7 +108,7 @@ def _failure(proc: CompletedProcess[str]) -> str:
 
 def test_installed_copy_is_used(venv: Path, user_env: UserEnv, workdir: Path) -> None:
     """The venv's own harness (not the checkout) runs, with its data from <venv>/share/harness."""
-    code = "import harness, harness.paths as p; print(harness.__file__); print(p.project_root())"
+    code = "import harness, harness.core.paths as p; print(harness.__file__); print(p.project_root())"
     out = check_ok(run([venv / "bin" / "python", "-c", code], cwd=workdir, env=user_env(venv)))
     module, root = (Path(line) for line in out.splitlines())
     assert module.resolve().is_relative_to(venv.resolve()), module

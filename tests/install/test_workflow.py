@@ -558,8 +558,8 @@ def test_a_misspelled_harness_command_fails_its_own_step(tmp_path: Path) -> None
 
 def reference_reports() -> list[Path]:
     """Committed qualification reports of this pin and patch series: other hosts' artifacts."""
-    from harness.patches import load_series, series_hash
-    from harness.report_merge import series_hash as report_series
+    from harness.qualify.merge import series_hash as report_series
+    from harness.source.patches import load_series, series_hash
 
     pin = yaml.safe_load((ROOT / "engines" / ENGINE / "engine.yaml").read_text())["source"]["version"]
     series = series_hash(load_series(ROOT / "patches" / ENGINE))

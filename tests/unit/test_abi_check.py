@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from harness.abi import cli as abi_cli
 from harness.abi import pins
 from harness.abi import surface as surf
 from harness.abi.check import check_tree, differences, snapshot_config
 from harness.abi.used import source_identifiers, undefined_symbols, used_from
-from harness.errors import AbiError, SourceError, UsageError
-from harness.types import EngineSpec, SourceSpec
+from harness.cli import abi as abi_cli
+from harness.core.errors import AbiError, SourceError, UsageError
+from harness.core.types import EngineSpec, SourceSpec
 
 from .test_index import isolate_pip, write_project
 
@@ -190,7 +190,7 @@ def test_cli_diff_markdown_between_directories(tmp_path: Path, monkeypatch: pyte
 def test_cli_snapshot_then_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     import harness.abi.check as check_mod
-    import harness.pipeline as pipeline
+    import harness.build.pipeline as pipeline
 
     src = tree(tmp_path / "src")
     monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))

@@ -9,8 +9,8 @@ import pytest
 
 from harness.abi import revisions
 from harness.abi.revisions import choose_engine, pin_fits, resolve_revision
-from harness.errors import UsageError
-from harness.types import EngineSpec, SourceSpec
+from harness.core.errors import UsageError
+from harness.core.types import EngineSpec, SourceSpec
 
 
 def spec(name: str, kind: str, header: str) -> EngineSpec:
@@ -73,8 +73,8 @@ def test_resolve_revision_branches_and_tags(tmp_path: Path) -> None:
 
 
 def test_default_engine_is_none_when_no_plugin_declares_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness import registry
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
+    from harness.engine import registry
 
     def none(kind: str = "text") -> object:
         raise HarnessError("no registered engine serves text requests")

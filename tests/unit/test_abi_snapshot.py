@@ -9,7 +9,7 @@ import pytest
 
 from harness.abi import surface as surf
 from harness.abi.snapshot import evaluate_macros, snapshot_headers
-from harness.errors import AbiError
+from harness.core.errors import AbiError
 
 HEADER = """\
 #pragma once

@@ -11,7 +11,7 @@ import pytest
 from harness.abi import surface as surf
 from harness.abi.check import check_tree, snapshot_config
 from harness.abi.diff import diff, render_markdown
-from harness.errors import AbiError
+from harness.core.errors import AbiError
 
 HEADER = """\
 #include <stdint.h>

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import cmake_fileapi
-from harness.build import _collect
-from harness.engines import load_engine
-from harness.errors import BuildError
-from harness.types import EngineSpec, SourceSpec
+from harness.build import cmake_fileapi
+from harness.build.cmake import _collect
+from harness.core.errors import BuildError
+from harness.core.types import EngineSpec, SourceSpec
+from harness.engine.descriptor import load_engine
 
 LEVELS = ["alderlake", "cannonlake", "cascadelake", "cooperlake", "haswell", "icelake", "ivybridge", "piledriver",
           "sandybridge", "sapphirerapids", "skylakex", "sse42", "x64", "zen4"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.audit.isa import audit_library, closure
-from harness.types import CpuLevel
+from harness.core.types import CpuLevel
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (scripts/install-system-deps.sh)")
 

@@ -7,7 +7,7 @@ import pytest
 from harness.bench.abba import BenchConfig, BenchResult, block_order, run_abba
 from harness.bench.arms import ArmSpec
 from harness.bench.stats import analyze
-from harness.errors import BenchError
+from harness.core.errors import BenchError
 
 FAKE = ("harness_plugins.bench_fake",)
 

@@ -14,7 +14,7 @@ from harness.bench.arms import ArmSpec
 from harness.bench.gate import headline_keys
 from harness.bench.report import load_results, write_report
 from harness.bench.stats import analyze
-from harness.errors import BenchError
+from harness.core.errors import BenchError
 
 FAKE = ("harness_plugins.bench_fake",)
 
@@ -89,7 +89,7 @@ def test_report_and_results_say_what_stopped_the_run(tmp_path: Path) -> None:
 
 def test_cli_until_halfwidth(monkeypatch: pytest.MonkeyPatch, cache: Path, tmp_path: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
-    from harness import host
+    from harness.core import host
 
     monkeypatch.setattr(host, "probe", lambda: None)
     monkeypatch.setattr(host, "as_dict", lambda h: {"cpu_model": "Test CPU", "cores": 2})

@@ -9,7 +9,7 @@ import pytest
 
 from harness.bench.arms import ArmSpec, ArmWorker, InProcessArm, create_arm, started_arms
 from harness.bench.fake import FakeArm
-from harness.errors import BenchError
+from harness.core.errors import BenchError
 
 FAKE = ("harness_plugins.bench_fake",)
 

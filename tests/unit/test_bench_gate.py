@@ -15,7 +15,7 @@ from harness.bench.arms import ArmSpec
 from harness.bench.gate import evaluate, headlines, parse_gate, resolve_gate
 from harness.bench.report import write_report
 from harness.bench.stats import analyze
-from harness.errors import BenchError, UsageError
+from harness.core.errors import BenchError, UsageError
 
 FAKE = ("harness_plugins.bench_fake",)
 HOST = {"cpu_model": "Test CPU", "cores": 2}
@@ -28,7 +28,7 @@ def _run(a: str, b: str, **cfg: Any) -> BenchResult:
 
 @pytest.fixture
 def harness_cli(monkeypatch: pytest.MonkeyPatch, cache: Path) -> Any:
-    from harness import host
+    from harness.core import host
 
     monkeypatch.setattr(host, "probe", lambda: None)
     monkeypatch.setattr(host, "as_dict", lambda h: dict(HOST))

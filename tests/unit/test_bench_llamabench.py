@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import BenchError
-from harness.recipes import RecipeError
+from harness.build.recipes import RecipeError
+from harness.core.errors import BenchError
 from harness_plugins.llamacpp.bench import LlamaBenchArm
 
 FAKE = """#!/usr/bin/env python3

@@ -12,7 +12,7 @@ from harness import cli
 from harness.bench.abba import BenchConfig, BenchResult, run_abba
 from harness.bench.arms import ArmSpec
 from harness.bench.report import compare, load_results, write_report
-from harness.errors import BenchError
+from harness.core.errors import BenchError
 
 FAKE = ("harness_plugins.bench_fake",)
 HOST = {"cpu_model": "Test CPU", "cores": 2}
@@ -108,7 +108,7 @@ def test_load_results_rejects_other_json(tmp_path: Path) -> None:
 @pytest.fixture
 def harness_cli(monkeypatch: pytest.MonkeyPatch, cache: Path) -> Any:
     """``harness.cli.main`` with the bench commands registered and a fixed host probe."""
-    from harness import host
+    from harness.core import host
 
     monkeypatch.setattr(host, "probe", lambda: None)
     monkeypatch.setattr(host, "as_dict", lambda h: dict(HOST))
@@ -126,7 +126,7 @@ def test_cli_bench_aa_in_worker_processes(harness_cli: Any, tmp_path: Path,
     doc = load_results(out["results"])
     assert doc["isolated"] is True and doc["aa"] is True
     # the arms get the host's threads (its physical cores), and the report records them
-    from harness.host import default_threads
+    from harness.core.host import default_threads
 
     threads = default_threads()
     assert doc["arms"]["A"]["options"] == doc["arms"]["B"]["options"] == {"seed": 5, "threads": threads}
@@ -187,7 +187,7 @@ def test_results_json_holds_json_values_only(tmp_path: Path) -> None:
 
     import numpy as np
 
-    from harness.jsonvalue import json_value
+    from harness.core.jsonvalue import json_value
 
     odd = {"build_info": {"build_number": 0, "commit": "unknown"}, "path": Path("/m/x.gguf"), "shape": (1, 2),
            "n": np.int64(3), "x": np.float32(0.5), "nan": float("nan"), 7: {"set": {1}}}

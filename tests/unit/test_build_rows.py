@@ -19,11 +19,9 @@ import pytest
 
 import harness_plugins.variant_cuda as vc
 import harness_plugins.variant_vulkan as vk
-from harness import build as build_mod
-from harness.build import build_key, effective_defines, smoke_cpu_level
-from harness.engines import load_engine
-from harness.errors import ConfigError, UsageError
-from harness.matrix import (
+from harness.build import cmake as build_mod
+from harness.build.cmake import build_key, effective_defines, smoke_cpu_level
+from harness.build.matrix import (
     buildability,
     engine_support,
     get_variant,
@@ -31,9 +29,11 @@ from harness.matrix import (
     load_matrix,
     row_defines,
 )
-from harness.pipeline import rows_for
-from harness.plugin import make_manager
-from harness.types import EngineSpec, HostInfo, PatchedTree, SourceSpec, ToolInfo, Variant
+from harness.build.pipeline import rows_for
+from harness.core.errors import ConfigError, UsageError
+from harness.core.types import EngineSpec, HostInfo, PatchedTree, SourceSpec, ToolInfo, Variant
+from harness.engine.descriptor import load_engine
+from harness.engine.plugin import make_manager
 
 PINNED = json.loads((Path(__file__).parent / "data" / "effective_defines.json").read_text())
 VK_INCLUDE = "/cache/toolchains/vulkan-headers-1.4.309-8d329d465e16/include"
@@ -251,7 +251,7 @@ def test_smoke_command_is_engine_data(tmp_path: Path) -> None:
 
 
 def test_descriptor_schema_refuses_an_unknown_intent_key(tmp_path: Path) -> None:
-    from harness.engines import parse_engine
+    from harness.engine.descriptor import parse_engine
 
     text = (Path(__file__).parents[2] / "engines" / "llamacpp" / "engine.yaml").read_text()
     bad = tmp_path / "engines" / "llamacpp" / "engine.yaml"

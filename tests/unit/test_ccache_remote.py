@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import ccache
+from harness.build import ccache
 from tests.unit.test_third_engine import DESCRIPTOR, PATCH, _repo, _run
 
 TOOLS = ("git", "cmake", "ninja", "cc", "ccache", "redis-server")

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from harness import cli
-from harness.ci_matrix import github_matrix, load_runners
-from harness.errors import ConfigError, UsageError
+from harness.core.errors import ConfigError, UsageError
+from harness.qualify.ci_matrix import github_matrix, load_runners
 
 ROOT = Path(__file__).parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "qualify.yml"

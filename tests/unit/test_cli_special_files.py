@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import harness.cli
-from harness.inputs import LIMITS
+from harness.core.inputs import LIMITS
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"),
                                 reason="needs FIFOs and /dev/zero")
@@ -37,7 +37,7 @@ HANG_S = 30
 LLAMA_CONFIG = "name: m\nbackend: llamacpp\nparameters:\n  model: m.gguf\n"
 VIDEO_CONFIG = "backend: fake\noptions:\n  - video_partition:fl2va\n  - video_width:64\n  - video_height:32\n"
 REQUEST = '{"prompt": "a cat"}'
-#: Past every limit of harness.inputs (sparse: it costs no disk).
+#: Past every limit of harness.core.inputs (sparse: it costs no disk).
 HUGE = max(LIMITS[k] for k in ("config", "request", "report", "model-metadata")) + 1
 
 KINDS = ("dev-zero", "zero-link", "fifo", "directory", "loop", "huge", "bad-utf8", "nul-bytes",
@@ -129,12 +129,12 @@ SLOTS: dict[str, tuple[str, Callable[[Path, Path], list[str]]]] = {
 @pytest.fixture(autouse=True)
 def _quick_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """``select`` probes the host only after the config; the minimal description is enough here."""
-    import harness.host
+    import harness.core.host
 
     def no_probe() -> None:
         raise OSError("not probed in this test")
 
-    monkeypatch.setattr(harness.host, "probe", no_probe)
+    monkeypatch.setattr(harness.core.host, "probe", no_probe)
     monkeypatch.delenv("HARNESS_MODELS_DIR", raising=False)
 
 

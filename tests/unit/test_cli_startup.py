@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, errors, extras
+from harness import cli
+from harness.core import errors, extras
 
 #: What no `--help` / `--version` may import (extras, or heavy core dependencies a parser needs not).
 HEAVY = ("numpy", "scipy", "matplotlib", "clang", "iced_x86", "torch", "starlette", "uvicorn", "gguf",
          "httpx", "jsonschema", "yaml", "rich", "elftools", "imageio_ffmpeg", "harness.bench.stats",
-         "harness.pipeline", "harness.config.effective")
+         "harness.build.pipeline", "harness.config.effective")
 
 
 def _subcommands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

@@ -11,13 +11,13 @@ import pluggy
 import pytest
 
 import harness.cli
+import harness.cli.config as config_cli
 import harness.config
-import harness.config.cli as config_cli
 import harness.config.validate as validate
-import harness.plugin
-from harness import hookspec
-from harness.registry import EngineImpl
-from harness.types import GpuInfo, HostInfo, MatchResult
+import harness.engine.plugin
+from harness.core.types import GpuInfo, HostInfo, MatchResult
+from harness.engine import hookspec
+from harness.engine.registry import EngineImpl
 from tests.unit.test_config_validate import tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +31,7 @@ hookimpl = pluggy.HookimplMarker("harness")
 
 @pytest.fixture(autouse=True)
 def _wired(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.config.cli",))
+    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.cli.config",))
     monkeypatch.setattr(validate, "known_engines_from_plugins", lambda: ENGINES)
     monkeypatch.delenv(harness.config.MODELS_DIR_ENV, raising=False)
 
@@ -142,7 +142,7 @@ def test_select(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     pm = pluggy.PluginManager("harness")
     pm.add_hookspecs(hookspec)
     pm.register(Engine())
-    monkeypatch.setattr(harness.plugin, "get_manager", lambda: pm)
+    monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: pm)
     monkeypatch.setattr(config_cli, "probe_host", lambda: HOST)
     f = tmp_path / "c.yaml"
     f.write_text(BASE)
@@ -159,11 +159,11 @@ def test_select(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.
 
 
 def test_probe_host_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.host
+    import harness.core.host
 
     def boom() -> HostInfo:
         raise OSError("no /proc")
 
-    monkeypatch.setattr(harness.host, "probe", boom)
+    monkeypatch.setattr(harness.core.host, "probe", boom)
     host = config_cli.probe_host()
     assert host.cores >= 1 and host.gpus == ()

@@ -17,17 +17,17 @@ import pytest
 import yaml
 
 import harness.cli
+import harness.cli.config as config_cli
 import harness.config
-import harness.config.cli as config_cli
 import harness.config.validate as validate
-import harness.plugin
-from harness import hookspec
+import harness.engine.plugin
 from harness.config import loader, model, schema
 from harness.config.localai import SECTIONS, resolve_backend, vocabulary
 from harness.config.validate import Validated, Validator
-from harness.plugin import make_manager
-from harness.registry import EngineImpl
-from harness.types import GpuInfo, HostInfo, MatchResult
+from harness.core.types import GpuInfo, HostInfo, MatchResult
+from harness.engine import hookspec
+from harness.engine.plugin import make_manager
+from harness.engine.registry import EngineImpl
 from tests.unit.test_config_validate import tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,8 +55,8 @@ def errors(text: str, models_dir: Path | None = None) -> list[str]:
 
 @pytest.fixture
 def wired(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.config.cli",))
-    monkeypatch.setattr(harness.plugin, "get_manager", lambda: PM)
+    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.cli.config",))
+    monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: PM)
     monkeypatch.setattr(config_cli, "probe_host", lambda: HOST)
     monkeypatch.delenv(harness.config.MODELS_DIR_ENV, raising=False)
 
@@ -205,7 +205,7 @@ def test_spec_section_4_example_is_served_by_a_registered_vllm_cpp(
     assert "valid for LocalAI; this harness does not build it" in capsys.readouterr().out
     assert cli("select", f) == 1
     assert "no engine selected: backend 'vllm-cpp' is valid for LocalAI" in capsys.readouterr().out
-    monkeypatch.setattr(harness.plugin, "get_manager", lambda: make_manager(autoload=False, extra=(VllmCpp(),)))
+    monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: make_manager(autoload=False, extra=(VllmCpp(),)))
     assert cli("validate", "--strict", f) == 0
     assert cli("select", f) == 0
     assert "selected vllm-cpp variant cpu" in capsys.readouterr().out
@@ -443,7 +443,7 @@ def test_select_refuses_an_architecture_the_pin_does_not_know(
 
 
 def test_architectures_are_read_from_the_pinned_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.engines import load_engine
+    from harness.engine.descriptor import load_engine
 
     src = load_engine("llamacpp").source
     arch = (tmp_path / "sources" / src.sha256 / "tree" / "pkg-1" / src.subdir / "src" / "llama-arch.cpp")
@@ -546,9 +546,9 @@ def test_depth_guard_names_its_limit() -> None:
 
 
 def test_video_cli_resolves_localai_backend_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.video import cli as video_cli
+    from harness.cli import video as video_cli
 
-    monkeypatch.setattr(harness.plugin, "get_manager", lambda: PM)
+    monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: PM)
     f = tmp_path / "c.yaml"
     f.write_text("backend: stablediffusion-ggml\noptions: [video_vae:v.gguf, video_family:wan]\n")
     engine, options, _ = video_cli.load_config(f)

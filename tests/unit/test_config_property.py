@@ -19,7 +19,7 @@ import harness.cli
 import harness.config.validate as validate
 from harness.config.loader import Diagnostic
 from harness.config.validate import Validated, Validator
-from harness.plugin import make_manager
+from harness.engine.plugin import make_manager
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
 LOCALAI = Path(__file__).resolve().parents[2] / "tests" / "data" / "localai"
@@ -163,7 +163,7 @@ def workdir() -> Any:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.one_of(mutated_text(), mutated().map(yaml.safe_dump)), st.booleans())
 def test_cli_exit_codes(workdir: Path, monkeypatch: pytest.MonkeyPatch, text: str, as_json: bool) -> None:
-    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.config.cli",))
+    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.cli.config",))
     monkeypatch.setattr(validate, "known_engines_from_plugins", lambda: frozenset({"llamacpp"}))
     f = workdir / "c.yaml"
     f.write_text(text, encoding="utf-8")
@@ -185,12 +185,12 @@ def test_cli_exit_codes(workdir: Path, monkeypatch: pytest.MonkeyPatch, text: st
 def test_show_and_select_always_answer(workdir: Path, monkeypatch: pytest.MonkeyPatch, text: str, cmd: str,
                                        as_json: bool) -> None:
     """Any config: diagnostics and what can be resolved, never a traceback; --json is valid JSON."""
-    import harness.config.cli as config_cli
-    import harness.plugin
-    from harness.types import HostInfo
+    import harness.cli.config as config_cli
+    import harness.engine.plugin
+    from harness.core.types import HostInfo
 
-    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.config.cli",))
-    monkeypatch.setattr(harness.plugin, "get_manager", lambda: VALIDATOR._pm)
+    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.cli.config",))
+    monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: VALIDATOR._pm)
     monkeypatch.setattr(config_cli, "probe_host", lambda: HostInfo(
         os="linux", arch="x86_64", cpu_model="t", microarch="x", simd=(), cores=2, memory_bytes=1))
     f = workdir / "c.yaml"

@@ -11,15 +11,15 @@ import numpy as np
 import pluggy
 import pytest
 
-from harness import hookspec
 from harness.config.facts import model_facts, quantization_from_name, size_from_name
 from harness.config.model import ModelConfig, model_config
 from harness.config.select import (
     cuda_wheel_index,
     select_engine,
 )
-from harness.registry import EngineImpl
-from harness.types import HostInfo, MatchResult
+from harness.core.types import HostInfo, MatchResult
+from harness.engine import hookspec
+from harness.engine.registry import EngineImpl
 
 hookimpl = pluggy.HookimplMarker("harness")
 HOST = HostInfo(os="linux", arch="x86_64", cpu_model="test", microarch="x86_64_v3", simd=("avx2",),
@@ -169,7 +169,7 @@ def test_an_engine_with_only_a_descriptor_is_known_but_cannot_serve() -> None:
 
 
 def test_default_manager_lists_descriptor_engines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import harness.plugin as plugin
+    import harness.engine.plugin as plugin
 
     engines = tmp_path / "engines"
     (engines / "tiny").mkdir(parents=True)

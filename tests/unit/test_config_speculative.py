@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import errors
+from harness.core import errors
 from harness.runtime import Engine
 from harness_plugins.llamacpp.engine import core_params
 from tests.unit.test_config_effective import BASE, show

@@ -12,7 +12,7 @@ import pytest
 from harness.config.loader import Diagnostic
 from harness.config.rules import path_problem
 from harness.config.validate import Validated, Validator
-from harness.plugin import make_manager
+from harness.engine.plugin import make_manager
 from harness.video.families import get_family
 
 ENGINES = {"llamacpp", "stable-diffusion.cpp"}
@@ -516,10 +516,10 @@ def test_an_engine_with_a_descriptor_is_known_before_its_plugin(monkeypatch: pyt
 def test_plugin_config_checks_add_located_diagnostics() -> None:
     import pluggy
 
-    from harness import hookspec
     from harness.config.model import ModelConfig
     from harness.config.rules import CheckContext
-    from harness.registry import EngineImpl
+    from harness.engine import hookspec
+    from harness.engine.registry import EngineImpl
 
     hookimpl = pluggy.HookimplMarker("harness")
 

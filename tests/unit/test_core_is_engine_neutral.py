@@ -41,7 +41,7 @@ def test_no_module_under_harness_names_an_engine() -> None:
 
 
 def test_core_imports_no_engine_package() -> None:
-    from harness.plugin import builtin_entry_points
+    from harness.engine.plugin import builtin_entry_points
 
     packages = {value.partition(":")[0] for _, value in builtin_entry_points()}
     assert packages, "no engine package is declared in the harness entry-point group"

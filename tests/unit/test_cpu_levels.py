@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import crash
-from harness.errors import BackendError
+from harness.core import crash
+from harness.core.errors import BackendError
 from harness.runtime import levels
 
 

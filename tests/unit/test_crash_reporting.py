@@ -23,15 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from harness import crash
-from harness.errors import EngineCrashError
+from harness.core import crash
+from harness.core.errors import EngineCrashError
 
 FAKE_CORE = Path(__file__).parents[1] / "fakes" / "backend_core.py"
 
 
 @pytest.fixture
 def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    from harness.engines import load_engine
+    from harness.engine.descriptor import load_engine
     from harness_plugins.llamacpp.engine import _committed_fingerprint
     from harness_plugins.llamacpp.tiny import write_tiny_llama
 
@@ -112,7 +112,7 @@ def test_bench_worker_death_names_the_signal(fake_env: dict[str, str]) -> None:
 
 
 def test_e2e_runner_keeps_results_around_a_crash(fake_env: dict[str, str], tmp_path: Path) -> None:
-    from harness.e2e import run_specs
+    from harness.qualify.e2e import run_specs
 
     specs = tmp_path / "specs"
     specs.mkdir()

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix import buildability, get_variant
-from harness.plugin import get_manager
-from harness.types import HostInfo, ToolInfo
+from harness.build.matrix import buildability, get_variant
+from harness.core.types import HostInfo, ToolInfo
+from harness.engine.plugin import get_manager
 from harness_plugins import cross_gnu
 from harness_plugins.llamacpp import emulated
 from harness_plugins.variant_cpu import harness_artifact_cpu_levels
@@ -203,8 +203,8 @@ def test_the_toolchain_file_is_generated_and_content_addressed(tmp_path: Path, m
 
 
 def test_cross_rows_build_the_programs_they_run_under_emulation() -> None:
-    from harness.build import row_bins, row_targets
-    from harness.engines import load_engine
+    from harness.build.cmake import row_bins, row_targets
+    from harness.engine.descriptor import load_engine
 
     eng = load_engine("llamacpp")
     assert "llama-completion" in row_targets(eng, get_variant("cpu-aarch64"))
@@ -213,7 +213,7 @@ def test_cross_rows_build_the_programs_they_run_under_emulation() -> None:
 
 
 def test_a_cross_artifact_is_not_usable_natively() -> None:
-    from harness.artifacts import usable_on
+    from harness.build.artifacts import usable_on
 
     ok, why = usable_on({"host": {"os": "linux"}, "target": "aarch64-linux-gnu", "backend": "cpu"}, _host())
     assert not ok and "cross-built for aarch64-linux-gnu" in why[0] and "emulation" in why[0]
@@ -245,7 +245,7 @@ def test_exports_check_finds_a_used_function_no_library_exports(tmp_path: Path) 
 
 
 def test_the_level_table_shows_model_isolation_answer_divergence_and_speed() -> None:
-    from harness.emulate import table_lines
+    from harness.qualify.emulate import table_lines
 
     run = {"status": "ran", "ok": True, "diverges_at": None, "eval_tok_s": 3.21, "reference": True}
     r = {"models": {"SmolLM2": "/m.gguf"}, "bench_shape": {"pp": 16, "tg": 8}, "levels": [

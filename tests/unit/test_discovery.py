@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import BackendError
+from harness.core.errors import BackendError
+from harness.core.types import GpuInfo, HostInfo
 from harness.runtime import discovery
-from harness.types import GpuInfo, HostInfo
 from tests.fakes import install_backend
 
 PIN = "9.9.9"

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.engines import load_engine, parse_engine
-from harness.errors import ConfigError, UnknownNameError
+from harness.core.errors import ConfigError, UnknownNameError
+from harness.engine.descriptor import load_engine, parse_engine
 
 
 def test_llamacpp_descriptor_is_valid() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import ENGINES_PATH_ENV, descriptor_path, engine_names, load_engine
-from harness.errors import UnknownNameError
+from harness.core.errors import UnknownNameError
+from harness.engine.descriptor import ENGINES_PATH_ENV, descriptor_path, engine_names, load_engine
 
 DESCRIPTOR = """\
 name: {name}

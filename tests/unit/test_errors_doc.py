@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness import errors
+from harness.core import errors
 
 
 def test_readme_exit_code_table_matches_errors() -> None:

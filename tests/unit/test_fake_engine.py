@@ -3,7 +3,7 @@
 ``toyengine`` below is what a new runtime engine adds under ``plugins/``: a runtime (here over a
 fake core standing in for the compiled backend module, speaking the request protocol of
 :mod:`harness.runtime.api`), model matching, one config rule and its e2e spec files, all on the
-:class:`~harness.registry.EngineImpl` it registers. Its one registration is a ``harness`` entry
+:class:`~harness.engine.registry.EngineImpl` it registers. Its one registration is a ``harness`` entry
 point of its distribution (for a built-in engine: a line in pyproject.toml's
 ``[project.entry-points.harness]``). The core then loads it, selects it, checks its configs and
 finds its e2e specs through the registry.
@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-import harness.plugin
-from harness import registry
-from harness.plugin import DISABLE_AUTOLOAD_ENV, make_manager
-from harness.types import HostInfo
+import harness.engine.plugin
+from harness.core.types import HostInfo
+from harness.engine import registry
+from harness.engine.plugin import DISABLE_AUTOLOAD_ENV, make_manager
 
 TOY = '''
 """Engine plugin ``toy``: echoes the prompt back, one word per token."""
@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.plugin import hookimpl
-from harness.registry import EngineImpl
-from harness.types import HostInfo, MatchResult
+from harness.engine.plugin import hookimpl
+from harness.engine.registry import EngineImpl
+from harness.core.types import HostInfo, MatchResult
 
 NAME = "toy"
 
@@ -129,7 +129,7 @@ def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delenv(DISABLE_AUTOLOAD_ENV, raising=False)
     pm = make_manager()
-    monkeypatch.setattr(harness.plugin, "get_manager", lambda: pm)
+    monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: pm)
     yield package
     sys.modules.pop("toyengine", None)
 
@@ -166,8 +166,8 @@ def test_selected_and_its_config_rule_applied(toy: Path) -> None:
 
 
 def test_e2e_specs_found_by_the_qualify_stage(toy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.e2e
-    from harness.engines import load_engine
+    import harness.qualify.e2e
+    from harness.engine.descriptor import load_engine
     from harness.qualify.bench_plan import BenchPlan
     from harness.qualify.context import Built, Models, QualifyContext
     from harness.qualify.stages.e2e import e2e
@@ -184,10 +184,10 @@ def test_e2e_specs_found_by_the_qualify_stage(toy: Path, monkeypatch: pytest.Mon
         ran.append(list(specs))
         return Passed()
 
-    monkeypatch.setattr(harness.e2e, "run_specs", run_specs)
+    monkeypatch.setattr(harness.qualify.e2e, "run_specs", run_specs)
     # the descriptor's data does not matter to the stage: the engine is looked up by name
     spec = dataclasses.replace(load_engine("llamacpp"), name="toy")
-    ctx = QualifyContext(engine=spec, pm=harness.plugin.get_manager(), host=HOST, plan=BenchPlan(),
+    ctx = QualifyContext(engine=spec, pm=harness.engine.plugin.get_manager(), host=HOST, plan=BenchPlan(),
                          report=toy, products={"models": Models(env={}), "build": Built(variants=("cpu",))})
     result = e2e(ctx)
     assert ran == [[toy / "e2e" / "test_echo.py"]]

@@ -21,7 +21,7 @@ import pytest
 
 from harness.config.facts import gguf_facts, gguf_header
 from harness.config.gguf_header import MAX_ARRAY, MAX_KEYS, read_header
-from harness.errors import ModelError
+from harness.core.errors import ModelError
 
 U8, U32, STRING, ARRAY = 0, 4, 8, 9
 
@@ -113,7 +113,7 @@ def test_unknown_types_duplicates_and_versions(tmp_path: Path) -> None:
 
 def test_a_header_larger_than_its_limit_is_refused_without_reading_on(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness import inputs
+    from harness.core import inputs
     monkeypatch.setitem(inputs.LIMITS, "gguf-header", 4096)
     path = crafted(tmp_path, header(kv(b"x", STRING, s(b"y" * 8192))))
     refused(path, r"reaches past the limit of 4096 bytes for a GGUF header")

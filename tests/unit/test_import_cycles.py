@@ -4,7 +4,7 @@ The graph is read from the source with :mod:`ast`: every ``import`` and ``from .
 module level, inside functions and under ``if TYPE_CHECKING:`` alike (a circle that only a lazy
 import keeps from failing is still two modules that cannot be read, tested or moved apart). An
 import names the deepest module it reaches (``from harness import pipeline`` is an edge to
-``harness.pipeline``; ``from harness.pipeline import fetch`` too); a package's ``__init__`` is the
+``harness.build.pipeline``; ``from harness.build.pipeline import fetch`` too); a package's ``__init__`` is the
 package's own module. A circle is a strongly connected component of that graph.
 
 :data:`KNOWN` lists the circles not yet broken, each as its exact set of modules. The test fails

@@ -1,4 +1,4 @@
-"""The one package-index client (harness/index.py): pages, configuration, retries, resume, apt.
+"""The one package-index client (harness/source/index.py): pages, configuration, retries, resume, apt.
 
 The fake index is the standard simple layout, ``<root>/simple/<project>/`` with ``index.html``
 (PEP 503) and ``index.json`` (PEP 691), files under ``<root>/files/`` linked relatively. It is
@@ -23,9 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import index, mirrors, source
-from harness.errors import ChecksumError, SourceError
-from harness.index import (
+from harness.core.errors import ChecksumError, SourceError
+from harness.source import cache as source
+from harness.source import index, mirrors
+from harness.source.index import (
     IndexConfigError,
     IndexReplyError,
     IndexUnavailableError,

@@ -1,11 +1,11 @@
-"""Every file a user or a file names is opened through :mod:`harness.inputs`.
+"""Every file a user or a file names is opened through :mod:`harness.core.inputs`.
 
 The walk finds each direct read of a path in ``harness/`` and ``plugins/`` (``open(``,
 ``X.open(``, ``X.read_text(``, ``X.read_bytes(``, ``os.open(`` without a write flag) and fails on
 one that is not in :data:`ALLOWED`. The allowed ones read what the harness owns: its package data,
 files it wrote itself (build outputs, stamps, logs, reports it just rendered), the pinned source
 tree it unpacked, and the host's own files (/proc, /sys, /etc/apt). Anything a user, a request, a
-config or a report names goes through ``harness.inputs`` (regular files only, a FIFO never
+config or a report names goes through ``harness.core.inputs`` (regular files only, a FIFO never
 blocks, a size limit per kind) instead of joining this list.
 """
 
@@ -17,29 +17,29 @@ from pathlib import Path
 ROOT = Path(__file__).parents[2]
 TREES = ("harness", "plugins")
 #: The module that is the one way to open an input: it opens with os.open itself.
-FOUNDATION = "harness/inputs.py"
+FOUNDATION = "harness/core/inputs.py"
 READS = frozenset({"open", "read_text", "read_bytes"})
 _WRITE_FLAGS = frozenset({"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"})
 
 #: (file, enclosing function, the call's callee as written): why it may read directly.
 ALLOWED: dict[tuple[str, str, str], str] = {
     # package data, shipped inside the wheel
-    ("harness/config/cli.py", "cmd_config_schema", "SCHEMA_PATH.read_text"): "the model-config schema shipped in the package",
+    ("harness/cli/config.py", "cmd_config_schema", "SCHEMA_PATH.read_text"): "the model-config schema shipped in the package",
     ("harness/config/localai.py", "vocabulary", "resources.files('harness.config').joinpath(DATA_FILE).read_text"): "package data (localai.yaml)",
     ("harness/config/schema.py", "committed", "SCHEMA_PATH.read_text"): "the schema shipped in the package",
     ("harness/config/schema.py", "write", "path.read_text"): "the schema file the generator writes, compared before it is rewritten",
     ("harness/config/schema.py", "main", "args.output.read_text"): "nox -s generate_schema's own output file, compared before writing",
-    ("harness/engines.py", "engine_schema", "resources.files('harness').joinpath('schemas/engine.schema.json').read_text"): "package data (engine schema)",
-    ("harness/matrix.py", "_schema", "resources.files('harness').joinpath('schemas/matrix.schema.json').read_text"): "package data (matrix schema)",
-    ("harness/matrix.py", "matrix_files", "f.read_text"): "the repository's matrix/*.yaml rows",
+    ("harness/engine/descriptor.py", "engine_schema", "resources.files('harness').joinpath('schemas/engine.schema.json').read_text"): "package data (engine schema)",
+    ("harness/build/matrix.py", "_schema", "resources.files('harness').joinpath('schemas/matrix.schema.json').read_text"): "package data (matrix schema)",
+    ("harness/build/matrix.py", "matrix_files", "f.read_text"): "the repository's matrix/*.yaml rows",
     ("harness/video/families.py", "table", "resources.files('harness.video').joinpath(DATA_FILE).read_text"): "package data (families.yaml)",
     ("harness/models/fixtures.py", "load_fixtures", "path.read_text"): "the repository's fixtures.yaml",
     ("harness/abi/surface.py", "load", "path.read_text"): "the committed ABI surface JSON of an engine",
     ("harness/runtime/discovery.py", "committed_fingerprint", "p.read_text"): "the committed ABI fingerprint file",
-    ("harness/patches.py", "parse_header", "path.read_text"): "a patch of the committed series (patches/<engine>/)",
-    ("harness/patches.py", "series_hash", "p.path.read_bytes"): "the committed patch series",
-    ("harness/patches.py", "touched_files", "patch.read_text"): "a patch of the committed series",
-    ("harness/backend.py", "_tree_hash", "p.read_bytes"): "the backend's own sources in the package",
+    ("harness/source/patches.py", "parse_header", "path.read_text"): "a patch of the committed series (patches/<engine>/)",
+    ("harness/source/patches.py", "series_hash", "p.path.read_bytes"): "the committed patch series",
+    ("harness/source/patches.py", "touched_files", "patch.read_text"): "a patch of the committed series",
+    ("harness/binding/wheel.py", "_tree_hash", "p.read_bytes"): "the backend's own sources in the package",
     ("plugins/llamacpp/__init__.py", "_writer_version", "(Path(__file__).parent / name).read_bytes"): "the plugin's own source files",
     # files the harness wrote itself: build outputs, stamps, caches, logs, reports it just rendered
     ("harness/abi/exports.py", "exported_symbols", "lib.open"): "a library the build stage wrote",
@@ -47,21 +47,21 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/abi/exports.py", "_sha", "p.read_bytes"): "a library the build stage wrote",
     ("harness/audit/artifact.py", "_artifact_arch", "p.open"): "a CPU-level library of a built artifact",
     ("harness/audit/isa.py", "audit_library", "lib.open"): "a CPU-level library of a built artifact",
-    ("harness/backend.py", "installed_identity", "ident.read_text"): "the identity file the backend build wrote",
-    ("harness/backend.py", "build_backend", "stamp.read_text"): "the backend build's own stamp",
-    ("harness/bench/cli.py", "cmd_report_merge", "(out / 'merged.md').read_text"): "the report merge just wrote",
+    ("harness/binding/wheel.py", "installed_identity", "ident.read_text"): "the identity file the backend build wrote",
+    ("harness/binding/wheel.py", "build_backend", "stamp.read_text"): "the backend build's own stamp",
+    ("harness/cli/bench.py", "cmd_report_merge", "(out / 'merged.md').read_text"): "the report merge just wrote",
     ("harness/bench/markdown.py", "_plots_lines", "p.read_bytes"): "plots the report just rendered",
     ("harness/bench/roofline.py", "measure_host", "path.read_text"): "the harness's own roofline cache",
-    ("harness/build.py", "_run_logged", "log.read_text"): "the build log the harness is writing",
-    ("harness/build.py", "_sha256", "path.open"): "a file the build stage wrote",
-    ("harness/build.py", "read_manifest", "(artifact / MANIFEST).read_text"): "the manifest the build stage wrote",
-    ("harness/build.py", "header_hash", "p.read_bytes"): "headers of the patched source tree the harness unpacked",
-    ("harness/build.py", "_clear_stale", "stamp.read_text"): "the build directory's own stamp",
-    ("harness/build.py", "_clear_stale", "cache.read_text"): "CMakeCache.txt in the harness's build directory",
-    ("harness/ccache.py", "read_stats_log", "path.read_text"): "ccache's stats log in the harness's build directory",
-    ("harness/cmake_fileapi.py", "_load", "path.read_text"): "CMake file-API replies in the harness's build directory",
-    ("harness/commands/qualify.py", "cmd_qualify", "(directory / 'qualify.md').read_text"): "the report qualify just wrote",
-    ("harness/crash.py", "read_note", "path.read_text"): "a crash note the harness's supervisor wrote",
+    ("harness/build/cmake.py", "_run_logged", "log.read_text"): "the build log the harness is writing",
+    ("harness/build/cmake.py", "_sha256", "path.open"): "a file the build stage wrote",
+    ("harness/build/cmake.py", "read_manifest", "(artifact / MANIFEST).read_text"): "the manifest the build stage wrote",
+    ("harness/build/cmake.py", "header_hash", "p.read_bytes"): "headers of the patched source tree the harness unpacked",
+    ("harness/build/cmake.py", "_clear_stale", "stamp.read_text"): "the build directory's own stamp",
+    ("harness/build/cmake.py", "_clear_stale", "cache.read_text"): "CMakeCache.txt in the harness's build directory",
+    ("harness/build/ccache.py", "read_stats_log", "path.read_text"): "ccache's stats log in the harness's build directory",
+    ("harness/build/cmake_fileapi.py", "_load", "path.read_text"): "CMake file-API replies in the harness's build directory",
+    ("harness/cli/qualify.py", "cmd_qualify", "(directory / 'qualify.md').read_text"): "the report qualify just wrote",
+    ("harness/core/crash.py", "read_note", "path.read_text"): "a crash note the harness's supervisor wrote",
     ("harness/models/fixtures.py", "read_stamp", "_stamp_path(name).read_text"): "the fixture cache's own stamp",
     ("harness/qualify/stages/bench.py", "bench_stage_result", "files.markdown.read_text"): "the bench report this stage just wrote",
     ("harness/runtime/discovery.py", "discover", "ident_file.read_text"): "an installed artifact's identity file (written by the build)",
@@ -77,7 +77,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("plugins/llamacpp/engine.py", "handshake", "manifest_path.read_text"): "a built artifact's manifest",
     ("plugins/variant_vulkan.py", "ensure_headers", "stamp.read_text"): "the pinned headers' own stamp",
     ("plugins/variant_vulkan.py", "harness_artifact_manifest", "log.read_text"): "the build log the harness wrote",
-    # the pinned source tree the harness unpacked (integrity: harness/source.py's manifest)
+    # the pinned source tree the harness unpacked (integrity: harness/source/cache.py's manifest)
     ("plugins/llamacpp/__init__.py", "pinned_architectures", "path.read_text"): "llama-arch.cpp of the pinned source tree",
     ("plugins/llamacpp/convert.py", "_hash_files", "f.open"): "the converter's sources in the pinned tree",
     ("plugins/llamacpp/emulated.py", "probe_source", "header.read_text"): "a header of the pinned source tree",
@@ -85,18 +85,18 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("plugins/variant_cpu.py", "harness_artifact_cpu_levels", "cmake.read_text"): "ggml's CMakeLists of the pinned source tree",
     ("plugins/variant_cpu.py", "harness_artifact_cpu_levels", "feats.read_text"): "ggml's CPU feature source of the pinned tree",
     # caches of fetched files: opened non-blocking and fstat-checked where they are read
-    ("harness/manifest.py", "sha256_file", "os.open"): "hashes cache files; O_NONBLOCK open and an fstat regular-file check of its own",
-    ("harness/source.py", "safe_extract", "tarfile.open"): "the pinned archive, read after its sha256 matched",
+    ("harness/source/manifest.py", "sha256_file", "os.open"): "hashes cache files; O_NONBLOCK open and an fstat regular-file check of its own",
+    ("harness/source/cache.py", "safe_extract", "tarfile.open"): "the pinned archive, read after its sha256 matched",
     # the host's own files
-    ("harness/host.py", "_cpu_model", "Path('/proc/cpuinfo').read_text"): "/proc/cpuinfo",
-    ("harness/host.py", "vulkan_header_version", "core.read_text"): "the host's Vulkan SDK header",
+    ("harness/core/host.py", "_cpu_model", "Path('/proc/cpuinfo').read_text"): "/proc/cpuinfo",
+    ("harness/core/host.py", "vulkan_header_version", "core.read_text"): "the host's Vulkan SDK header",
     ("harness/bench/system.py", "_read", "path.read_text"): "/sys and /proc settings of the host",
-    ("harness/mirrors.py", "apt_sources", "path.read_text"): "the host's /etc/apt sources",
-    ("harness/crash.py", "_in_terminal_foreground", "os.open"): "/dev/tty, to ask for the foreground process group",
+    ("harness/source/mirrors.py", "apt_sources", "path.read_text"): "the host's /etc/apt sources",
+    ("harness/core/crash.py", "_in_terminal_foreground", "os.open"): "/dev/tty, to ask for the foreground process group",
     # not a path: a file object or an archive member
     ("harness/models/wheels.py", "extract_member", "zf.open"): "a member of a zip already opened",
-    ("harness/recipes.py", "recipe_at", "tarfile.open"): "an in-memory blob (fileobj=BytesIO)",
-    ("harness/video/mux.py", "check_wav", "wave.open"): "a file object from harness.inputs.open_input",
+    ("harness/build/recipes.py", "recipe_at", "tarfile.open"): "an in-memory blob (fileobj=BytesIO)",
+    ("harness/video/mux.py", "check_wav", "wave.open"): "a file object from harness.core.inputs.open_input",
 }
 
 
@@ -122,16 +122,16 @@ class _Walk(ast.NodeVisitor):
         self.rel = rel
         self.scope: list[str] = []
         self.found: list[tuple[str, str, str, int]] = []
-        self.via_inputs: set[str] = set()  # names bound to harness.inputs or its functions
+        self.via_inputs: set[str] = set()  # names bound to harness.core.inputs or its functions
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.module == "harness.inputs":
+        if node.module == "harness.core.inputs":
             self.via_inputs |= {a.asname or a.name for a in node.names}
-        elif node.module == "harness":
+        elif node.module == "harness.core":
             self.via_inputs |= {a.asname or a.name for a in node.names if a.name == "inputs"}
 
     def visit_Import(self, node: ast.Import) -> None:
-        self.via_inputs |= {a.asname for a in node.names if a.name == "harness.inputs" and a.asname}
+        self.via_inputs |= {a.asname for a in node.names if a.name == "harness.core.inputs" and a.asname}
 
     def _scoped(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
         self.scope.append(node.name)
@@ -174,8 +174,8 @@ def _all_reads() -> list[tuple[str, str, str, int]]:
 def test_every_direct_read_is_of_the_harnesss_own_files() -> None:
     new = [f"{rel}:{line}: {callee}(...) in {func}" for rel, func, callee, line in _all_reads()
            if (rel, func, callee) not in ALLOWED]
-    assert not new, ("direct reads of a path outside harness.inputs:\n  " + "\n  ".join(new)
-                     + "\nopen user-named files with harness.inputs (read_bytes / read_text / open_input, "
+    assert not new, ("direct reads of a path outside harness.core.inputs:\n  " + "\n  ".join(new)
+                     + "\nopen user-named files with harness.core.inputs (read_bytes / read_text / open_input, "
                      "a kind from LIMITS); a file the harness wrote itself goes into ALLOWED with its reason")
 
 
@@ -191,8 +191,8 @@ def test_every_allowed_read_has_a_reason() -> None:
 
 def test_the_walk_sees_reads_and_passes_writes_and_harness_inputs() -> None:
     source = '''
-from harness import inputs
-from harness.inputs import read_text as rt
+from harness.core import inputs
+from harness.core.inputs import read_text as rt
 
 def f(p):
     open(p)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import paths
+from harness.core import paths
 
 ROOT = Path(__file__).parents[2]
 
@@ -32,7 +32,7 @@ def test_project_root_falls_back_to_the_install_prefix(tmp_path: Path, monkeypat
     share = tmp_path / "venv" / "share" / "harness"
     (share / "engines").mkdir(parents=True)
     monkeypatch.delenv("HARNESS_ROOT", raising=False)
-    monkeypatch.setattr(paths, "__file__", str(site / "paths.py"))
+    monkeypatch.setattr(paths, "__file__", str(site / "core" / "paths.py"))
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
     monkeypatch.chdir(tmp_path)
     assert paths.project_root() == share

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import UnknownNameError
-from harness.matrix import buildability, load_matrix, select
-from harness.plugin import make_manager
-from harness.types import GpuInfo, HostInfo, ToolInfo
+from harness.build.matrix import buildability, load_matrix, select
+from harness.core.errors import UnknownNameError
+from harness.core.types import GpuInfo, HostInfo, ToolInfo
+from harness.engine.plugin import make_manager
 from harness_plugins.variant_cuda import arch_satisfies
 
 

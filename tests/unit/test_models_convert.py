@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HostError, ModelError, SubprocessError
+from harness.core.errors import HostError, ModelError, SubprocessError
 from harness_plugins.llamacpp import convert
 from harness_plugins.llamacpp.convert import (
     check_hf_dir,

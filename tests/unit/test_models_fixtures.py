@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ChecksumError, ConfigError, ModelError, SourceError, UnknownNameError
-from harness.models import cli as models_cli
+from harness.cli import models as models_cli
+from harness.core.errors import (
+    ChecksumError,
+    ConfigError,
+    ModelError,
+    SourceError,
+    UnknownNameError,
+)
 from harness.models.fixtures import (
     FixtureSet,
     TinyFixture,
@@ -230,7 +236,7 @@ def test_concurrent_fetches_agree(cache: Path, index: tuple[str, dict[str, str]]
 
 def test_bandwidth_model_is_written_once_and_cached_by_recipe(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bandwidth-bound model goes through the fixture mechanism: written, then cached by its stamp."""
-    from harness import registry
+    from harness.engine import registry
     from harness_plugins.llamacpp import random_llama
     from harness_plugins.llamacpp.tiny import TinyConfig
 

@@ -2,7 +2,7 @@
 
 Each test names a list of engines that used to be kept by hand, or a hook whose implementations
 compared engine names (issue 28, part 1). What an engine provides is a field of the
-:class:`~harness.registry.EngineImpl` it registers; the engine packages are declared in one
+:class:`~harness.engine.registry.EngineImpl` it registers; the engine packages are declared in one
 place, the ``harness`` entry-point group (pyproject.toml ``[project.entry-points.harness]``).
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from harness import hookspec, registry
-from harness.plugin import BUILTIN_PLUGINS, builtin_entry_points, make_manager
+from harness.engine import hookspec, registry
+from harness.engine.plugin import BUILTIN_PLUGINS, builtin_entry_points, make_manager
 
 ROOT = Path(__file__).parents[2]
 #: Hooks whose every implementation began with ``if engine != NAME: return None``; each is now a

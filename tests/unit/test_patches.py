@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import progress
-from harness.errors import PatchError
-from harness.patches import (
+from harness.core import progress
+from harness.core.errors import PatchError
+from harness.core.types import SourceTree
+from harness.source.cache import checking, temp_prefix
+from harness.source.patches import (
     STAMP,
     Patch,
     apply_series,
@@ -21,8 +23,6 @@ from harness.patches import (
     parse_header,
     series_hash,
 )
-from harness.source import checking, temp_prefix
-from harness.types import SourceTree
 
 HEADER = """Subject: {subject}
 Why: because the test says so

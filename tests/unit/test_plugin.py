@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.plugin import DISABLE_AUTOLOAD_ENV, builtin_plugins, describe, hookimpl, make_manager
+from harness.engine.plugin import (
+    DISABLE_AUTOLOAD_ENV,
+    builtin_plugins,
+    describe,
+    hookimpl,
+    make_manager,
+)
 
 
 def test_builtins_registered_in_declared_order() -> None:
@@ -32,7 +38,7 @@ def test_extra_plugin_registered_after_builtins_and_called_first() -> None:
 def entry_point_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A fake installed distribution with a ``harness`` entry point."""
     (tmp_path / "toyplug.py").write_text(textwrap.dedent("""
-        from harness.plugin import hookimpl
+        from harness.engine.plugin import hookimpl
 
         @hookimpl
         def harness_source_kinds():

@@ -57,10 +57,10 @@ def test_without_an_old_pin_the_stages_are_skipped_not_failed(tmp_path: Path) ->
 
 
 def _context(tmp_path: Path) -> QualifyContext:
-    from harness.engines import load_engine
-    from harness.plugin import make_manager
+    from harness.core.types import HostInfo
+    from harness.engine.descriptor import load_engine
+    from harness.engine.plugin import make_manager
     from harness.qualify.bench_plan import BenchPlan
-    from harness.types import HostInfo
 
     host = HostInfo(os="linux", arch="x86_64", cpu_model="EPYC", microarch="zen4", simd=(), cores=2,
                     memory_bytes=24 << 30)
@@ -92,7 +92,7 @@ def test_stages_hand_typed_results_and_a_failure_skips_its_dependants(tmp_path: 
 
 
 def test_a_stage_reads_what_the_stage_it_needs_handed_on(tmp_path: Path) -> None:
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
     from harness.qualify import Stage, StageResult
     from harness.qualify.context import Models
 
@@ -126,8 +126,8 @@ def test_a_stage_list_whose_needs_come_later_is_refused(tmp_path: Path) -> None:
 
 
 def test_bench_plan_from_the_descriptor_and_the_command_line() -> None:
-    from harness.engines import load_engine
-    from harness.host import default_threads
+    from harness.core.host import default_threads
+    from harness.engine.descriptor import load_engine
     from harness.qualify.bench_plan import bench_plan, stage_name
 
     engine = load_engine("llamacpp")
@@ -144,7 +144,7 @@ def test_bench_plan_from_the_descriptor_and_the_command_line() -> None:
     assert [stage_name(v) for v in plan.models] == ["bench", "bench-bandwidth"]
     import pytest
 
-    from harness.errors import UsageError
+    from harness.core.errors import UsageError
 
     with pytest.raises(UsageError, match="did you mean 'decode'"):
         bench_plan(engine, fail_on_slower=["decdoe=3"])

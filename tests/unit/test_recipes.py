@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from harness import paths, recipes
-from harness.build import BuildResult, artifact_dir
-from harness.errors import BenchError
-from harness.matrix import get_variant
+from harness.build import recipes
+from harness.build.cmake import BuildResult, artifact_dir
+from harness.build.matrix import get_variant
+from harness.core import paths
+from harness.core.errors import BenchError
 from harness_plugins.llamacpp import bench as real
 
 OLD_SHA = "1139dbb54509074b70893fab8554e3b079aa9f4d312058ce4018ef0019e3de12"
@@ -127,7 +128,7 @@ def test_llama_bench_arm_builds_the_pin_it_names(repo: dict[str, Any], tmp_path:
         built.append((spec.pin, spec.recipe_commit, variant))
         return BuildResult(artifact=tmp_path / "art", build_dir=tmp_path, built=True, seconds=1.0, manifest={})
 
-    from harness import pipeline
+    from harness.build import pipeline
 
     monkeypatch.setattr(pipeline, "build_variant", fake_build)
     opts = real.prepare_llama_bench({"pin": "0.3.35", "variant": "cpu-native", "model": "m.gguf"})

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.errors import ReportMismatchError, UsageError
-from harness.report_merge import find_reports, load_reports, merge, render_markdown, series_hash
+from harness.core.errors import ReportMismatchError, UsageError
+from harness.qualify.merge import find_reports, load_reports, merge, render_markdown, series_hash
 
 REPORTS = Path(__file__).parents[2] / "reports"
 # A real qualification (this project's machine, 2026-12-01, patch series 77d0126a7654), kept as

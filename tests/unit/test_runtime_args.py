@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from harness.config.options import tristate
-from harness.errors import InvalidRequestError
+from harness.core.errors import InvalidRequestError
 from harness.runtime.requests import response_schema as _response_schema
 from harness.runtime.requests import tool_choice as _tool_choice
 from harness.runtime.sampling import Sampling

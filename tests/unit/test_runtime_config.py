@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import harness.cli
-from harness import errors
+from harness.core import errors
 from harness.runtime import Engine
 from tests.fakes import install_backend
 from tests.unit.test_config_validate import tiny_gguf
@@ -29,7 +29,7 @@ FED = {"n_ctx": "n_ctx", "threads": "n_threads", "threads_batch": "n_threads_bat
 @pytest.fixture
 def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A models dir holding the example config's model (a tiny GGUF), and the fake backend installed."""
-    from harness.engines import load_engine
+    from harness.engine.descriptor import load_engine
     from harness_plugins.llamacpp.engine import _committed_fingerprint
 
     install_backend(tmp_path / "backends", "steady", {

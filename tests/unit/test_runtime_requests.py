@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import errors
+from harness.core import errors
 from harness.runtime import requests
 from harness.runtime.sampling import Sampling
 
@@ -95,7 +95,7 @@ def test_deep_json_is_refused_without_recursion_error() -> None:
 
 @pytest.fixture
 def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from harness.engines import load_engine
+    from harness.engine.descriptor import load_engine
     from harness.runtime import Engine
     from harness_plugins.llamacpp.engine import _committed_fingerprint
     from harness_plugins.llamacpp.tiny import write_tiny_llama

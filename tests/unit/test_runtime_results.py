@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import errors
+from harness.core import errors
 from harness.runtime import ChatDelta, ChatResult, Completion, parse_arguments
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from harness.abi.used import used_from
-from harness.engines import load_engine
-from harness.errors import VideoError
-from harness.plugin import make_manager
-from harness.types import HostInfo
+from harness.core.errors import VideoError
+from harness.core.types import HostInfo
+from harness.engine.descriptor import load_engine
+from harness.engine.plugin import make_manager
 from harness.video.job import VideoJob
 from harness_plugins import sdcpp as plugin
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def host() -> HostInfo:
-    from harness.host import probe
+    from harness.core.host import probe
 
     return probe()
 
@@ -35,7 +35,7 @@ def job(**kw: Any) -> VideoJob:
 def test_registered_and_named() -> None:
     pm = make_manager(autoload=False)
     assert "engine-sdcpp" in [name for name, _ in pm.list_name_plugin()]
-    from harness import registry
+    from harness.engine import registry
 
     assert plugin.NAME in registry.names(pm)
     assert (ROOT / "engines" / plugin.NAME / "engine.yaml").is_file()

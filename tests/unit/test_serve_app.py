@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from harness.cli.serve import load_models
 from harness.serve.app import create_app
-from harness.serve.cli import load_models
 from tests.fakes import install_backend
 from tests.unit.test_config_validate import tiny_gguf
 
@@ -34,7 +34,7 @@ DELTAS = (" Paris", ", and", " more.")
 
 @pytest.fixture
 def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    from harness.engines import load_engine
+    from harness.engine.descriptor import load_engine
     from harness_plugins.llamacpp.engine import _committed_fingerprint
 
     install_backend(tmp_path / "backends", "steady", {

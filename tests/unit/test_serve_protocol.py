@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from harness import errors
-from harness.errors import UsageError
+from harness.cli.serve import check_options
+from harness.core import errors
+from harness.core.errors import UsageError
 from harness.serve import protocol
-from harness.serve.cli import check_options
 from harness.serve.protocol import APIError
 
 USER = [{"role": "user", "content": "hi"}]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import ChecksumError, UnsafeArchiveError
-from harness.source import download, extract_once, safe_extract
+from harness.core.errors import ChecksumError, UnsafeArchiveError
+from harness.source.cache import download, extract_once, safe_extract
 
 
 def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:

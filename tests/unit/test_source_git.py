@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import paths
-from harness.errors import IntegrityError, SourceError
-from harness.plugin import make_manager
-from harness.types import SourceSpec
+from harness.core import paths
+from harness.core.errors import IntegrityError, SourceError
+from harness.core.types import SourceSpec
+from harness.engine.plugin import make_manager
 
 
 def _git(*args: str, cwd: Path) -> str:

@@ -21,11 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import engines, pipeline, source
+from harness.build import pipeline
 from harness.cli import main
-from harness.errors import ChecksumError, ConfigError, IntegrityError, SourceError, UsageError
-from harness.plugin import make_manager
-from harness.types import SourceSpec
+from harness.core.errors import ChecksumError, ConfigError, IntegrityError, SourceError, UsageError
+from harness.core.types import SourceSpec
+from harness.engine import descriptor as engines
+from harness.engine.plugin import make_manager
+from harness.source import cache as source
 
 from .test_source_integrity import FILES, Toy, _edit, toy  # noqa: F401 (the fixture)
 
@@ -138,7 +140,7 @@ def test_editing_the_manifest_to_hide_an_edit_is_found(toy: Toy) -> None:  # noq
 
 
 def test_an_edited_patched_copy_manifest_is_found(toy: Toy) -> None:  # noqa: F811
-    from harness.patches import STAMP
+    from harness.source.patches import STAMP
 
     copy = _patched(toy)
     target = copy.path / "src" / "a.c"

@@ -24,12 +24,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from harness import manifest, paths, pipeline, progress, source
+from harness.build import pipeline
 from harness.cli import main
-from harness.errors import ChecksumError, IntegrityError
-from harness.plugin import make_manager
-from harness.source import download, extract_once
-from harness.types import EngineSpec, SourceSpec
+from harness.core import paths, progress
+from harness.core.errors import ChecksumError, IntegrityError
+from harness.core.types import EngineSpec, SourceSpec
+from harness.engine.plugin import make_manager
+from harness.source import cache as source
+from harness.source import manifest
+from harness.source.cache import download, extract_once
 
 from .test_index import isolate_pip, write_project
 
@@ -394,7 +397,7 @@ def test_kill_9_mid_download_then_rerun_leaves_no_debris(
     url, data, release = slow_server
     sha = hashlib.sha256(data).hexdigest()
     dest = cache / "downloads" / "f.bin"
-    code = (f"from pathlib import Path; from harness.source import download; "
+    code = (f"from pathlib import Path; from harness.source.cache import download; "
             f"download({url!r}, Path({str(dest)!r}), sha256={sha!r})")
     child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "HARNESS_CACHE": str(cache)})
     deadline = time.monotonic() + 20

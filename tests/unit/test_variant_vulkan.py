@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from harness import index, mirrors
-from harness.errors import ChecksumError, SourceError, UnsafeArchiveError
-from harness.matrix import load_matrix, select
-from harness.types import EngineSpec, HostInfo, ToolInfo, Variant
+from harness.build.matrix import load_matrix, select
+from harness.core.errors import ChecksumError, SourceError, UnsafeArchiveError
+from harness.core.types import EngineSpec, HostInfo, ToolInfo, Variant
+from harness.source import index, mirrors
 from harness_plugins import variant_vulkan as vk
 
 from .test_matrix import fake_host
@@ -242,8 +242,8 @@ def test_manifest_records_headers_and_glslc_features(cache: Path, tmp_path: Path
 
 
 def test_vulkan_artifact_usability() -> None:
-    from harness.artifacts import usable_on
-    from harness.types import GpuInfo
+    from harness.build.artifacts import usable_on
+    from harness.core.types import GpuInfo
 
     manifest = {"backend": "vulkan", "host": {"os": "linux"},
                 "vulkan": {"glslc_features": {"GL_EXT_bfloat16": False, "GL_KHR_cooperative_matrix": False,

@@ -11,10 +11,10 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from harness import hookspec
-from harness.errors import ConfigError, UsageError, VideoError
-from harness.registry import EngineImpl
-from harness.video import cli
+from harness.cli import video as cli
+from harness.core.errors import ConfigError, UsageError, VideoError
+from harness.engine import hookspec
+from harness.engine.registry import EngineImpl
 from harness.video import pipeline as pipeline_mod
 from harness.video.ffmpeg import resolve_ffmpeg
 from harness.video.job import EngineOutput, VideoJob

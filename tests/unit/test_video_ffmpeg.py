@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import HostError
+from harness.core.errors import HostError
 from harness.video import ffmpeg as ffmod
 from harness.video.ffmpeg import parse_encoders, resolve_ffmpeg
 

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import harness.cli
-from harness.errors import VideoError
+from harness.core.errors import VideoError
 from harness.video.ffmpeg import resolve_ffmpeg
 from harness.video.limits import DEFAULT_LIMITS
 from harness.video.options import video_options

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import VideoError
+from harness.core.errors import VideoError
 from harness.video.geometry import (
     align_even,
     align_frame_count,

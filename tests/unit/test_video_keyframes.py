@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import SubprocessError, VideoError
+from harness.core.errors import SubprocessError, VideoError
 from harness.video.ffmpeg import Ffmpeg, resolve_ffmpeg
 from harness.video.geometry import Canvas
 from harness.video.keyframes import (

@@ -16,7 +16,7 @@ import pluggy
 import pytest
 
 import harness.cli
-from harness.errors import ConfigError, VideoError
+from harness.core.errors import ConfigError, VideoError
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.job import VideoPlan
 from harness.video.limits import (
@@ -182,8 +182,8 @@ def test_overrides_are_checked() -> None:
 
 
 def test_engine_limits_come_from_the_registered_engine() -> None:
-    from harness import hookspec
-    from harness.registry import EngineImpl
+    from harness.engine import hookspec
+    from harness.engine.registry import EngineImpl
 
     impl = pluggy.HookimplMarker("harness")
 

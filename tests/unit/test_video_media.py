@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import harness.cli
-from harness.errors import VideoError
+from harness.core.errors import VideoError
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.job import VideoPlan
 from harness.video.options import video_options
@@ -254,7 +254,7 @@ def test_cli_media_dir_widens_and_narrows_the_root(cli: Path, tree: dict[str, Pa
 
 def test_generate_refuses_outside_paths_before_rendering(cli: Path, tree: dict[str, Path],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness import crash
+    from harness.core import crash
     from harness.video import pipeline as video_pipeline
 
     monkeypatch.setattr(crash, "supervise", lambda *a, **k: None)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import VideoError
+from harness.core.errors import VideoError
 from harness.video.ffmpeg import Ffmpeg, resolve_ffmpeg
 from harness.video.job import EngineOutput, VideoJob
 from harness.video.mux import (

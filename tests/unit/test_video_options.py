@@ -13,7 +13,7 @@ from harness.config import model, schema
 from harness.config.effective import effective
 from harness.config.loader import Document
 from harness.config.options import config_options, parse_options, resolve_options
-from harness.errors import ConfigError
+from harness.core.errors import ConfigError
 from harness.video import pipeline
 from harness.video.options import VideoOptions, configured_canvas, video_options
 
@@ -118,7 +118,7 @@ def test_the_video_cli_reads_what_config_show_prints() -> None:
 
 
 def test_one_options_parser_for_validation_the_video_cli_and_the_engine(tmp_path: Path) -> None:
-    from harness.video.cli import load_config
+    from harness.cli.video import load_config
     from harness_plugins.sdcpp import checkpoint_set
 
     for name in ("dit.gguf", "vae.gguf", "umt5.gguf"):

@@ -14,9 +14,9 @@ from typing import Any
 import pluggy
 import pytest
 
-from harness import hookspec
-from harness.errors import SubprocessError, VideoError
-from harness.registry import EngineImpl
+from harness.core.errors import SubprocessError, VideoError
+from harness.engine import hookspec
+from harness.engine.registry import EngineImpl
 from harness.video.ffmpeg import Ffmpeg, resolve_ffmpeg
 from harness.video.job import EngineOutput, VideoJob
 from harness.video.mux import VideoCancelledError
@@ -253,7 +253,7 @@ def test_workdir_option_gets_a_fresh_directory_per_request(ff: Ffmpeg, tmp_path:
 
 def test_missing_ffmpeg_fails_at_load_not_after_render(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.errors import HostError
+    from harness.core.errors import HostError
     from harness.video import ffmpeg as ffmod
 
     monkeypatch.setattr(ffmod, "_cache", {})

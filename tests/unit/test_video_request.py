@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.errors import UsageError, VideoError
+from harness.core.errors import UsageError, VideoError
 from harness.video.partition import check_partition, resolve_partition
 from harness.video.request import (
     ALLOWED_KEYS,

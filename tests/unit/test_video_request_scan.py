@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.errors import VideoError
+from harness.core.errors import VideoError
 from harness.video.limits import DEFAULT_LIMITS
 from harness.video.request import _JSON_STRING, parse_request_text
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from harness.core.types import EngineSpec, PatchedTree
 from harness.qualify.context import NO_OLD_PIN, QualifyContext
 from harness.qualify.result import SkippedStage, StageResult
-from harness.types import EngineSpec, PatchedTree
 
 
 def check(ctx: QualifyContext) -> StageResult:
@@ -26,7 +26,7 @@ def old_pin(ctx: QualifyContext) -> StageResult:
     opts = ctx.options
     if not (opts.old_pin or opts.old_rev):
         raise SkippedStage(NO_OLD_PIN)
-    from harness import recipes
+    from harness.build import recipes
 
     old = recipes.resolve(ctx.engine.name, pin=opts.old_pin, rev=opts.old_rev)
     return old_pin_abi_diff(ctx.engine, old, ctx.product("patch", PatchedTree).path)
@@ -34,11 +34,11 @@ def old_pin(ctx: QualifyContext) -> StageResult:
 
 def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> StageResult:
     """The full API/ABI diff old pin -> this pin, and how much of it the backend's used set sees."""
-    from harness import pipeline
     from harness.abi import surface as surf
     from harness.abi.check import load_committed
     from harness.abi.diff import diff, render_markdown
     from harness.abi.revisions import snapshot_pin
+    from harness.build import pipeline
 
     t0 = time.perf_counter()
     a = snapshot_pin(str(pipeline.fetch(old).path), engine, None)

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.core.types import EngineSpec
 from harness.qualify.bench_plan import BenchPlan
 from harness.qualify.context import NO_OLD_PIN, Built, Models, QualifyContext
 from harness.qualify.result import SkippedStage, StageFailed, StageResult
-from harness.types import EngineSpec
 
 
 def peer(ctx: QualifyContext, *, model_var: str) -> StageResult:
@@ -30,8 +30,8 @@ def peer(ctx: QualifyContext, *, model_var: str) -> StageResult:
     model = ctx.product("models", Models).env.get(model_var)
     if not model:
         raise SkippedStage(f"no {model_var} model (`harness models fetch` writes the fixtures)")
-    from harness import host as hostmod
     from harness.bench.roofline import measure_host
+    from harness.core import host as hostmod
 
     return peer_bench(engine, baseline, model, ctx.plan, out=ctx.report / "bench", report_root=ctx.report,
                       host=hostmod.as_dict(ctx.host), host_measure=measure_host())
@@ -47,10 +47,10 @@ def old_pin(ctx: QualifyContext) -> StageResult:
     if "cpu" not in ctx.product("build", Built).variants:
         raise SkippedStage("the cpu variant was not built")
     old: dict[str, str] = {"pin": opts.old_pin} if opts.old_pin else {"rev": str(opts.old_rev)}
-    from harness import host as hostmod
     from harness.bench.roofline import measure_host
-    from harness.build import artifact_dir
-    from harness.matrix import get_variant
+    from harness.build.cmake import artifact_dir
+    from harness.build.matrix import get_variant
+    from harness.core import host as hostmod
 
     env = ctx.product("models", Models).env
     # the last bench model: the bandwidth-bound one where the descriptor lists it, where kernels show
@@ -101,10 +101,10 @@ def peer_bench(engine: EngineSpec, peer: str, model: str, plan: BenchPlan, *, ou
 def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Path, model: str, out: Path, *,
                   host: Mapping[str, Any], plan: BenchPlan, host_measure: Mapping[str, Any] | None = None) -> StageResult:
     """Old pin (A) vs this pin (B), each through its own cpu artifact's benchmark tool, in ABBA blocks."""
-    from harness import registry
     from harness.bench.arms import ArmSpec
     from harness.bench.session import run_and_report
-    from harness.plugin import get_manager
+    from harness.engine import registry
+    from harness.engine.plugin import get_manager
 
     kind = registry.get(engine.name).old_pin_bench_arm
     if kind is None:

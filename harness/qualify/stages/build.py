@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
+from harness.core.types import PatchedTree, Variant
 from harness.qualify.context import Built, QualifyContext
 from harness.qualify.result import StageResult
-from harness.types import PatchedTree, Variant
 
 if TYPE_CHECKING:
-    from harness.build import BuildResult
+    from harness.build.cmake import BuildResult
 
 
 def build(ctx: QualifyContext) -> StageResult:
@@ -19,8 +19,8 @@ def build(ctx: QualifyContext) -> StageResult:
     are skipped saying why. Without ``--variant`` also the rows marked ``extra.qualify: runnable``
     that can run here (vulkan on lavapipe). Hands on :class:`~harness.qualify.context.Built`."""
     from harness.abi.check import CheckResult
-    from harness.matrix import buildability
-    from harness.pipeline import BuildInputs, build_row, rows_for
+    from harness.build.matrix import buildability
+    from harness.build.pipeline import BuildInputs, build_row, rows_for
 
     engine, patterns = ctx.engine, ctx.options.variant
     inputs = BuildInputs(engine=engine, tree=ctx.product("patch", PatchedTree),
@@ -62,7 +62,7 @@ def _runnable_row(v: Variant) -> bool:
 
 
 def _record(v: Variant, r: BuildResult) -> dict[str, Any]:
-    from harness.build import ccache_summary
+    from harness.build.cmake import ccache_summary
 
     return {"variant": v.name, "artifact": str(r.artifact), "built": r.built, "seconds": round(r.seconds, 1),
             "build_seconds": r.manifest.get("build_seconds"), "ccache": r.manifest.get("ccache"),
@@ -78,9 +78,9 @@ def _summary(built: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:
 
 def backend(ctx: QualifyContext) -> StageResult:
     """The binding wheel for every row the build stage built."""
-    from harness.backend import build_backend
-    from harness.build import artifact_dir
-    from harness.matrix import get_variant
+    from harness.binding.wheel import build_backend
+    from harness.build.cmake import artifact_dir
+    from harness.build.matrix import get_variant
 
     built = ctx.product("build", Built)
     rows: list[dict[str, Any]] = []

@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.core.types import EngineSpec
 from harness.qualify.bench_plan import BenchPlan
 from harness.qualify.context import Built, Models, QualifyContext
 from harness.qualify.result import SkippedStage, StageResult
-from harness.types import EngineSpec
 
 #: The binding's floor against the engine's own benchmark tool when the descriptor sets none
 #: (``qualify.ceiling.min_ratio``): prefill and decode at >= 97% of it.
@@ -30,10 +30,10 @@ def ceiling(ctx: QualifyContext, *, model_var: str) -> StageResult:
     model = ctx.product("models", Models).env.get(model_var)
     if not model:
         raise SkippedStage(f"no {model_var} model (`harness models fetch` writes the fixtures)")
-    from harness import host as hostmod
     from harness.bench.roofline import measure_host
-    from harness.build import artifact_dir
-    from harness.matrix import get_variant
+    from harness.build.cmake import artifact_dir
+    from harness.build.matrix import get_variant
+    from harness.core import host as hostmod
 
     return ceiling_bench(ctx.engine, artifact_dir(ctx.engine, get_variant("cpu")), model, ctx.plan,
                          out=ctx.report / "ceiling", report_root=ctx.report, host=hostmod.as_dict(ctx.host),
@@ -51,10 +51,10 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     """The engine ceiling: the engine's own benchmark tool (A) against our binding (B) on the same
     artifact, CPU level, model and shape, one stream; B may not be slower than ``min_ratio`` of A
     (a binding that loads the model or runs its batches differently shows here, on any host)."""
-    from harness import registry
     from harness.bench.arms import ArmSpec
     from harness.bench.session import run_and_report
-    from harness.plugin import get_manager
+    from harness.engine import registry
+    from harness.engine.plugin import get_manager
     from harness.qualify.stages.bench import bench_stage_result
 
     kind = registry.get(engine.name).old_pin_bench_arm

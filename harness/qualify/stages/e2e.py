@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from harness.qualify.context import Built, Models, QualifyContext
 from harness.qualify.result import SkippedStage, StageResult
 
@@ -14,16 +14,17 @@ from harness.qualify.result import SkippedStage, StageResult
 def e2e(ctx: QualifyContext) -> StageResult:
     """Each spec file in a process of its own, per row: a crash names its signal, spec and CPU
     level, and the other files' results are kept."""
-    from harness import paths, registry
+    from harness.core import paths
+    from harness.engine import registry
 
     engine = ctx.engine
     impl = registry.engines(ctx.pm).get(engine.name)
     specs = [str(p) for p in impl.e2e_specs()] if impl is not None and impl.e2e_specs else []
     if not specs:
         raise SkippedStage(f"no plugin lists e2e specs for {engine.name}")
-    from harness.build import artifact_dir
-    from harness.e2e import run_specs
-    from harness.matrix import get_variant
+    from harness.build.cmake import artifact_dir
+    from harness.build.matrix import get_variant
+    from harness.qualify.e2e import run_specs
 
     model_env = ctx.product("models", Models).env
     per: dict[str, Any] = {}

@@ -6,11 +6,11 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from harness.errors import HarnessError, HostError
+from harness.core.errors import HarnessError, HostError
+from harness.core.types import Variant
 from harness.qualify.context import Models, QualifyContext
 from harness.qualify.result import StageResult
 from harness.qualify.runner import Stage
-from harness.types import Variant
 
 NEEDS = ("abi-check", "models")
 
@@ -18,8 +18,8 @@ NEEDS = ("abi-check", "models")
 def stages(ctx: QualifyContext) -> list[Stage]:
     """One stage per cross row this host can build and run (``--arch`` narrows; a row named by
     ``--arch`` that cannot run here is a failed stage with the reason)."""
-    from harness.emulate import cross_rows
-    from harness.pipeline import rows_for
+    from harness.build.pipeline import rows_for
+    from harness.qualify.emulate import cross_rows
 
     arch = ctx.options.arch
     here, not_here = cross_rows(ctx.engine, list(arch) if arch is not None else None)
@@ -36,8 +36,8 @@ def stages(ctx: QualifyContext) -> list[Stage]:
 
 def emulated(ctx: QualifyContext, *, row: Variant) -> StageResult:
     """Build ``row``, check its exports, run each level on the probe model and the chat model."""
-    from harness import registry
-    from harness.emulate import emulate
+    from harness.engine import registry
+    from harness.qualify.emulate import emulate
 
     impl = registry.get(ctx.engine.name)
     models: dict[str, Path] = {}

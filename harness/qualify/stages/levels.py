@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.errors import AuditError, EngineCrashError, HarnessError
+from harness.core.errors import AuditError, EngineCrashError, HarnessError
 from harness.qualify.context import Built, Models, QualifyContext
 from harness.qualify.result import SkippedStage, StageResult
 
@@ -53,7 +53,7 @@ def audit(ctx: QualifyContext) -> StageResult:
 def cross_variant(ctx: QualifyContext) -> StageResult:
     """The engine's cross-variant check on the chat model: every level answers, token sequences compared."""
     _cross_variant_configured(ctx)
-    from harness import registry
+    from harness.engine import registry
 
     engine = ctx.engine
     impl = registry.get(engine.name)

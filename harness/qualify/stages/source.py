@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from harness.qualify.context import QualifyContext
 from harness.qualify.result import StageResult
 
 
 def fetch(ctx: QualifyContext) -> StageResult:
     """The pinned source, checked against its manifest."""
-    from harness import pipeline
+    from harness.build import pipeline
 
     tree = pipeline.fetch(ctx.engine, ctx.pm)
     return StageResult(f"{ctx.engine.pin} at {tree.path}", {"path": str(tree.path), "sha256": tree.digest})
@@ -17,7 +17,7 @@ def fetch(ctx: QualifyContext) -> StageResult:
 
 def patch(ctx: QualifyContext) -> StageResult:
     """Every patch of the series applies cleanly; hands on the patched tree."""
-    from harness import pipeline
+    from harness.build import pipeline
 
     outcomes = pipeline.check_patches(ctx.engine, ctx.pm)
     bad = [o for o in outcomes if o.status != "applies"]

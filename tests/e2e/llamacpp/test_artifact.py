@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.artifacts import package, verify
-from harness.errors import ArtifactError
+from harness.build.artifacts import package, verify
+from harness.core.errors import ArtifactError
 
 
 def test_layout(artifact: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.audit.isa import audit_library
-from harness.engines import load_engine
+from harness.engine.descriptor import load_engine
 from harness.runtime import discovery, levels
 from harness_plugins.llamacpp.engine import _committed_fingerprint
 

@@ -51,7 +51,7 @@ def test_info_says_embedding_model(minilm: Engine) -> None:
 
 
 def test_generation_is_refused_on_an_embedding_model(minilm: Engine) -> None:
-    from harness.errors import InvalidRequestError
+    from harness.core.errors import InvalidRequestError
 
     with pytest.raises(InvalidRequestError, match="embedding model"):
         minilm.complete("hello")

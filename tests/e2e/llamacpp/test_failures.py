@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import errors
+from harness.core import errors
 from harness.runtime import Engine
 
 from ..conftest import model_path, require_variant

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import load_engine
-from harness.errors import BackendError
+from harness.core.errors import BackendError
+from harness.engine.descriptor import load_engine
 from harness.runtime import discovery
 from harness_plugins.llamacpp.engine import _committed_fingerprint, handshake
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import errors
+from harness.core import errors
 from harness.runtime import Engine
 
 from ..conftest import model_path, require_variant

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from harness import errors
+from harness.core import errors
 from harness.runtime import Engine
 
 from ..conftest import model_path, require_variant

@@ -31,7 +31,7 @@ ENGINE = "stable-diffusion.cpp"
 
 
 def _backend() -> None:
-    from harness.errors import BackendError
+    from harness.core.errors import BackendError
     from harness_plugins.sdcpp import load_backend
 
     try:
