@@ -48,7 +48,7 @@ def test_a_name_of_a_module_that_became_a_package_warns(package: str, module: st
         value = getattr(importlib.import_module(package), name)
     assert value is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError):
-        importlib.import_module(package).no_such_name
+        _ = importlib.import_module(package).no_such_name
 
 
 def test_every_moved_name_is_still_a_name_of_its_new_module() -> None:
