@@ -71,7 +71,7 @@ class ArmSpec:
     """One side of a benchmark: which arm kind, a display name, and its options."""
 
     kind: str
-    """Arm kind, resolved by the ``harness_bench_arm`` hook (``backend``, ``fake``, and the engines' own)."""
+    """Arm kind, resolved by the ``harness_bench_arm`` hook (``in-process``, ``fake``, and the engines' own)."""
     name: str
     """Label used in progress, tables and plots."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -96,7 +96,7 @@ class ArmSpec:
                 raise BenchError(msg)
             options[key.strip()] = _coerce(value.strip())
         label = options.pop("name", None)
-        kind = kind.strip()
+        kind = KIND_ALIASES.get(kind.strip(), kind.strip())
         return cls(kind=kind, name=name or (str(label) if label is not None else short_name(kind, options)),
                    options=options)
 
@@ -110,16 +110,21 @@ class ArmSpec:
         return {"kind": self.kind, "name": self.name, "spec": self.spec, "options": dict(self.options)}
 
 
+#: The arm that runs our binding in this process is ``in-process``; ``backend``, its name before
+#: issue 28 (when "backend" also meant a GPU kind and the binding wheel), is still accepted.
+IN_PROCESS = "in-process"
+KIND_ALIASES = {"backend": IN_PROCESS}
+
 #: Options that say where or how big an arm runs, not which arm it is: left out of short names.
 CONTEXT_OPTIONS = frozenset({"model", "threads", "n_ctx", "max_num_seqs", "artifact", "engine", "seed"})
-#: Options whose value alone names the arm (``backend:cpu``, ``TOOL:0.3.35``).
+#: Options whose value alone names the arm (``in-process:cpu``, ``TOOL:0.3.35``).
 BARE_OPTIONS = frozenset({"variant", "pin", "rev", "version"})
 #: Longer option values (paths, hashes) are left out of short names too.
 SHORT_VALUE_CHARS = 24
 
 
 def short_name(kind: str, options: Mapping[str, Any]) -> str:
-    """A display name: the kind and what tells this arm apart (``backend:cpu``, ``fake:slowdown=1.1``).
+    """A display name: the kind and what tells this arm apart (``in-process:cpu``, ``fake:slowdown=1.1``).
 
     Context options (model, threads, context size, ...) and long values such as paths
     are left out: the report states those once, and the full spec stays in the JSON.

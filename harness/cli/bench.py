@@ -25,7 +25,7 @@ BENCH_EPILOG = """\
 arms are KIND[:key=value,...]; A is the baseline, B the candidate:
   harness bench --a fake --b fake:slowdown=1.1        a synthetic 10% regression
   harness bench --aa --a fake                         an arm against itself (interval must contain 1.0)
-  harness bench --a PEER:model=M.gguf --b backend:variant=cpu,model=M.gguf
+  harness bench --a PEER:model=M.gguf --b in-process:variant=cpu,model=M.gguf
       our engine against a peer baseline arm an engine plugin provides (README: the kinds)
   harness bench --a fake --b fake:slowdown=1.1 --fail-on-slower 5
       exit 13 when B is slower by more than 5% (whole 95% interval) on a headline metric
@@ -36,7 +36,7 @@ arms are KIND[:key=value,...]; A is the baseline, B the candidate:
       patches, ABI surface) comes from the newest commit of any branch or tag that pinned it (or
       rev=GITREV); missing artifacts are built first
 an arm's display name is name=LABEL in its spec (default: the kind and what sets it apart, e.g.
-backend:cpu); the full spec stays in results.json. Arms get threads=N (the host's physical cores,
+in-process:cpu); the full spec stays in results.json. Arms get threads=N (the host's physical cores,
 or --threads) unless their spec sets threads.
 """
 

@@ -1,4 +1,4 @@
-"""Runtime subcommands: build-backend, engine info, complete."""
+"""Runtime subcommands: build-binding (build-backend, its old name), engine info, complete."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ from harness.core.errors import UsageError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("build-backend", help="build + install the pybind11 backend module against a variant's artifact")
+    what = "build + install the binding (the engine's pybind11 module) against a variant's artifact"
+    p = sub.add_parser("build-binding", aliases=["build-backend"], help=f"{what} (build-backend: its old name, deprecated)",
+                       description=f"{what}. build-backend is its old name: it still works, and says it is deprecated.")
     p.add_argument("engine")
     p.add_argument("--variant", default="cpu")
     p.add_argument("--no-install", action="store_true", help="only build the wheel")
     p.add_argument("--force", action="store_true")
     add_json_flag(p)
-    p.set_defaults(func=cmd_build_backend, extras=('build',))
+    p.set_defaults(func=cmd_build_binding, extras=('build',))
 
     p = sub.add_parser("engine", help="inspect installed backend variants")
     esub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -38,25 +40,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_complete)
 
 
-def cmd_build_backend(args: argparse.Namespace) -> int:
-    from harness.binding.wheel import build_backend
+def cmd_build_binding(args: argparse.Namespace) -> int:
+    from harness.binding.wheel import build_binding
     from harness.build.cmake import artifact_dir
     from harness.build.matrix import get_variant
     from harness.engine.descriptor import load_engine
 
+    if args.command == "build-backend":
+        print("harness build-backend is deprecated: it is now harness build-binding (same arguments); "
+              "the old name goes in the next release", file=sys.stderr)
     engine = load_engine(args.engine)
     artifact = artifact_dir(engine, get_variant(args.variant))
     if not artifact.is_dir():
         msg = f"no artifact at {artifact}: run harness build {engine.name} --variant {args.variant} first"
         raise UsageError(msg)
-    r = build_backend(engine, artifact, install=not args.no_install, force=args.force)
+    r = build_binding(engine, artifact, install=not args.no_install, force=args.force)
     if args.json:
         print_json({"wheel": str(r.wheel), "package": r.package, "built": r.built, "installed": r.installed,
                     "seconds": round(r.seconds, 2)})
     else:
         what = "built" if r.built else "wheel up to date"
         what += ", installed" if r.installed else (", already installed" if not args.no_install else "")
-        print(f"{engine.name} {args.variant} backend: {what} ({r.seconds:.1f} s)\n{r.wheel}")
+        print(f"{engine.name} {args.variant} binding: {what} ({r.seconds:.1f} s)\n{r.wheel}")
     return 0
 
 
@@ -100,19 +105,19 @@ def cmd_engine_info(args: argparse.Namespace) -> int:
     for line in level_lines:
         print(line)
     if not rows:
-        print(f"no {engine.name} backend installed: harness build-backend {engine.name} --variant cpu")
+        print(f"no {engine.name} binding installed: harness build-binding {engine.name} --variant cpu")
     return 0 if forced else 1
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
     from harness.core import crash
-    from harness.runtime import Engine
+    from harness.runtime import Runtime
 
     code = crash.supervise(getattr(args, "argv", None), "harness complete")
     if code is not None:
         return code
 
-    with Engine.load(args.model, variant=args.variant) as eng:
+    with Runtime.load(args.model, variant=args.variant) as eng:
         if args.stream and not args.json:
             s = eng.stream(args.prompt, max_tokens=args.max_tokens, temperature=args.temperature)
             for delta in s:

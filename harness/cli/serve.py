@@ -94,11 +94,11 @@ def _is_loopback(host: str) -> bool:
 
 def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | None,
                 max_queue: int | None) -> dict[str, Any]:
-    """name -> :class:`~harness.serve.app.ServedModel` for each config, loaded as ``Engine.load(config=...)``."""
+    """name -> :class:`~harness.serve.app.ServedModel` for each config, loaded as ``Runtime.load(config=...)``."""
     from harness.config.effective import load_config_file
     from harness.core import progress
-    from harness.runtime import Engine
-    from harness.runtime.aio import AsyncEngine
+    from harness.runtime import Runtime
+    from harness.runtime.aio import AsyncRuntime
     from harness.serve.app import ServedModel
 
     models: dict[str, ServedModel] = {}
@@ -114,13 +114,13 @@ def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | 
                 raise UsageError(msg)
             with progress.spinner(f"load {name} ({path})"):
                 # an invalid config is refused here, every diagnostic listed
-                eng = Engine.load(config=path, models_dir=models_dir, variant=variant)
+                eng = Runtime.load(config=path, models_dir=models_dir, variant=variant)
             assert name is not None  # a config that loads has a resolved name
             info = eng.info()
             parallel = int(info.get("max_num_seqs", 1))
             queue = max_queue if max_queue is not None else 4 * parallel
             capacity = parallel + queue
-            models[name] = ServedModel(name=name, engine=AsyncEngine(eng, max_concurrency=capacity), capacity=capacity,
+            models[name] = ServedModel(name=name, engine=AsyncRuntime(eng, max_concurrency=capacity), capacity=capacity,
                                        embeddings=bool(info.get("embedding_only")), config=str(path))
             progress.info(f"{name}: {info.get('desc', '')}, {parallel} parallel + {queue} queued, "
                           f"variant {info.get('variant')} ({info.get('cpu_variant') or '-'})")

@@ -9,7 +9,7 @@ length), the config's own key (``context_size``, ``max_model_len``, ``threads``,
 unset = 0, true = 1, explicit false = 2 (force off).
 
 :func:`load_config_file` then :meth:`ConfigFile.resolve` is what ``config show`` runs;
-``Engine.load(config=...)`` runs the same, so an engine gets the values it prints.
+``Runtime.load(config=...)`` runs the same, so an engine gets the values it prints.
 """
 
 from __future__ import annotations

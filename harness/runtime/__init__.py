@@ -1,8 +1,8 @@
 """The inference runtime: variant discovery, CPU levels, request validation and the engine API.
 
-``Engine.load(model, ...)`` loads on the default text engine (the registered engine that
+``Runtime.load(model, ...)`` loads on the default text engine (the registered engine that
 serves text, :mod:`harness.engine.registry`); ``engine=NAME`` picks another one.
-``Engine.load(config=PATH)`` (or a ``.yaml`` path as the model) loads what a model config
+``Runtime.load(config=PATH)`` (or a ``.yaml`` path as the model) loads what a model config
 describes, with the values ``harness config show`` prints for it.
 
 The public names load on first use (PEP 562): importing a submodule (``harness.runtime.requests``,
@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.runtime.aio import AsyncEngine, AsyncStream
+    from harness.runtime.aio import AsyncRuntime, AsyncStream
     from harness.runtime.api import (
         ChatDelta,
         ChatResult,
@@ -26,23 +26,33 @@ if TYPE_CHECKING:
         Usage,
         parse_arguments,
     )
-    from harness.runtime.loader import CONFIG_SUFFIXES, Engine
+    from harness.runtime.loader import CONFIG_SUFFIXES, Runtime
     from harness.runtime.sampling import Sampling
 
 #: public name -> the submodule that defines it
 _PUBLIC = {
-    "AsyncEngine": "aio", "AsyncStream": "aio",
+    "AsyncRuntime": "aio", "AsyncStream": "aio",
     "ChatDelta": "api", "ChatResult": "api", "ChatStream": "api", "Completion": "api", "Pending": "api",
     "Stream": "api", "Usage": "api", "parse_arguments": "api",
-    "CONFIG_SUFFIXES": "loader", "Engine": "loader",
+    "CONFIG_SUFFIXES": "loader", "Runtime": "loader",
     "Sampling": "sampling",
 }
 
-__all__ = ["CONFIG_SUFFIXES", "AsyncEngine", "AsyncStream", "ChatDelta", "ChatResult", "ChatStream", "Completion",
-           "Engine", "Pending", "Sampling", "Stream", "Usage", "parse_arguments"]
+#: The runtime classes' names before issue 28 (``Engine`` read like the registered ``EngineImpl``
+#: and the ``EngineSpec`` descriptor): still found for one release, with a DeprecationWarning.
+_RENAMED = {"Engine": "Runtime", "AsyncEngine": "AsyncRuntime"}
+
+__all__ = ["CONFIG_SUFFIXES", "AsyncRuntime", "AsyncStream", "ChatDelta", "ChatResult", "ChatStream", "Completion",
+           "Pending", "Runtime", "Sampling", "Stream", "Usage", "parse_arguments"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        import warnings
+
+        warnings.warn(f"harness.runtime.{name} is now harness.runtime.{_RENAMED[name]} (the old name goes in the "
+                      "next release)", DeprecationWarning, stacklevel=2)
+        return __getattr__(_RENAMED[name])
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

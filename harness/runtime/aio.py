@@ -1,7 +1,7 @@
-"""The engine API for asyncio code (servers): ``AsyncEngine`` wraps a loaded engine.
+"""The engine API for asyncio code (servers): ``AsyncRuntime`` wraps a loaded engine.
 
 The engine's own calls block in C++ with the GIL released (``wait``, ``next``); here each one
-runs on a thread of a pool owned by the ``AsyncEngine``, so an event loop never blocks on a
+runs on a thread of a pool owned by the ``AsyncRuntime``, so an event loop never blocks on a
 token. The pool is sized for the requests that may wait at once (``max_concurrency``): a
 stream holds one thread only while it waits for its next delta.
 """
@@ -69,11 +69,11 @@ class AsyncStream(Generic[T]):
         self.stream.close()
 
 
-class AsyncEngine:
+class AsyncRuntime:
     """A loaded engine for asyncio: the same calls as the engine, awaitable.
 
-    ``await AsyncEngine.load(model_or_config, ...)`` loads as :meth:`harness.runtime.Engine.load`
-    does; ``AsyncEngine(engine)`` wraps one already loaded.
+    ``await AsyncRuntime.load(model_or_config, ...)`` loads as :meth:`harness.runtime.Runtime.load`
+    does; ``AsyncRuntime(engine)`` wraps one already loaded.
     """
 
     def __init__(self, engine: Any, *, max_concurrency: int = 64) -> None:
@@ -85,11 +85,11 @@ class AsyncEngine:
         self._pool = ThreadPoolExecutor(max_workers=max_concurrency + 2, thread_name_prefix="harness-aio")
 
     @classmethod
-    async def load(cls, model: str | Path | None = None, *, max_concurrency: int = 64, **kwargs: Any) -> AsyncEngine:
-        from harness.runtime.loader import Engine
+    async def load(cls, model: str | Path | None = None, *, max_concurrency: int = 64, **kwargs: Any) -> AsyncRuntime:
+        from harness.runtime.loader import Runtime
 
         loop = asyncio.get_running_loop()
-        eng = await loop.run_in_executor(None, functools.partial(Engine.load, model, **kwargs))
+        eng = await loop.run_in_executor(None, functools.partial(Runtime.load, model, **kwargs))
         return cls(eng, max_concurrency=max_concurrency)
 
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -138,7 +138,7 @@ class AsyncEngine:
         await self._call(self.engine.close)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def __aenter__(self) -> AsyncEngine:
+    async def __aenter__(self) -> AsyncRuntime:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -169,7 +169,7 @@ def _translate(e: BaseException) -> BaseException:
 
 
 #: A stream whose consumer has not asked for the next delta for this long, while its request
-#: still runs, is cancelled and its slot freed (``Engine.load(..., stream_stall_timeout=S)``).
+#: still runs, is cancelled and its slot freed (``Runtime.load(..., stream_stall_timeout=S)``).
 STREAM_STALL_TIMEOUT_S = 30.0
 
 

@@ -123,7 +123,7 @@ def discover(engine: str, pin: str, abi_fingerprint: str | None, host: HostInfo 
             continue
         reason = ""
         if ident.get("pin") != pin:
-            reason = f"built for pin {ident.get('pin')}, this checkout pins {pin}: rebuild with harness build-backend"
+            reason = f"built for pin {ident.get('pin')}, this checkout pins {pin}: rebuild with harness build-binding"
         elif abi_fingerprint and ident.get("abi_fingerprint") != abi_fingerprint:
             reason = (f"ABI fingerprint {str(ident.get('abi_fingerprint'))[:16]} differs from the committed surface "
                       f"{abi_fingerprint[:16]}: rebuild the artifact and backend")
@@ -154,13 +154,13 @@ def choose(engine: str, pin: str, abi_fingerprint: str | None, variant: str | No
                 return c
         found = ", ".join(c.variant for c in cands) or "none"
         msg = (f"no installed {engine} backend for variant {wanted} (installed: {found}); "
-               f"run harness build-backend {engine} --variant {wanted}")
+               f"run harness build-binding {engine} --variant {wanted}")
         raise BackendError(msg)
     for c in cands:
         if c.accepted and not c.forced_only:
             return c
     detail = "; ".join(f"{c.name}: {c.reason or c.note}" for c in cands) or "none installed"
-    msg = f"no usable {engine} backend ({detail}); run harness build-backend {engine} --variant cpu"
+    msg = f"no usable {engine} backend ({detail}); run harness build-binding {engine} --variant cpu"
     raise BackendError(msg)
 
 

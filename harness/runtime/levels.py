@@ -42,10 +42,10 @@ PROBE_TOKENS = 8
 _PROBE_CHILD = r"""
 import json, sys
 from harness import crash
-from harness.runtime import Engine
+from harness.runtime import Runtime
 model = sys.argv[1]
 crash.note(running="the CPU-level smoke probe")
-with Engine.load(model, n_ctx=256, max_num_seqs=1) as eng:
+with Runtime.load(model, n_ctx=256, max_num_seqs=1) as eng:
     level = eng.info()["cpu_variant"]
     crash.note(cpu_level=level)
     c = eng.complete(sys.argv[2], temperature=0.0, max_tokens=int(sys.argv[3]))

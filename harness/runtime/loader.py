@@ -1,6 +1,6 @@
-"""``Engine.load``: the entry point to the engines' runtimes, for a model file or a model config.
+"""``Runtime.load``: the entry point to the engines' runtimes, for a model file or a model config.
 
-Re-exported as :class:`harness.runtime.Engine`.
+Re-exported as :class:`harness.runtime.Runtime`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 CONFIG_SUFFIXES = (".yaml", ".yml")
 
 
-class Engine:
-    """Entry point to the engines' runtimes: ``Engine.load(model, ...)`` returns a loaded engine."""
+class Runtime:
+    """Entry point to the engines' runtimes: ``Runtime.load(model, ...)`` returns a loaded engine."""
 
     @staticmethod
     def load(model: str | Path | None = None, *, config: str | Path | None = None, name: str | None = None,
@@ -48,7 +48,7 @@ class Engine:
             model = str(effective.params["model"].value)
             extra["effective"] = effective
         if model is None:
-            msg = "Engine.load needs a model (a model file or directory) or config= (a model config)"
+            msg = "Runtime.load needs a model (a model file or directory) or config= (a model config)"
             raise UsageError(msg)
         impl = registry.get(engine) if engine else registry.default("text")
         if impl.load is None:

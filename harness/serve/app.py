@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from harness.runtime.aio import AsyncEngine, AsyncStream
+from harness.runtime.aio import AsyncRuntime, AsyncStream
 from harness.runtime.api import ChatDelta, Completion
 from harness.serve import protocol
 from harness.serve.protocol import APIError
@@ -44,7 +44,7 @@ class ServedModel:
     """One loaded config: its name (``model`` in requests), engine and admission bound."""
 
     name: str
-    engine: AsyncEngine
+    engine: AsyncRuntime
     capacity: int
     """requests admitted at once: the engine's parallel sequences plus the waiting queue"""
     embeddings: bool = False

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.bench.arms import IN_PROCESS
 from harness.core import paths, progress
 from harness.core.errors import BenchError
 from harness.core.host import default_threads
@@ -31,7 +32,7 @@ XLLAMACPP_VERSION = "2026.10.11549"
 def _opts(options: dict[str, Any]) -> dict[str, Any]:
     clean = {k: v for k, v in options.items() if not k.startswith("_")}
     if "model" not in clean:
-        msg = "bench arm needs model=PATH (e.g. --a backend:model=$HARNESS_MODEL)"
+        msg = "bench arm needs model=PATH (e.g. --a in-process:model=$HARNESS_MODEL)"
         raise BenchError(msg)
     clean["model"] = str(Path(str(clean["model"])).expanduser())
     clean.setdefault("threads", default_threads())
@@ -133,7 +134,7 @@ class BackendArm:
     """
 
     def __init__(self, options: dict[str, Any]) -> None:
-        from harness.runtime import Engine
+        from harness.runtime import Runtime
 
         self.opts = _opts(options)
         self.variant = self.opts.get("variant")
@@ -141,7 +142,7 @@ class BackendArm:
         if self.task not in TASKS:
             msg = f"backend arm option task={self.task!r}: expected one of {', '.join(TASKS)}"
             raise BenchError(msg)
-        self.engine = Engine.load(self.opts["model"], variant=self.variant, n_ctx=int(self.opts["n_ctx"]),
+        self.engine = Runtime.load(self.opts["model"], variant=self.variant, n_ctx=int(self.opts["n_ctx"]),
                                   threads=int(self.opts["threads"]), max_num_seqs=int(self.opts.get("max_num_seqs", 4)),
                                   prefix_caching=False, **_spec_args(self.opts))
         self.n_vocab = n_vocab_of(self.opts["model"])
@@ -159,7 +160,7 @@ class BackendArm:
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         prompts = [self._prompt(pn, i) for i in range(concurrency)]
         done, wall = run_concurrently(
-            lambda p: self.engine.complete(p, temperature=0.0, max_tokens=gn, ignore_eos=True), prompts, "backend")
+            lambda p: self.engine.complete(p, temperature=0.0, max_tokens=gn, ignore_eos=True), prompts, IN_PROCESS)
         out = _metrics(sum(len(p) for p in prompts) // len(prompts), wall,
                        [(r.ttft_s, r.decode_tokens_per_s, r.n_generated) for r in done])
         drafted, steps = sum(r.n_drafted for r in done), sum(r.n_steps for r in done)
@@ -170,7 +171,7 @@ class BackendArm:
 
     def describe(self) -> dict[str, Any]:
         info = self.engine.info()
-        return {"kind": "backend", "engine": "llamacpp", "pin": info["pin"], "variant": info["variant"],
+        return {"kind": IN_PROCESS, "engine": "llamacpp", "pin": info["pin"], "variant": info["variant"],
                 "cpu_variant": info["cpu_variant"], "abi_fingerprint": info["abi_fingerprint"],
                 "versions": {"harness": __version__}, "options": self.opts,
                 "model": _model_facts(self.opts["model"])}

@@ -1,4 +1,4 @@
-"""Bench arms ``backend`` (our engine on a built variant), ``xllamacpp`` (the peer baseline),
+"""Bench arms ``in-process`` (our engine on a built variant), ``xllamacpp`` (the peer baseline),
 ``llama-bench`` (an artifact's own llama-bench: old pin vs new pin), and over HTTP ``server``
 (``harness serve``) and ``llama-server`` (the artifact's own server, the same settings)."""
 
@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.bench.arms import IN_PROCESS
 from harness.engine.plugin import hookimpl
 
 
 @hookimpl
 def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
-    if kind == "backend":
+    if kind == IN_PROCESS:
         from harness_plugins.llamacpp.bench import BackendArm
 
         return BackendArm(options)

@@ -25,10 +25,10 @@ NOT_RUN = "not run here: this CPU lacks the level's features; audited (static) b
 _CHILD = r"""
 import json, sys
 from harness import crash
-from harness.runtime import Engine
+from harness.runtime import Runtime
 model, variant, n, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[6])
 crash.note(running="cross-variant " + sys.argv[5])
-with Engine.load(model, variant=variant, n_ctx=512, max_num_seqs=1, threads=threads) as eng:
+with Runtime.load(model, variant=variant, n_ctx=512, max_num_seqs=1, threads=threads) as eng:
     c = eng.complete(sys.argv[4], temperature=0.0, max_tokens=n)
     info = eng.info()
     print(json.dumps({"text": c.text, "tokens": eng.tokenize(c.text, add_special=False),

@@ -205,9 +205,9 @@ def run_bench(tc: cross_gnu.CrossToolchain, root: Path, level: str, cpu_model: s
 # ---------------------------------------------------------------- token divergence
 _TOKENIZE_CHILD = r"""
 import json, sys
-from harness.runtime import Engine
+from harness.runtime import Runtime
 texts = json.loads(sys.stdin.read())
-with Engine.load(sys.argv[1], n_ctx=256, max_num_seqs=1) as eng:
+with Runtime.load(sys.argv[1], n_ctx=256, max_num_seqs=1) as eng:
     print(json.dumps([eng.tokenize(t, add_special=False) for t in texts]))
 """
 

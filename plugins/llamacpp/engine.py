@@ -401,7 +401,7 @@ def handshake(module: Any, cand: discovery.Candidate) -> None:
         problems.append(f"module built for llama.cpp build {module.BUILD_NUMBER}, loaded libllama-common is build {lib_build}")
     if problems:
         raise errors.BackendError(f"refusing backend {cand.name}: " + "; ".join(problems)
-                                  + ". Rebuild it: harness build-backend llamacpp --variant " + cand.variant)
+                                  + ". Rebuild it: harness build-binding llamacpp --variant " + cand.variant)
 
 
 def _model_error(e: BaseException, path: Path) -> BaseException:

@@ -8,7 +8,7 @@ and their options may be flags (``diffusion_model``), as LocalAI's backend takes
 The checkpoint set comes from the model config: ``parameters.model`` is the DiT,
 ``video_vae`` the video VAE, ``video_encoder`` the umt5 text encoder (optional:
 without one the engine renders unconditioned, which the tiny CI set relies on).
-The backend wheel (``harness build-backend stable-diffusion.cpp --variant cpu``)
+The backend wheel (``harness build-binding stable-diffusion.cpp --variant cpu``)
 writes binary PPM frames; the harness muxes them. Wan renders no audio, so the
 MP4 is video-only.
 """
@@ -159,7 +159,7 @@ def load_backend() -> ModuleType:
         return core
     msg = (f"no stable-diffusion.cpp backend module is installed (tried {', '.join(tried)}); "
            "run `harness build stable-diffusion.cpp --variant cpu` then "
-           "`harness build-backend stable-diffusion.cpp --variant cpu`")
+           "`harness build-binding stable-diffusion.cpp --variant cpu`")
     raise BackendError(msg)
 
 

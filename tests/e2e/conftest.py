@@ -56,4 +56,4 @@ def model_path(name: str) -> Path:
 
 def require_variant(variant: str) -> None:
     if variant == "<none installed>":
-        pytest.skip("no backend variant installed: harness build-backend llamacpp --variant cpu")
+        pytest.skip("no backend variant installed: harness build-binding llamacpp --variant cpu")

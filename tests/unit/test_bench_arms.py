@@ -32,7 +32,7 @@ def test_parse_spec_coerces_values() -> None:
 
 
 @pytest.mark.parametrize(("text", "name"), [
-    ("backend:model=/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf,variant=cpu,threads=16,n_ctx=2624", "backend:cpu"),
+    ("in-process:model=/cache/models/SmolLM2-135M-Instruct.Q4_1.gguf,variant=cpu,threads=16,n_ctx=2624", "in-process:cpu"),
     ("xllamacpp:model=/m/x.gguf,threads=2,n_ctx=2624,max_num_seqs=4", "xllamacpp"),
     ("llama-bench:pin=0.3.35,model=/m/x.gguf", "llama-bench:0.3.35"),
     ("fake:artifact=a-very-long-artifact-directory-name-without-slashes", "fake"),
@@ -117,3 +117,9 @@ def test_worker_errors_surface_and_worker_is_reaped() -> None:
             started_arms({"A": ArmSpec.parse("fake:bogus=1")}, extra_plugins=FAKE):
         pass
     assert _children() == before
+
+
+def test_the_in_process_arm_keeps_its_old_kind_name() -> None:
+    """``backend`` was the in-process arm's kind before "backend" was given one meaning (issue 28)."""
+    old, new = ArmSpec.parse("backend:variant=cpu,model=/m/x.gguf"), ArmSpec.parse("in-process:variant=cpu,model=/m/x.gguf")
+    assert old == new and new.kind == "in-process" and new.name == "in-process:cpu"

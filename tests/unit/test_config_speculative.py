@@ -1,5 +1,5 @@
 """Speculative decoding settings of a model config: what `config show` prints (with sources),
-located errors for bad values, and what reaches the llama.cpp backend's Engine.load."""
+located errors for bad values, and what reaches the llama.cpp backend's Runtime.load."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.core import errors
-from harness.runtime import Engine
+from harness.runtime import Runtime
 from harness_plugins.llamacpp.engine import core_params
 from tests.unit.test_config_effective import BASE, show
 from tests.unit.test_config_validate import run
@@ -80,7 +80,7 @@ def test_engine_load_config_passes_the_settings(models: Path) -> None:  # noqa: 
     (models / "draft.gguf").write_bytes((models / "SmolLM2-135M-Instruct.Q4_1.gguf").read_bytes())
     cfg.write_text("name: spec\nparameters:\n  model: SmolLM2-135M-Instruct.Q4_1.gguf\ndraft_model: draft.gguf\n"
                    "n_draft: 5\noptions:\n  - spec_min_acceptance:0.2\n")
-    with Engine.load(config=cfg, models_dir=models, variant="steady") as eng:
+    with Runtime.load(config=cfg, models_dir=models, variant="steady") as eng:
         got = eng.core.params
         assert (got["spec_type"], got["draft_model"], got["n_draft"], got["ngram_n"], got["spec_min_acceptance"]) == (
             "draft-simple", str(models / "draft.gguf"), 5, 3, 0.2)

@@ -117,9 +117,9 @@ def test_e2e_runner_keeps_results_around_a_crash(fake_env: dict[str, str], tmp_p
     specs = tmp_path / "specs"
     specs.mkdir()
     (specs / "test_a.py").write_text(
-        "import os\nfrom harness.runtime import Engine\n"
+        "import os\nfrom harness.runtime import Runtime\n"
         "def test_before():\n    assert True\n"
-        "def test_crash():\n    Engine.load(os.environ['FAKE_MODEL'], variant='crashy').complete('x')\n"
+        "def test_crash():\n    Runtime.load(os.environ['FAKE_MODEL'], variant='crashy').complete('x')\n"
         "def test_after():\n    assert True\n")
     (specs / "test_b.py").write_text("def test_fine():\n    assert True\n")
     res = run_specs([specs], env=dict(os.environ), cwd=tmp_path)

@@ -140,11 +140,11 @@ def test_registered_through_its_entry_point(toy: Path) -> None:
 
 
 def test_runtime_on_a_fake_core(toy: Path, tmp_path: Path) -> None:
-    from harness.runtime.loader import Engine
+    from harness.runtime.loader import Runtime
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"")
-    runtime: Any = Engine.load(model, engine="toy", n_ctx=512)
+    runtime: Any = Runtime.load(model, engine="toy", n_ctx=512)
     assert runtime.engine_args == {"variant": None, "n_ctx": 512}
     stream = runtime.stream("hello from a fake core")
     assert "".join(stream) == "hello from a fake core "

@@ -81,3 +81,12 @@ def test_nothing_in_the_repository_imports_an_old_path() -> None:
                     names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
                 found += [f"{path.relative_to(root)}:{node.lineno}: {n}" for n in names if n in old]
     assert not found, "imports of moved modules by their old path:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(("old", "new"), [("Engine", "Runtime"), ("AsyncEngine", "AsyncRuntime")])
+def test_the_runtime_classes_old_names_warn(old: str, new: str) -> None:
+    import harness.runtime
+
+    with pytest.warns(DeprecationWarning, match=rf"harness.runtime.{old} is now harness.runtime.{new}"):
+        value = getattr(harness.runtime, old)
+    assert value is getattr(harness.runtime, new)

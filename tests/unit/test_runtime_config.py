@@ -1,4 +1,4 @@
-"""``Engine.load(config=...)``: a model config loads with the values ``harness config show`` prints.
+"""``Runtime.load(config=...)``: a model config loads with the values ``harness config show`` prints.
 
 Runs on the fake backend core (tests/fakes/backend_core.py), which records the parameters
 and each request's sampling it receives: what is asserted is what reached the engine.
@@ -15,7 +15,7 @@ import pytest
 
 import harness.cli
 from harness.core import errors
-from harness.runtime import Engine
+from harness.runtime import Runtime
 from tests.fakes import install_backend
 from tests.unit.test_config_validate import tiny_gguf
 
@@ -52,7 +52,7 @@ def shown(config: Path, models: Path, capsys: pytest.CaptureFixture[str]) -> dic
 
 def test_the_engine_gets_what_config_show_prints(models: Path, capsys: pytest.CaptureFixture[str]) -> None:
     show = shown(EXAMPLE, models, capsys)
-    with Engine.load(config=EXAMPLE, models_dir=models, variant="steady") as eng:
+    with Runtime.load(config=EXAMPLE, models_dir=models, variant="steady") as eng:
         got = eng.core.params
         assert eng.model_path == models / "SmolLM2-135M-Instruct.Q4_1.gguf"
         assert {param: got[core] for param, core in FED.items()} == {param: show[param] for param in FED}
@@ -77,7 +77,7 @@ def test_the_engine_gets_what_config_show_prints(models: Path, capsys: pytest.Ca
 
 
 def test_request_values_go_over_the_config_defaults(models: Path) -> None:
-    with Engine.load(config=EXAMPLE, models_dir=models, variant="steady") as eng:
+    with Runtime.load(config=EXAMPLE, models_dir=models, variant="steady") as eng:
         eng.complete("hi", {"top_k": 3}, temperature=0.1)
         eng.chat([{"role": "user", "content": "hi"}], max_tokens=5)
         first, chat = (r["sampling"] for r in eng.core.submitted)
@@ -86,7 +86,7 @@ def test_request_values_go_over_the_config_defaults(models: Path) -> None:
 
 
 def test_engine_args_given_win_over_the_config(models: Path) -> None:
-    with Engine.load(config=EXAMPLE, models_dir=models, variant="steady", max_model_len=512,
+    with Runtime.load(config=EXAMPLE, models_dir=models, variant="steady", max_model_len=512,
                      prefix_caching=False) as eng:
         got = eng.core.params
         assert (got["n_ctx"], got["prefix_caching"], got["max_num_seqs"]) == (512, 2, 4)
@@ -96,7 +96,7 @@ def test_defaults_fill_what_the_config_leaves_unset(models: Path, tmp_path: Path
     config = tmp_path / "bare.yaml"
     config.write_text("name: bare\nbackend: llama-cpp\nparameters:\n  model: SmolLM2-135M-Instruct.Q4_1.gguf\n"
                       "options:\n  - cache_type_k:q8_0\n  - max_num_batched_tokens:256\n")
-    with Engine.load(config, models_dir=models, variant="steady") as eng:  # a .yaml path is a config
+    with Runtime.load(config, models_dir=models, variant="steady") as eng:  # a .yaml path is a config
         got = eng.core.params
         # n_ctx from the GGUF header; the batch and KV type the config sets win over the defaults.
         assert (got["n_ctx"], got["n_batch"], got["kv_cache_type"]) == (2048, 256, "q8_0")
@@ -109,10 +109,10 @@ def test_an_invalid_config_is_refused_with_its_diagnostics(models: Path, tmp_pat
     config = tmp_path / "bad.yaml"
     config.write_text("name: bad\nbackend: llamacpp\nparameters:\n  model: weights.bin\n")
     with pytest.raises(errors.ConfigError, match=r"bad.yaml:4:10: error: parameters.model 'weights.bin' must be"):
-        Engine.load(config=config, models_dir=models, variant="steady")
+        Runtime.load(config=config, models_dir=models, variant="steady")
 
 
 def test_a_model_and_a_config_are_one_too_many(models: Path, tmp_path: Path) -> None:
     shutil.copy(EXAMPLE, tmp_path / "m.yaml")
     with pytest.raises(errors.UsageError, match="not both"):
-        Engine.load(models / "SmolLM2-135M-Instruct.Q4_1.gguf", config=tmp_path / "m.yaml")
+        Runtime.load(models / "SmolLM2-135M-Instruct.Q4_1.gguf", config=tmp_path / "m.yaml")

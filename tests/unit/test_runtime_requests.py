@@ -96,7 +96,7 @@ def test_deep_json_is_refused_without_recursion_error() -> None:
 @pytest.fixture
 def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     from harness.engine.descriptor import load_engine
-    from harness.runtime import Engine
+    from harness.runtime import Runtime
     from harness_plugins.llamacpp.engine import _committed_fingerprint
     from harness_plugins.llamacpp.tiny import write_tiny_llama
 
@@ -110,7 +110,7 @@ def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("HARNESS_BACKEND_PATH", str(tmp_path / "backends"))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     model = write_tiny_llama(tmp_path / "tiny.gguf")
-    with Engine.load(model, variant="steady") as eng:
+    with Runtime.load(model, variant="steady") as eng:
         yield eng
 
 
@@ -126,10 +126,10 @@ def test_fifo_model_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args", [{"n_ctx": 1.5}, {"n_ctx": -1}, {"max_num_seqs": 0}, {"threads": "2"},
                                   {"n_ctx": 2**40}, {"stream_stall_timeout": 0}])
 def test_bad_engine_args(args: dict[str, Any], tmp_path: Path) -> None:
-    from harness.runtime import Engine
+    from harness.runtime import Runtime
 
     with pytest.raises(errors.InvalidRequestError):
-        Engine.load(tmp_path / "missing.gguf", **args)
+        Runtime.load(tmp_path / "missing.gguf", **args)
 
 
 _values = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),

@@ -91,7 +91,7 @@ def peer_bench(engine: EngineSpec, peer: str, model: str, plan: BenchPlan, *, ou
     n_ctx = max(plan.concurrency) * (plan.pn + plan.gn) + 64
     common = f"model={model},threads={plan.threads},n_ctx={n_ctx},max_num_seqs={max(plan.concurrency)}"
     a = ArmSpec.parse(f"{peer}:{common}")
-    b = ArmSpec.parse(f"backend:{common},variant=cpu")
+    b = ArmSpec.parse(f"in-process:{common},variant=cpu")
     outcome = run_and_report(a, b, plan.config(), name=f"qualify-{engine.name}-{engine.pin}-{Path(model).stem}",
                              out=out, host=host, host_measure=host_measure, gate=plan.gate,
                              threads_source=plan.threads_source)

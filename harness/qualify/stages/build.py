@@ -78,13 +78,13 @@ def _summary(built: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:
 
 def backend(ctx: QualifyContext) -> StageResult:
     """The binding wheel for every row the build stage built."""
-    from harness.binding.wheel import build_backend
+    from harness.binding.wheel import build_binding
     from harness.build.cmake import artifact_dir
     from harness.build.matrix import get_variant
 
     built = ctx.product("build", Built)
     rows: list[dict[str, Any]] = []
     for v in (*built.variants, *built.runnable_extra):
-        r = build_backend(ctx.engine, artifact_dir(ctx.engine, get_variant(v)))
+        r = build_binding(ctx.engine, artifact_dir(ctx.engine, get_variant(v)))
         rows.append({"variant": v, "wheel": str(r.wheel), "built": r.built, "seconds": round(r.seconds, 1)})
     return StageResult(", ".join(f"{r['variant']}: {Path(r['wheel']).name}" for r in rows), {"backends": rows})

@@ -65,7 +65,7 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     common = {"model": model, "threads": plan.threads, "variant": "cpu", "engine": engine.name}
     a_opts = get_manager().hook.harness_bench_arm_prepare(kind=kind, options={**common, "artifact": str(artifact)})
     a = ArmSpec(kind=kind, name=kind, options=a_opts)
-    b = ArmSpec.parse(f"backend:model={model},threads={plan.threads},n_ctx={plan.pn + plan.gn + 64},"
+    b = ArmSpec.parse(f"in-process:model={model},threads={plan.threads},n_ctx={plan.pn + plan.gn + 64},"
                       f"max_num_seqs=1,variant=cpu,name=backend")
     outcome = run_and_report(a, b, plan.config((1,)), name=f"ceiling-{engine.name}-{engine.pin}-{Path(model).stem}",
                              out=out, host=host, host_measure=host_measure, gate={"prefill": pct, "decode": pct},

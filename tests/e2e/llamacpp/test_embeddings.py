@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.runtime import Engine
+from harness.runtime import Runtime
 
 from ..conftest import model_path, require_variant
 
@@ -17,13 +17,13 @@ REFERENCE = Path(__file__).parent / "data" / "minilm_reference.json"
 
 
 @pytest.fixture(scope="session")
-def minilm(variant: str) -> Iterator[Engine]:
+def minilm(variant: str) -> Iterator[Runtime]:
     require_variant(variant)
-    with Engine.load(model_path("HARNESS_EMBED_MODEL"), variant=variant, embeddings=True, threads=2) as eng:
+    with Runtime.load(model_path("HARNESS_EMBED_MODEL"), variant=variant, embeddings=True, threads=2) as eng:
         yield eng
 
 
-def test_matches_sentence_transformers_reference(minilm: Engine) -> None:
+def test_matches_sentence_transformers_reference(minilm: Runtime) -> None:
     ref = json.loads(REFERENCE.read_text())
     got = minilm.embed(ref["sentences"])
     want = np.asarray(ref["embeddings"], dtype=np.float32)
@@ -33,24 +33,24 @@ def test_matches_sentence_transformers_reference(minilm: Engine) -> None:
         assert c >= 0.99, f"{sentence!r}: cosine {c:.4f} < 0.99"
 
 
-def test_kitten_is_closer_to_cat_than_car(minilm: Engine) -> None:
+def test_kitten_is_closer_to_cat_than_car(minilm: Runtime) -> None:
     cat, kitten, car = minilm.embed(["cat", "kitten", "car"])
     assert float(kitten @ cat) > float(kitten @ car)
 
 
-def test_normalized_by_default(minilm: Engine) -> None:
+def test_normalized_by_default(minilm: Runtime) -> None:
     v = minilm.embed(["hello world"])[0]
     assert abs(float(np.linalg.norm(v)) - 1.0) < 1e-3
     raw = minilm.embed(["hello world"], normalize=False)[0]
     assert abs(float(np.linalg.norm(raw)) - 1.0) > 1e-3
 
 
-def test_info_says_embedding_model(minilm: Engine) -> None:
+def test_info_says_embedding_model(minilm: Runtime) -> None:
     info = minilm.info()
     assert info["arch"] == "bert" and info["embedding_only"]
 
 
-def test_generation_is_refused_on_an_embedding_model(minilm: Engine) -> None:
+def test_generation_is_refused_on_an_embedding_model(minilm: Runtime) -> None:
     from harness.core.errors import InvalidRequestError
 
     with pytest.raises(InvalidRequestError, match="embedding model"):
@@ -60,7 +60,7 @@ def test_generation_is_refused_on_an_embedding_model(minilm: Engine) -> None:
 def test_safetensors_dir_loads_through_the_converter(variant: str) -> None:
     require_variant(variant)
     directory = model_path("HARNESS_EMBED_DIR")
-    with Engine.load(directory, variant=variant, embeddings=True, threads=2) as eng:
+    with Runtime.load(directory, variant=variant, embeddings=True, threads=2) as eng:
         assert eng.model_path.suffix == ".gguf" and eng.model_path != directory
         v = eng.embed(["cat"])
     assert v.shape == (1, 384)

@@ -38,11 +38,11 @@ FA_RESOLVED = re.compile(r"Flash Attention (enabled|disabled)")
 CHILD = textwrap.dedent("""
     import json, os, sys
     import harness_plugins.llamacpp.engine  # numpy's OpenBLAS starts its threads at import: before the count
-    from harness.runtime import Engine
+    from harness.runtime import Runtime
     def threads():
         return len(os.listdir("/proc/self/task"))
     before = threads()
-    eng = Engine.load(sys.argv[1], variant="cpu", threads=int(sys.argv[2]), n_ctx=256, max_num_seqs=1,
+    eng = Runtime.load(sys.argv[1], variant="cpu", threads=int(sys.argv[2]), n_ctx=256, max_num_seqs=1,
                       prefix_caching=False, verbose=True)
     r = eng.complete("The capital of France is", temperature=0.0, max_tokens=8, ignore_eos=True)
     after = threads()

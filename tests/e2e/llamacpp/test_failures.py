@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.core import errors
-from harness.runtime import Engine
+from harness.runtime import Runtime
 
 from ..conftest import model_path, require_variant
 
@@ -21,16 +21,16 @@ def tiny_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny(variant: str, tiny_path: Path) -> Iterator[Engine]:
+def tiny(variant: str, tiny_path: Path) -> Iterator[Runtime]:
     require_variant(variant)
-    with Engine.load(tiny_path, variant=variant, n_ctx=256, max_num_seqs=2, threads=2) as eng:
+    with Runtime.load(tiny_path, variant=variant, n_ctx=256, max_num_seqs=2, threads=2) as eng:
         yield eng
 
 
 def test_missing_file(variant: str, tmp_path: Path) -> None:
     require_variant(variant)
     with pytest.raises(errors.ModelError, match="not found"):
-        Engine.load(tmp_path / "nope.gguf", variant=variant)
+        Runtime.load(tmp_path / "nope.gguf", variant=variant)
 
 
 def test_bad_magic(variant: str, tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_bad_magic(variant: str, tmp_path: Path) -> None:
     p = tmp_path / "bad.gguf"
     p.write_bytes(b"NOTGGUF" + b"\0" * 64)
     with pytest.raises(errors.ModelError, match="bad magic"):
-        Engine.load(p, variant=variant)
+        Runtime.load(p, variant=variant)
 
 
 def test_version_too_new(variant: str, tmp_path: Path, tiny_path: Path) -> None:
@@ -48,7 +48,7 @@ def test_version_too_new(variant: str, tmp_path: Path, tiny_path: Path) -> None:
     p = tmp_path / "v4.gguf"
     p.write_bytes(bytes(data))
     with pytest.raises(errors.ModelError, match="version 4"):
-        Engine.load(p, variant=variant)
+        Runtime.load(p, variant=variant)
 
 
 def test_truncated(variant: str, tmp_path: Path, tiny_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_truncated(variant: str, tmp_path: Path, tiny_path: Path) -> None:
     p = tmp_path / "cut.gguf"
     p.write_bytes(tiny_path.read_bytes()[: tiny_path.stat().st_size // 2])
     with pytest.raises(errors.ModelError):
-        Engine.load(p, variant=variant)
+        Runtime.load(p, variant=variant)
 
 
 def test_unknown_architecture(variant: str, tmp_path: Path) -> None:
@@ -73,26 +73,26 @@ def test_unknown_architecture(variant: str, tmp_path: Path) -> None:
     w.write_tensors_to_file()
     w.close()
     with pytest.raises(errors.ModelError, match="Unsupported model architecture: alienformer"):
-        Engine.load(p, variant=variant)
+        Runtime.load(p, variant=variant)
 
 
 def test_not_a_model(variant: str, tmp_path: Path) -> None:
     require_variant(variant)
     (tmp_path / "weights.bin").write_bytes(b"x")
     with pytest.raises(errors.ModelError, match=r"neither a \.gguf"):
-        Engine.load(tmp_path / "weights.bin", variant=variant)
+        Runtime.load(tmp_path / "weights.bin", variant=variant)
     with pytest.raises(errors.ModelError, match=r"without config\.json"):
-        Engine.load(tmp_path, variant=variant)
+        Runtime.load(tmp_path, variant=variant)
 
 
-def test_request_larger_than_context(tiny: Engine) -> None:
+def test_request_larger_than_context(tiny: Runtime) -> None:
     with pytest.raises(errors.ContextOverflowError, match="does not fit the context of 256"):
         tiny.complete(list(range(5, 305)), max_tokens=1)
 
 
 @pytest.mark.parametrize("bad", [{"temperature": -1.0}, {"top_p": 0.0}, {"top_k": -3}, {"max_tokens": -1},
                                  {"min_p": 2.0}, {"stop": [""]}, {"temprature": 0.5}])
-def test_invalid_sampling(tiny: Engine, bad: dict[str, object]) -> None:
+def test_invalid_sampling(tiny: Runtime, bad: dict[str, object]) -> None:
     with pytest.raises(errors.InvalidRequestError):
         tiny.complete("hello", bad)
 
@@ -100,10 +100,10 @@ def test_invalid_sampling(tiny: Engine, bad: dict[str, object]) -> None:
 def test_invalid_engine_argument(variant: str, tiny_path: Path) -> None:
     require_variant(variant)
     with pytest.raises(errors.InvalidRequestError, match="did you mean 'max_num_seqs'"):
-        Engine.load(tiny_path, variant=variant, max_num_seq=4)
+        Runtime.load(tiny_path, variant=variant, max_num_seq=4)
 
 
-def test_kv_cache_full_fails_one_request_and_the_engine_survives(tiny: Engine) -> None:
+def test_kv_cache_full_fails_one_request_and_the_engine_survives(tiny: Runtime) -> None:
     outcomes: list[object] = []
 
     def run() -> None:
@@ -123,7 +123,7 @@ def test_kv_cache_full_fails_one_request_and_the_engine_survives(tiny: Engine) -
     assert ok.n_generated >= 1
 
 
-def test_engine_serves_after_errors(tiny: Engine) -> None:
+def test_engine_serves_after_errors(tiny: Runtime) -> None:
     with pytest.raises(errors.InvalidRequestError):
         tiny.complete("x", temperature=-5)
     c = tiny.complete("hello", temperature=0.0, max_tokens=3, ignore_eos=True)
@@ -132,7 +132,7 @@ def test_engine_serves_after_errors(tiny: Engine) -> None:
 
 def test_closed_engine_refuses(variant: str, tiny_path: Path) -> None:
     require_variant(variant)
-    eng = Engine.load(tiny_path, variant=variant, n_ctx=128)
+    eng = Runtime.load(tiny_path, variant=variant, n_ctx=128)
     eng.close()
     with pytest.raises(errors.EngineClosedError):
         eng.complete("hello")
@@ -142,5 +142,5 @@ def test_copy_of_model_loads(variant: str, tiny_path: Path, tmp_path: Path) -> N
     require_variant(variant)
     p = tmp_path / "copy.gguf"
     shutil.copy(tiny_path, p)
-    with Engine.load(p, variant=variant, n_ctx=128) as eng:
+    with Runtime.load(p, variant=variant, n_ctx=128) as eng:
         assert eng.info()["arch"] == "llama"

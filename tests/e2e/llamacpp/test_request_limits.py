@@ -12,26 +12,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.core import errors
-from harness.runtime import Engine
+from harness.runtime import Runtime
 
 from ..conftest import model_path, require_variant
 
 
 @pytest.fixture(scope="module")
-def one_slot(variant: str) -> Iterator[Engine]:
+def one_slot(variant: str) -> Iterator[Runtime]:
     """SmolLM2 with a single slot: a request that keeps running blocks the next one."""
     require_variant(variant)
-    with Engine.load(model_path("HARNESS_MODEL"), variant=variant, n_ctx=1024, max_num_seqs=1, threads=2,
+    with Runtime.load(model_path("HARNESS_MODEL"), variant=variant, n_ctx=1024, max_num_seqs=1, threads=2,
                      stream_stall_timeout=1.0) as eng:
         yield eng
 
 
-def _next_request_start(eng: Engine) -> None:
+def _next_request_start(eng: Runtime) -> None:
     c = eng.complete("The capital of France is", temperature=0.0, max_tokens=1)
     assert c.n_generated == 1
 
 
-def test_breaking_out_frees_the_slot(one_slot: Engine) -> None:
+def test_breaking_out_frees_the_slot(one_slot: Runtime) -> None:
     s = one_slot.stream("Once upon a time", temperature=0.0, max_tokens=500, ignore_eos=True)
     for n, _ in enumerate(s):
         if n == 2:
@@ -43,7 +43,7 @@ def test_breaking_out_frees_the_slot(one_slot: Engine) -> None:
     assert s.result.n_generated < 100, s.result.n_generated
 
 
-def test_unread_stream_is_cancelled_after_the_stall_timeout(one_slot: Engine) -> None:
+def test_unread_stream_is_cancelled_after_the_stall_timeout(one_slot: Runtime) -> None:
     # Long enough that even a fast host is still generating when the 1 s stall timeout fires;
     # the outcome, not a wall-clock bound, is what is checked (timings are noisy on shared hosts).
     s = one_slot.stream("Once upon a time", temperature=0.0, max_tokens=1000, ignore_eos=True)
@@ -57,9 +57,9 @@ def test_unread_stream_is_cancelled_after_the_stall_timeout(one_slot: Engine) ->
 
 
 @pytest.fixture(scope="module")
-def tiny(variant: str) -> Iterator[Engine]:
+def tiny(variant: str) -> Iterator[Runtime]:
     require_variant(variant)
-    with Engine.load(model_path("HARNESS_TINY_MODEL"), variant=variant, n_ctx=256, max_num_seqs=1, threads=2) as eng:
+    with Runtime.load(model_path("HARNESS_TINY_MODEL"), variant=variant, n_ctx=256, max_num_seqs=1, threads=2) as eng:
         yield eng
 
 
@@ -72,7 +72,7 @@ _keys = st.sampled_from(["temperature", "top_p", "top_k", "min_p", "max_tokens",
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kwargs=st.dictionaries(_keys, _values, max_size=3),
        prompt=st.one_of(st.text(max_size=12), st.lists(st.integers(-3, 400), max_size=4)))
-def test_any_request_is_a_result_or_a_typed_error(tiny: Engine, kwargs: dict[str, Any], prompt: Any) -> None:
+def test_any_request_is_a_result_or_a_typed_error(tiny: Runtime, kwargs: dict[str, Any], prompt: Any) -> None:
     kwargs.setdefault("max_tokens", 4)
     if kwargs["max_tokens"] is None:
         kwargs["max_tokens"] = 4  # "until the context is full" is valid, only slow
@@ -81,7 +81,7 @@ def test_any_request_is_a_result_or_a_typed_error(tiny: Engine, kwargs: dict[str
     assert tiny.complete("hello", temperature=0.0, max_tokens=2).n_generated >= 1
 
 
-def test_regex_pattern_is_checked_before_the_engine(tiny: Engine, tmp_path: Path) -> None:
+def test_regex_pattern_is_checked_before_the_engine(tiny: Runtime, tmp_path: Path) -> None:
     fmt = {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "(unclosed"}}}
     with pytest.raises(errors.InvalidRequestError, match="pattern"):
         tiny.chat([{"role": "user", "content": "hi"}], response_format=fmt, max_tokens=4)

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from harness.core import errors
-from harness.runtime import Engine
+from harness.runtime import Runtime
 
 from ..conftest import model_path, require_variant
 
@@ -49,39 +49,39 @@ PROMPTS = (
 )
 
 
-def _load(variant: str, **kw: Any) -> Engine:
-    return Engine.load(model_path("HARNESS_CHAT_MODEL"), variant=variant, n_ctx=4096, max_num_seqs=4,
+def _load(variant: str, **kw: Any) -> Runtime:
+    return Runtime.load(model_path("HARNESS_CHAT_MODEL"), variant=variant, n_ctx=4096, max_num_seqs=4,
                        threads=2, **kw)
 
 
 @pytest.fixture(scope="module")
-def plain(variant: str) -> Iterator[Engine]:
+def plain(variant: str) -> Iterator[Runtime]:
     require_variant(variant)
     with _load(variant) as eng:
         yield eng
 
 
 @pytest.fixture(scope="module")
-def ngram(variant: str) -> Iterator[Engine]:
+def ngram(variant: str) -> Iterator[Runtime]:
     require_variant(variant)
     with _load(variant, spec_type="ngram-simple", n_draft=8, ngram_n=3) as eng:
         yield eng
 
 
 @pytest.fixture(scope="module")
-def drafted(variant: str) -> Iterator[Engine]:
+def drafted(variant: str) -> Iterator[Runtime]:
     require_variant(variant)
     with _load(variant, draft_model=str(model_path("HARNESS_CHAT_MODEL")), n_draft=4) as eng:
         yield eng
 
 
 @pytest.fixture(scope="module")
-def reference(plain: Engine) -> dict[str, str]:
+def reference(plain: Runtime) -> dict[str, str]:
     return {p: plain.complete(p, GREEDY).text for p in PROMPTS}
 
 
 @pytest.fixture(scope="module")
-def batch_sensitive(plain: Engine, reference: dict[str, str]) -> set[str]:
+def batch_sensitive(plain: Runtime, reference: dict[str, str]) -> set[str]:
     """Prompts whose plain greedy output already changes when batched with others on this host.
 
     A near-tie that flips with the batch shape is a property of the host's kernels (another CPU
@@ -94,8 +94,8 @@ def batch_sensitive(plain: Engine, reference: dict[str, str]) -> set[str]:
     return {p for p in PROMPTS if batched[p] != reference[p]}
 
 
-def _spec(request: pytest.FixtureRequest, kind: str) -> Engine:
-    eng: Engine = request.getfixturevalue(kind)
+def _spec(request: pytest.FixtureRequest, kind: str) -> Runtime:
+    eng: Runtime = request.getfixturevalue(kind)
     return eng
 
 
@@ -117,7 +117,7 @@ def test_greedy_output_is_identical(request: pytest.FixtureRequest, kind: str, r
     assert eng.info()["spec_type"] == {"ngram": "ngram-simple", "drafted": "draft-simple"}[kind]
 
 
-def test_copy_prompt_takes_fewer_forward_passes(ngram: Engine) -> None:
+def test_copy_prompt_takes_fewer_forward_passes(ngram: Runtime) -> None:
     c = ngram.complete(PROMPTS[0], GREEDY)
     assert c.n_drafted > 0 and c.acceptance_rate is not None and c.acceptance_rate > 0.5, c
     assert c.tokens_per_step is not None and c.tokens_per_step > 1.5, c
@@ -149,7 +149,7 @@ def tiny_q41(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def tiny_reference(variant: str, tiny_q41: tuple[Path, Path]) -> dict[str, str]:
     require_variant(variant)
-    with Engine.load(tiny_q41[0], variant=variant, **TINY_KW) as eng:
+    with Runtime.load(tiny_q41[0], variant=variant, **TINY_KW) as eng:
         return {p: eng.complete(p, TINY_GREEDY).text for p in TINY_PROMPTS}
 
 
@@ -162,7 +162,7 @@ def _tiny_spec(kind: str, tiny_q41: tuple[Path, Path]) -> dict[str, Any]:
 @pytest.mark.parametrize("kind", ["ngram", "draft", "self"])
 def test_tiny_greedy_output_is_identical(variant: str, kind: str, tiny_q41: tuple[Path, Path],
                                          tiny_reference: dict[str, str]) -> None:
-    with Engine.load(tiny_q41[0], variant=variant, **TINY_KW, **_tiny_spec(kind, tiny_q41)) as eng:
+    with Runtime.load(tiny_q41[0], variant=variant, **TINY_KW, **_tiny_spec(kind, tiny_q41)) as eng:
         for p in TINY_PROMPTS:
             assert eng.complete(p, TINY_GREEDY).text == tiny_reference[p], (kind, p)
         stats = eng.stats()
@@ -174,7 +174,7 @@ def test_tiny_greedy_output_is_identical(variant: str, kind: str, tiny_q41: tupl
 @pytest.mark.parametrize("kind", ["ngram", "draft", "self"])
 def test_tiny_four_concurrent_streams_are_identical(variant: str, kind: str, tiny_q41: tuple[Path, Path],
                                                     tiny_reference: dict[str, str]) -> None:
-    with Engine.load(tiny_q41[0], variant=variant, **TINY_KW, **_tiny_spec(kind, tiny_q41)) as eng:
+    with Runtime.load(tiny_q41[0], variant=variant, **TINY_KW, **_tiny_spec(kind, tiny_q41)) as eng:
         for group in (TINY_PROMPTS[:4], TINY_PROMPTS[4:]):
             got: dict[int, str] = {}
             failures: list[BaseException] = []
@@ -196,7 +196,7 @@ def test_tiny_four_concurrent_streams_are_identical(variant: str, kind: str, tin
         assert eng.stats()["accepted"] > 0
 
 
-def test_stop_strings_and_max_tokens_as_without_speculation(ngram: Engine, plain: Engine,
+def test_stop_strings_and_max_tokens_as_without_speculation(ngram: Runtime, plain: Runtime,
                                                             reference: dict[str, str]) -> None:
     full = reference[PROMPTS[0]]
     words = full.split()
@@ -213,7 +213,7 @@ def test_stop_strings_and_max_tokens_as_without_speculation(ngram: Engine, plain
         assert c.text == plain.complete(PROMPTS[0], temperature=0.0, max_tokens=n, ignore_eos=True).text
 
 
-def test_grammar_as_without_speculation(ngram: Engine, plain: Engine) -> None:
+def test_grammar_as_without_speculation(ngram: Runtime, plain: Runtime) -> None:
     # A GBNF grammar constrains every sampled position, drafted ones included. The copy prompt: its
     # continuation is confident (drafts get accepted), where a free answer ("Where does the river
     # begin?") sits on a near-tie that flips with flash attention or the batch shape, speculation or not.
@@ -224,7 +224,7 @@ def test_grammar_as_without_speculation(ngram: Engine, plain: Engine) -> None:
     assert got.n_accepted > 0, "drafted positions must go through the grammar"
 
 
-def test_cancel_mid_stream_frees_the_slot(ngram: Engine, reference: dict[str, str]) -> None:
+def test_cancel_mid_stream_frees_the_slot(ngram: Runtime, reference: dict[str, str]) -> None:
     s = ngram.stream(PROMPTS[0], temperature=0.0, max_tokens=200)
     it = iter(s)
     first = next(it)
@@ -241,7 +241,7 @@ def test_draft_model_of_another_vocabulary_is_refused(variant: str) -> None:
         _load(variant, draft_model=str(model_path("HARNESS_TINY_MODEL")))
 
 
-def test_config_with_speculative_settings_loads_and_speculates(variant: str, tmp_path: Path, plain: Engine,
+def test_config_with_speculative_settings_loads_and_speculates(variant: str, tmp_path: Path, plain: Runtime,
                                                                reference: dict[str, str]) -> None:
     require_variant(variant)
     model = model_path("HARNESS_CHAT_MODEL")
@@ -249,7 +249,7 @@ def test_config_with_speculative_settings_loads_and_speculates(variant: str, tmp
     cfg = tmp_path / "smol-spec.yaml"
     cfg.write_text(f"name: smol-spec\nbackend: llama-cpp\ncontext_size: 4096\nparameters:\n  model: {model.name}\n"
                    f"  temperature: 0\ndraft_model: {model.name}\nn_draft: 6\n")
-    with Engine.load(config=cfg, models_dir=tmp_path, threads=2) as eng:
+    with Runtime.load(config=cfg, models_dir=tmp_path, threads=2) as eng:
         info = eng.info()
         assert info["spec_type"] == "draft-simple" and info["n_draft"] == 6, info
         # the config's sampling defaults apply (repeat_penalty 1.1 over the last 64 tokens): the
@@ -261,7 +261,7 @@ def test_config_with_speculative_settings_loads_and_speculates(variant: str, tmp
     ng = tmp_path / "smol-ngram.yaml"
     ng.write_text(f"name: smol-ngram\nparameters:\n  model: {model.name}\n  temperature: 0\n"
                   "options:\n  - spec_type:ngram-simple\n  - spec_ngram_size_n:2\n  - draft_max:5\n")
-    with Engine.load(config=ng, models_dir=tmp_path, threads=2) as eng:
+    with Runtime.load(config=ng, models_dir=tmp_path, threads=2) as eng:
         info = eng.info()
         assert (info["spec_type"], info["n_draft"], info["ngram_n"]) == ("ngram-simple", 5, 2), info
         assert eng.complete(PROMPTS[0], max_tokens=64, repetition_penalty=1.0).text == reference[PROMPTS[0]]
@@ -276,7 +276,7 @@ SAMPLING: dict[str, Any] = {"temperature": 1.0, "top_k": 3, "top_p": 1.0, "min_p
                             "ignore_eos": True}
 
 
-def _samples(eng: Engine, prompt: list[int], seeds: range) -> Counter[str]:
+def _samples(eng: Runtime, prompt: list[int], seeds: range) -> Counter[str]:
     """The 3-token continuation of one request per seed. With max_tokens 3 the engine drafts one
     token after the first (whose logits come from the prompt) and verifies it, so the second
     token is decided by the accept rule and the third follows from it."""
@@ -322,11 +322,11 @@ def test_sampled_distribution_is_kept(variant: str, tmp_path: Path) -> None:
     target = tmp_path / "tiny-s0.gguf"
     write_tiny_llama(target, seed=0, quant="Q4_1")
     kw: dict[str, Any] = {"variant": variant, "n_ctx": 512, "max_num_seqs": 4, "threads": 2}
-    with Engine.load(target, **kw) as eng:
+    with Runtime.load(target, **kw) as eng:
         prompt = eng.tokenize("the cat sat on the mat and the cat")
         off = _samples(eng, prompt, range(SAMPLES))
     # a greedy draft by the target itself: right when the sample is the argmax, wrong otherwise
-    with Engine.load(target, draft_model=str(target), n_draft=3, spec_min_acceptance=0.0, **kw) as eng:
+    with Runtime.load(target, draft_model=str(target), n_draft=3, spec_min_acceptance=0.0, **kw) as eng:
         on = _samples(eng, prompt, range(SAMPLES, 2 * SAMPLES))
         stats = eng.stats()
     assert stats["drafted"] >= SAMPLES, "every request must have had a draft verified"

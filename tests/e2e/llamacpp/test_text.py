@@ -10,7 +10,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from harness.runtime import Engine, parse_arguments
+from harness.runtime import Runtime, parse_arguments
 
 from ..conftest import model_path, require_variant
 
@@ -18,14 +18,14 @@ GREEDY: dict[str, Any] = {"temperature": 0.0, "max_tokens": 16}
 
 
 @pytest.fixture(scope="session")
-def smol(variant: str) -> Iterator[Engine]:
+def smol(variant: str) -> Iterator[Runtime]:
     require_variant(variant)
     path = model_path("HARNESS_CHAT_MODEL")
-    with Engine.load(path, variant=variant, n_ctx=2048, max_num_seqs=8, threads=2) as eng:
+    with Runtime.load(path, variant=variant, n_ctx=2048, max_num_seqs=8, threads=2) as eng:
         yield eng
 
 
-def test_info_reports_variant_and_cpu_level(smol: Engine, variant: str) -> None:
+def test_info_reports_variant_and_cpu_level(smol: Runtime, variant: str) -> None:
     info = smol.info()
     assert info["arch"] == "llama" and info["variant"] == variant
     assert info["n_ctx"] == 2048 and info["n_params"] > 100_000_000
@@ -34,20 +34,20 @@ def test_info_reports_variant_and_cpu_level(smol: Engine, variant: str) -> None:
         assert info["cpu_variant"], "the run-time dispatched build names the libggml-cpu level it picked"
 
 
-def test_completion_knows_paris(smol: Engine) -> None:
+def test_completion_knows_paris(smol: Runtime) -> None:
     c = smol.complete("The capital of France is", GREEDY)
     assert "Paris" in c.text, c.text
     assert c.n_prompt > 0 and c.n_generated > 0
 
 
-def test_chat_with_system_prompt_knows_paris(smol: Engine) -> None:
+def test_chat_with_system_prompt_knows_paris(smol: Runtime) -> None:
     r = smol.chat([{"role": "system", "content": "You are a helpful geography assistant. Answer briefly."},
                    {"role": "user", "content": "What is the capital of France?"}], sampling={"temperature": 0, "max_tokens": 32})
     assert "Paris" in r.content, r.content
     assert r.message["role"] == "assistant"
 
 
-def test_stream_equals_blocking(smol: Engine) -> None:
+def test_stream_equals_blocking(smol: Runtime) -> None:
     blocking = smol.complete("Once upon a time", temperature=0.0, max_tokens=40)
     s = smol.stream("Once upon a time", temperature=0.0, max_tokens=40)
     deltas = list(s)
@@ -56,7 +56,7 @@ def test_stream_equals_blocking(smol: Engine) -> None:
     assert s.result is not None and s.result.finish_reason == blocking.finish_reason
 
 
-def test_stop_string_is_not_emitted(smol: Engine) -> None:
+def test_stop_string_is_not_emitted(smol: Runtime) -> None:
     free = smol.complete("The capital of France is", GREEDY).text
     assert "Paris" in free
     c = smol.complete("The capital of France is", GREEDY, stop=["Paris"])
@@ -65,7 +65,7 @@ def test_stop_string_is_not_emitted(smol: Engine) -> None:
     assert free.startswith(c.text)
 
 
-def test_stop_string_spanning_tokens_never_leaks(smol: Engine) -> None:
+def test_stop_string_spanning_tokens_never_leaks(smol: Runtime) -> None:
     free = smol.complete("The capital of France is", GREEDY).text
     i = free.index("Paris")
     stop = free[i - 1 : i + 3]  # e.g. " Par": crosses the token boundary before "Paris"
@@ -75,12 +75,12 @@ def test_stop_string_spanning_tokens_never_leaks(smol: Engine) -> None:
     assert joined == free[: free.index(stop)]
 
 
-def test_max_tokens(smol: Engine) -> None:
+def test_max_tokens(smol: Runtime) -> None:
     c = smol.complete("List the numbers:", temperature=0.0, max_tokens=5, ignore_eos=True)
     assert c.n_generated == 5 and c.finish_reason == "length"
 
 
-def test_seed_reproducibility(smol: Engine) -> None:
+def test_seed_reproducibility(smol: Runtime) -> None:
     a = smol.complete("Write a word:", temperature=1.0, seed=1234, max_tokens=20)
     b = smol.complete("Write a word:", temperature=1.0, seed=1234, max_tokens=20)
     assert a.text == b.text
@@ -92,7 +92,7 @@ TIME = {"type": "function", "function": {"name": "get_time", "description": "Get
         "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}}}
 
 
-def test_tool_call_required(smol: Engine) -> None:
+def test_tool_call_required(smol: Runtime) -> None:
     r = smol.chat([{"role": "user", "content": "What is the weather in Paris?"}], tools=[WEATHER],
                   tool_choice="required", sampling={"temperature": 0, "max_tokens": 64})
     calls = r.tool_calls
@@ -103,7 +103,7 @@ def test_tool_call_required(smol: Engine) -> None:
     assert r.finish_reason == "tool_calls" and r.usage.completion_tokens == r.completion.n_generated
 
 
-def test_tool_call_streams_as_deltas(smol: Engine) -> None:
+def test_tool_call_streams_as_deltas(smol: Runtime) -> None:
     s = smol.chat_stream([{"role": "user", "content": "What is the weather in Paris?"}], tools=[WEATHER],
                          tool_choice="required", sampling={"temperature": 0, "max_tokens": 64})
     deltas = list(s)
@@ -116,14 +116,14 @@ def test_tool_call_streams_as_deltas(smol: Engine) -> None:
     assert s.finish_reason == "tool_calls"
 
 
-def test_tool_call_named(smol: Engine) -> None:
+def test_tool_call_named(smol: Runtime) -> None:
     r = smol.chat([{"role": "user", "content": "What is the weather in Paris?"}], tools=[WEATHER, TIME],
                   tool_choice={"type": "function", "function": {"name": "get_time"}},
                   sampling={"temperature": 0, "max_tokens": 64})
     assert [c["function"]["name"] for c in r.tool_calls] == ["get_time"], r.message
 
 
-def test_json_schema_response(smol: Engine) -> None:
+def test_json_schema_response(smol: Runtime) -> None:
     schema = {"type": "object", "properties": {"country": {"type": "string"}, "capital": {"type": "string"}},
               "required": ["country", "capital"], "additionalProperties": False}
     r = smol.chat([{"role": "user", "content": "Give the capital of France as JSON."}],
@@ -133,7 +133,7 @@ def test_json_schema_response(smol: Engine) -> None:
     jsonschema.validate(data, schema)
 
 
-def test_chat_stream_is_the_parsed_message(smol: Engine) -> None:
+def test_chat_stream_is_the_parsed_message(smol: Runtime) -> None:
     s = smol.chat_stream([{"role": "system", "content": "You are a helpful geography assistant. Answer briefly."},
                           {"role": "user", "content": "What is the capital of France?"}],
                          sampling={"temperature": 0, "max_tokens": 32})
@@ -142,7 +142,7 @@ def test_chat_stream_is_the_parsed_message(smol: Engine) -> None:
     assert s.finish_reason in ("stop", "length")
 
 
-def test_eight_concurrent_streams_finish(smol: Engine) -> None:
+def test_eight_concurrent_streams_finish(smol: Runtime) -> None:
     results: dict[int, str] = {}
     errors: list[BaseException] = []
 
@@ -162,7 +162,7 @@ def test_eight_concurrent_streams_finish(smol: Engine) -> None:
     assert _settles(smol), smol.stats()
 
 
-def _settles(eng: Engine, seconds: float = 5.0) -> bool:
+def _settles(eng: Runtime, seconds: float = 5.0) -> bool:
     """The decode loop frees slots asynchronously: wait briefly for it."""
     for _ in range(int(seconds / 0.01)):
         if eng.stats()["active"] == 0:
@@ -171,7 +171,7 @@ def _settles(eng: Engine, seconds: float = 5.0) -> bool:
     return False
 
 
-def test_cancel_mid_stream_frees_the_slot(smol: Engine) -> None:
+def test_cancel_mid_stream_frees_the_slot(smol: Runtime) -> None:
     s = smol.stream("Tell me a long story about a dragon.", temperature=0.0, max_tokens=500, ignore_eos=True)
     got = [next(s), next(s)]
     s.close()
@@ -180,7 +180,7 @@ def test_cancel_mid_stream_frees_the_slot(smol: Engine) -> None:
     assert "Paris" in smol.complete("The capital of France is", GREEDY).text
 
 
-def test_breaking_out_of_a_for_loop_cancels(smol: Engine) -> None:
+def test_breaking_out_of_a_for_loop_cancels(smol: Runtime) -> None:
     before = smol.stats()["completed"]
     for i, _ in enumerate(smol.stream("Tell me a long story.", temperature=0.0, max_tokens=500, ignore_eos=True)):
         if i == 2:
@@ -189,7 +189,7 @@ def test_breaking_out_of_a_for_loop_cancels(smol: Engine) -> None:
     assert smol.stats()["completed"] > before
 
 
-def test_prefix_cache_reuses_the_prompt(smol: Engine) -> None:
+def test_prefix_cache_reuses_the_prompt(smol: Runtime) -> None:
     prompt = "The following is a long shared system prompt. " * 8 + "Question: what is 2+2?"
     smol.complete(prompt, temperature=0.0, max_tokens=4)
     again = smol.complete(prompt, temperature=0.0, max_tokens=4)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.runtime import Engine
+from harness.runtime import Runtime
 
 from ..conftest import model_path, require_variant
 
@@ -21,21 +21,21 @@ def _vulkan_only(variant: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def smol(variant: str) -> Iterator[Engine]:
+def smol(variant: str) -> Iterator[Runtime]:
     _vulkan_only(variant)
-    with Engine.load(model_path("HARNESS_CHAT_MODEL"), variant=variant, n_ctx=512, max_num_seqs=1, threads=2) as eng:
+    with Runtime.load(model_path("HARNESS_CHAT_MODEL"), variant=variant, n_ctx=512, max_num_seqs=1, threads=2) as eng:
         yield eng
 
 
 def test_tiny_model_decodes_on_the_vulkan_device(variant: str) -> None:
     _vulkan_only(variant)
-    with Engine.load(model_path("HARNESS_TINY_MODEL"), variant=variant, n_ctx=256, max_num_seqs=1, threads=2) as eng:
+    with Runtime.load(model_path("HARNESS_TINY_MODEL"), variant=variant, n_ctx=256, max_num_seqs=1, threads=2) as eng:
         assert "Vulkan0" in eng.info()["devices"], eng.info()["devices"]
         c = eng.complete("hello world", temperature=0.0, max_tokens=8, ignore_eos=True)
         assert c.n_generated == 8
 
 
-def test_smollm2_short_shape_answers_paris_on_the_vulkan_device(smol: Engine) -> None:
+def test_smollm2_short_shape_answers_paris_on_the_vulkan_device(smol: Runtime) -> None:
     info = smol.info()
     assert info["variant"] == "vulkan" and "Vulkan0" in info["devices"], info["devices"]
     c = smol.complete("The capital of France is", temperature=0.0, max_tokens=8)
@@ -43,7 +43,7 @@ def test_smollm2_short_shape_answers_paris_on_the_vulkan_device(smol: Engine) ->
     assert c.n_prompt > 0 and c.n_generated > 0
 
 
-def test_greedy_tokens_match_the_cpu_build_for_a_few_tokens(smol: Engine) -> None:
+def test_greedy_tokens_match_the_cpu_build_for_a_few_tokens(smol: Runtime) -> None:
     """Different kernels may round differently; the first tokens of a greedy answer should agree."""
     from harness.runtime import discovery
     from harness_plugins.llamacpp.engine import _committed_fingerprint
@@ -57,8 +57,8 @@ def test_greedy_tokens_match_the_cpu_build_for_a_few_tokens(smol: Engine) -> Non
     import subprocess
     import sys
 
-    child = ("import json, sys\nfrom harness.runtime import Engine\n"
-             "with Engine.load(sys.argv[1], variant='cpu', n_ctx=512, max_num_seqs=1, threads=2) as e:\n"
+    child = ("import json, sys\nfrom harness.runtime import Runtime\n"
+             "with Runtime.load(sys.argv[1], variant='cpu', n_ctx=512, max_num_seqs=1, threads=2) as e:\n"
              "    c = e.complete('The capital of France is', temperature=0.0, max_tokens=4)\n"
              "    print(json.dumps(e.tokenize(c.text, add_special=False)))\n")
     r = subprocess.run([sys.executable, "-c", child, str(model_path("HARNESS_CHAT_MODEL"))], capture_output=True,

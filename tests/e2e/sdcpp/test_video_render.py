@@ -3,7 +3,7 @@
 Tiny set (CI): ``HARNESS_VIDEO_TINY=DIR`` (written there by
 ``python -m harness_plugins.sdcpp.tiny_wan DIR`` when missing). Needs the backend wheel:
 ``harness build stable-diffusion.cpp --variant cpu`` and
-``harness build-backend stable-diffusion.cpp --variant cpu``.
+``harness build-binding stable-diffusion.cpp --variant cpu``.
 
 Real Wan (slow): ``HARNESS_VIDEO_MODEL`` (DiT .gguf/.safetensors),
 ``HARNESS_VIDEO_VAE`` (Wan2.1 VAE) and optionally ``HARNESS_VIDEO_ENCODER``
