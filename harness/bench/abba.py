@@ -1,14 +1,30 @@
-"""The ABBA runner: warm both arms, then interleave them in blocks.
+"""The ABBA runner: interleave the arms in blocks, each block in fresh processes.
 
 Block ``i`` measures both arms once, baseline first in even blocks and
 candidate first in odd ones, so four blocks run ``A B | B A | A B | B A``. A
 slow drift of the host (thermal, page cache, a neighbour) then hits both arms
 alike and cancels in the per-block ratios, instead of favouring whichever arm
-ran second. Every raw sample is kept with its block, arm, position and times.
+ran second. Every raw sample is kept with its block, arm, position, process and times.
+
+**The process is the unit of sampling.** Two identical worker processes of one
+arm differ by a steady offset that lasts as long as they do (where the kernel
+put their pages, the stack and heap layout): measured here at 1-3% between
+two workers of the same binding. One worker per arm for a whole run measures
+that offset once and reports it as a difference between the arms, with an
+interval that cannot see it. So by default (``fresh_process``) every block
+starts a new worker per arm (both start together, before either is measured),
+with a random environment size (:data:`harness.bench.arms.ENV_PAD`); each
+block's B/A ratio then carries an independent draw of both arms' process
+offsets, and the per-block statistics (:mod:`harness.bench.stats`: a bootstrap
+and a t interval over blocks) are a block bootstrap over processes. In each new
+process the arm is warmed by its ``warmup()`` and one discarded measurement of
+the run's shape at the lowest concurrency (pyperf's warm-up value): the first
+request at a new shape pays for page faults on the KV cache and graph buffers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,6 +63,9 @@ class BenchConfig:
     interval's half-width is at most this many percent (or ``max_blocks`` are done)."""
     max_blocks: int | None = None
     """The most blocks an adaptive run takes (default :data:`DEFAULT_MAX_BLOCKS`)."""
+    fresh_process: bool = True
+    """A new worker per arm for every block (the process is the sampling unit); ``False``
+    keeps one per arm for the whole run, whose per-process offset the interval then misses."""
 
     def __post_init__(self) -> None:
         if self.blocks < 1:
@@ -185,7 +204,9 @@ class BenchResult:
         config = BenchConfig(blocks=int(cfg["blocks"]), pn=int(cfg["pn"]), gn=int(cfg["gn"]),
                              concurrency=tuple(int(c) for c in cfg["concurrency"]),
                              warmup=bool(cfg.get("warmup", True)), until_halfwidth=cfg.get("until_halfwidth"),
-                             max_blocks=cfg.get("max_blocks"))
+                             max_blocks=cfg.get("max_blocks"),
+                             # a report from before processes were sampled kept one per arm
+                             fresh_process=bool(cfg.get("fresh_process", False)))
         arms = {role: ArmSpec(kind=a["kind"], name=a["name"], options=dict(a.get("options", {})))
                 for role, a in data["arms"].items()}
         return cls(
@@ -232,37 +253,53 @@ def run_abba(
     run_name = name or (f"aa-{a.kind}" if aa else f"{a.kind}-vs-{b.kind}")
     started = time.time()
     samples: list[Sample] = []
-    warmup_s: dict[str, float] = {}
+    warm: dict[str, list[float]] = {role: [] for role in ROLES}
+    describe: dict[str, dict[str, Any]] = {}
     limit = config.limit
     total = 2 * limit * len(config.concurrency)
     recorder = system.Recorder(threads=_threads(specs), threads_source=threads_source) if record_system else None
     stop: Stop | None = None
-    with started_arms(specs, isolate=isolate, extra_plugins=extra_plugins) as arms, \
-            _steps(f"bench {run_name}", total) as step:
-        describe = {role: json_value(h.describe()) for role, h in arms.items()}
-        if config.warmup:
-            for role in ROLES:
-                step(f"warm-up {role} ({specs[role].name})", False)
-                t0 = time.perf_counter()
-                arms[role].warmup()
-                warmup_s[role] = time.perf_counter() - t0
-        of = f"{limit} max" if config.until_halfwidth is not None else str(limit)
+    of = f"{limit} max" if config.until_halfwidth is not None else str(limit)
+    with _steps(f"bench {run_name}", total) as step, contextlib.ExitStack() as reused:
+        arms: dict[str, ArmHandle] | None = None
         for block in range(limit):
-            for position, role in enumerate(ROLES if block % 2 == 0 else ROLES[::-1]):
-                for c in config.concurrency:
-                    step(f"block {block + 1}/{of} {role} c={c}", True)
-                    sample = _take(arms[role], block=block, position=position, sequence=2 * block + position,
-                                   concurrency=c, config=config)
-                    samples.append(sample)
-                    if on_sample is not None:
-                        on_sample(sample)
+            with contextlib.ExitStack() as per_block:
+                if arms is None or config.fresh_process:
+                    step(f"block {block + 1}/{of}: starting the arms' processes", False)
+                    where = per_block if config.fresh_process else reused
+                    arms = where.enter_context(started_arms(specs, isolate=isolate, extra_plugins=extra_plugins,
+                                                            process=block if config.fresh_process else 0))
+                    describe = describe or {role: json_value(h.describe()) for role, h in arms.items()}
+                    fresh = True
+                else:
+                    fresh = False
+                for position, role in enumerate(ROLES if block % 2 == 0 else ROLES[::-1]):
+                    if fresh and config.warmup:  # right before its own measurements, as the other arm's are
+                        step(f"block {block + 1}/{of}: warm-up {role} ({specs[role].name})", False)
+                        warm[role].append(_warm(arms[role], config))
+                    for c in config.concurrency:
+                        step(f"block {block + 1}/{of} {role} c={c}", True)
+                        sample = _take(arms[role], block=block, position=position, sequence=2 * block + position,
+                                       concurrency=c, config=config)
+                        samples.append(sample)
+                        if on_sample is not None:
+                            on_sample(sample)
             stop = _should_stop(config, samples, block + 1, aa=aa)
             if stop is not None:
                 break
         state = recorder.finish() if recorder is not None else None
+    warmup_s = {role: sum(v) / len(v) for role, v in warm.items() if v}
     return BenchResult(name=run_name, config=config, arms=specs, describe=describe,
                        samples=tuple(samples), started_at=started, finished_at=time.time(),
                        warmup_s=warmup_s, isolated=isolate, aa=aa, stop=stop, system=state)
+
+
+def _warm(arm: ArmHandle, config: BenchConfig) -> float:
+    """Seconds of ``arm``'s warm-up: its ``warmup()`` and one discarded measurement of the run's shape."""
+    t0 = time.perf_counter()
+    arm.warmup()
+    arm.measure(config.pn, config.gn, min(config.concurrency))
+    return time.perf_counter() - t0
 
 
 def _threads(specs: Mapping[str, ArmSpec]) -> int | None:
@@ -299,7 +336,7 @@ def _take(arm: ArmHandle, *, block: int, position: int, sequence: int, concurren
     metrics = dict(r["metrics"])
     return Sample(
         arm=arm.role, block=block, position=position, sequence=sequence, concurrency=concurrency,
-        pn=config.pn, gn=config.gn,
+        pn=config.pn, gn=config.gn, process=arm.process,
         ttft_s=metrics.pop("ttft_s"), decode_tps=metrics.pop("decode_tps"),
         aggregate_tps=metrics.pop("aggregate_tps"),
         peak_rss_bytes=int(r["peak_rss_bytes"]), started_at=float(r["started_at"]),
