@@ -63,6 +63,9 @@ class BenchConfig:
     interval's half-width is at most this many percent (or ``max_blocks`` are done)."""
     max_blocks: int | None = None
     """The most blocks an adaptive run takes (default :data:`DEFAULT_MAX_BLOCKS`)."""
+    max_seconds: float | None = None
+    """Adaptive: the run's wall-clock budget; no block pair starts once it is spent (the report then
+    says what the budget resolved)."""
     fresh_process: bool = True
     """A new worker per arm for every block (the process is the sampling unit); ``False``
     keeps one per arm for the whole run, whose per-process offset the interval then misses."""
@@ -82,6 +85,10 @@ class BenchConfig:
             if self.max_blocks < max(2, self.blocks):
                 msg = (f"expected --max-blocks >= --blocks ({self.blocks}) and >= 2, found {self.max_blocks}")
                 raise BenchError(msg)
+        if self.max_seconds is not None and (self.until_halfwidth is None or not self.max_seconds > 0):
+            msg = (f"--max-seconds {self.max_seconds} bounds an adaptive run; expected a positive number of seconds "
+                   "with --until-halfwidth PCT")
+            raise BenchError(msg)
         if self.pn < 1 or self.gn < 1:
             msg = f"expected positive prompt/generation lengths, found pn={self.pn} gn={self.gn}"
             raise BenchError(msg)
@@ -110,19 +117,23 @@ class Stop:
     """Why a run took as many blocks as it did."""
 
     reason: str
-    """``blocks`` (a fixed count), ``halfwidth`` (every headline interval narrow enough) or
-    ``max-blocks`` (the limit came first)."""
+    """``blocks`` (a fixed count), ``halfwidth`` (every headline interval narrow enough),
+    ``max-blocks`` (the limit came first) or ``budget`` (the wall-clock budget was spent)."""
     blocks: int
     target_pct: float | None = None
     max_blocks: int | None = None
     halfwidths: dict[str, float | None] = field(default_factory=dict)
     """Headline metric key -> its ratio interval's half-width (percent) when the run stopped."""
+    budget_s: float | None = None
 
     def text(self) -> str:
         widths = ", ".join(f"{_short_key(k)} ±{'n/a' if v is None else f'{v:.1f}'}%" for k, v in self.halfwidths.items())
         if self.reason == "halfwidth":
             return (f"adaptive: stopped after {self.blocks} blocks, every headline interval within "
                     f"±{self.target_pct:g}% ({widths})")
+        if self.reason == "budget":
+            return (f"adaptive: stopped after {self.blocks} blocks when the {self.budget_s:g} s budget was spent; "
+                    f"what it resolved: {widths} (target ±{self.target_pct:g}%)")
         if self.reason == "max-blocks":
             wide = [_short_key(k) for k, v in self.halfwidths.items()
                     if v is None or self.target_pct is None or v > self.target_pct]
@@ -136,7 +147,8 @@ class Stop:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Stop:
         return cls(reason=str(data["reason"]), blocks=int(data["blocks"]), target_pct=data.get("target_pct"),
-                   max_blocks=data.get("max_blocks"), halfwidths=dict(data.get("halfwidths") or {}))
+                   max_blocks=data.get("max_blocks"), halfwidths=dict(data.get("halfwidths") or {}),
+                   budget_s=data.get("budget_s"))
 
 
 def _short_key(key: str) -> str:
@@ -204,7 +216,7 @@ class BenchResult:
         config = BenchConfig(blocks=int(cfg["blocks"]), pn=int(cfg["pn"]), gn=int(cfg["gn"]),
                              concurrency=tuple(int(c) for c in cfg["concurrency"]),
                              warmup=bool(cfg.get("warmup", True)), until_halfwidth=cfg.get("until_halfwidth"),
-                             max_blocks=cfg.get("max_blocks"),
+                             max_blocks=cfg.get("max_blocks"), max_seconds=cfg.get("max_seconds"),
                              # a report from before processes were sampled kept one per arm
                              fresh_process=bool(cfg.get("fresh_process", False)))
         arms = {role: ArmSpec(kind=a["kind"], name=a["name"], options=dict(a.get("options", {})))
@@ -284,7 +296,7 @@ def run_abba(
                         samples.append(sample)
                         if on_sample is not None:
                             on_sample(sample)
-            stop = _should_stop(config, samples, block + 1, aa=aa)
+            stop = _should_stop(config, samples, block + 1, aa=aa, elapsed=time.time() - started)
             if stop is not None:
                 break
         state = recorder.finish() if recorder is not None else None
@@ -309,12 +321,16 @@ def _threads(specs: Mapping[str, ArmSpec]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _should_stop(config: BenchConfig, samples: Sequence[Sample], done: int, *, aa: bool) -> Stop | None:
-    """None to go on; else why the run stops after ``done`` blocks."""
+def _should_stop(config: BenchConfig, samples: Sequence[Sample], done: int, *, aa: bool,
+                 elapsed: float = 0.0) -> Stop | None:
+    """None to go on; else why the run stops after ``done`` blocks (``elapsed`` seconds into the run)."""
     target = config.until_halfwidth
     if target is None:
         return Stop(reason="blocks", blocks=done) if done >= config.blocks else None
-    at_limit = done >= config.limit
+    # a pair of blocks costs about what the last two did: do not start one the budget cannot pay for
+    per_block = elapsed / done if done else 0.0
+    spent = config.max_seconds is not None and elapsed + 2 * per_block > config.max_seconds
+    at_limit = done >= config.limit or (spent and done >= config.blocks and done % 2 == 0)
     # check whole AB/BA pairs only, so the drift a pair cancels is cancelled in what is reported
     if not at_limit and (done < config.blocks or done % 2):
         return None
@@ -326,7 +342,9 @@ def _should_stop(config: BenchConfig, samples: Sequence[Sample], done: int, *, a
     if all(w is not None and w <= target for w in widths.values()):
         return Stop(reason="halfwidth", blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths)
     if at_limit:
-        return Stop(reason="max-blocks", blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths)
+        reason = "max-blocks" if done >= config.limit else "budget"
+        return Stop(reason=reason, blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths,
+                    budget_s=config.max_seconds)
     return None
 
 

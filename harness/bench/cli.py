@@ -63,6 +63,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "(prefill, decode, aggregate) is within +-PCT percent; the report says what stopped it")
     p.add_argument("--max-blocks", type=int, metavar="N",
                    help="with --until-halfwidth: stop after N blocks whatever the intervals (default: 32)")
+    p.add_argument("--max-seconds", type=float, metavar="S",
+                   help="with --until-halfwidth: a wall-clock budget; no block pair starts that would end past "
+                   "it, and the report says what the budget resolved")
     p.add_argument("--fail-on-slower", action="append", metavar="PCT | NAME=PCT[,...]",
                    help="three verdicts per metric from the 95%% interval of its speed ratio: FAILED (exit 13) "
                    "when the whole interval is below 1-PCT/100, passed when the whole interval is at or above "
@@ -169,7 +172,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         b = prepare_arm(with_threads(b_spec, threads))
     config = BenchConfig(blocks=args.blocks, pn=args.pn, gn=args.gn,
                          concurrency=parse_concurrency(args.concurrency), until_halfwidth=args.until_halfwidth,
-                         max_blocks=args.max_blocks, fresh_process=not args.reuse_process)
+                         max_blocks=args.max_blocks, max_seconds=args.max_seconds,
+                         fresh_process=not args.reuse_process)
     gate = parse_gate(args.fail_on_slower)
     thresholds = resolve_gate(gate, config.concurrency)  # a typo fails now, not after the run
     if config.until_halfwidth is not None:
