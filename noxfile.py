@@ -14,6 +14,8 @@ Default sessions: lint, tests. Others are opt-in (``default=False``):
 - ``bench_speculative``: ABBA runs of speculative decoding on SmolLM2 (copy-heavy and free
   generation, speculation off vs on, and n-gram speculation vs the artifact's llama-bench).
 - ``localai_corpus``: validate a held-out corpus of real LocalAI model configs (errors fail).
+- ``refresh_localai_index``: rewrite harness/config/localai_index.yaml from a LocalAI checkout
+  (``-- PATH``) and print the diff.
 
 Posargs pass through to the underlying tool.
 """
@@ -212,3 +214,10 @@ def bench(session: nox.Session) -> None:
     _install(session, "all,test")
     session.run("pytest", "-p", "no:cacheprovider", "tests/bench", "--benchmark-only", *session.posargs,
                 env={"HARNESS_NO_PROGRESS": "1", **{k: v for k, v in os.environ.items() if k.startswith("HARNESS_")}})
+
+
+@nox.session(python=PYTHON, default=False)
+def refresh_localai_index(session: nox.Session) -> None:
+    """Refresh harness/config/localai_index.yaml from a LocalAI checkout (posargs: its path) and print the diff."""
+    session.install("pyyaml")
+    session.run("python", "scripts/refresh_localai_index.py", *session.posargs)

@@ -1,14 +1,30 @@
-"""The ABBA runner: warm both arms, then interleave them in blocks.
+"""The ABBA runner: interleave the arms in blocks, each block in fresh processes.
 
 Block ``i`` measures both arms once, baseline first in even blocks and
 candidate first in odd ones, so four blocks run ``A B | B A | A B | B A``. A
 slow drift of the host (thermal, page cache, a neighbour) then hits both arms
 alike and cancels in the per-block ratios, instead of favouring whichever arm
-ran second. Every raw sample is kept with its block, arm, position and times.
+ran second. Every raw sample is kept with its block, arm, position, process and times.
+
+**The process is the unit of sampling.** Two identical worker processes of one
+arm differ by a steady offset that lasts as long as they do (where the kernel
+put their pages, the stack and heap layout): measured here at 1-3% between
+two workers of the same binding. One worker per arm for a whole run measures
+that offset once and reports it as a difference between the arms, with an
+interval that cannot see it. So by default (``fresh_process``) every block
+starts a new worker per arm (both start together, before either is measured),
+with a random environment size (:data:`harness.bench.arms.ENV_PAD`); each
+block's B/A ratio then carries an independent draw of both arms' process
+offsets, and the per-block statistics (:mod:`harness.bench.stats`: a bootstrap
+and a t interval over blocks) are a block bootstrap over processes. In each new
+process the arm is warmed by its ``warmup()`` and one discarded measurement of
+the run's shape at the lowest concurrency (pyperf's warm-up value): the first
+request at a new shape pays for page faults on the KV cache and graph buffers.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,6 +63,12 @@ class BenchConfig:
     interval's half-width is at most this many percent (or ``max_blocks`` are done)."""
     max_blocks: int | None = None
     """The most blocks an adaptive run takes (default :data:`DEFAULT_MAX_BLOCKS`)."""
+    max_seconds: float | None = None
+    """Adaptive: the run's wall-clock budget; no block pair starts once it is spent (the report then
+    says what the budget resolved)."""
+    fresh_process: bool = True
+    """A new worker per arm for every block (the process is the sampling unit); ``False``
+    keeps one per arm for the whole run, whose per-process offset the interval then misses."""
 
     def __post_init__(self) -> None:
         if self.blocks < 1:
@@ -63,6 +85,10 @@ class BenchConfig:
             if self.max_blocks < max(2, self.blocks):
                 msg = (f"expected --max-blocks >= --blocks ({self.blocks}) and >= 2, found {self.max_blocks}")
                 raise BenchError(msg)
+        if self.max_seconds is not None and (self.until_halfwidth is None or not self.max_seconds > 0):
+            msg = (f"--max-seconds {self.max_seconds} bounds an adaptive run; expected a positive number of seconds "
+                   "with --until-halfwidth PCT")
+            raise BenchError(msg)
         if self.pn < 1 or self.gn < 1:
             msg = f"expected positive prompt/generation lengths, found pn={self.pn} gn={self.gn}"
             raise BenchError(msg)
@@ -91,19 +117,23 @@ class Stop:
     """Why a run took as many blocks as it did."""
 
     reason: str
-    """``blocks`` (a fixed count), ``halfwidth`` (every headline interval narrow enough) or
-    ``max-blocks`` (the limit came first)."""
+    """``blocks`` (a fixed count), ``halfwidth`` (every headline interval narrow enough),
+    ``max-blocks`` (the limit came first) or ``budget`` (the wall-clock budget was spent)."""
     blocks: int
     target_pct: float | None = None
     max_blocks: int | None = None
     halfwidths: dict[str, float | None] = field(default_factory=dict)
     """Headline metric key -> its ratio interval's half-width (percent) when the run stopped."""
+    budget_s: float | None = None
 
     def text(self) -> str:
         widths = ", ".join(f"{_short_key(k)} ±{'n/a' if v is None else f'{v:.1f}'}%" for k, v in self.halfwidths.items())
         if self.reason == "halfwidth":
             return (f"adaptive: stopped after {self.blocks} blocks, every headline interval within "
                     f"±{self.target_pct:g}% ({widths})")
+        if self.reason == "budget":
+            return (f"adaptive: stopped after {self.blocks} blocks when the {self.budget_s:g} s budget was spent; "
+                    f"what it resolved: {widths} (target ±{self.target_pct:g}%)")
         if self.reason == "max-blocks":
             wide = [_short_key(k) for k, v in self.halfwidths.items()
                     if v is None or self.target_pct is None or v > self.target_pct]
@@ -117,7 +147,8 @@ class Stop:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Stop:
         return cls(reason=str(data["reason"]), blocks=int(data["blocks"]), target_pct=data.get("target_pct"),
-                   max_blocks=data.get("max_blocks"), halfwidths=dict(data.get("halfwidths") or {}))
+                   max_blocks=data.get("max_blocks"), halfwidths=dict(data.get("halfwidths") or {}),
+                   budget_s=data.get("budget_s"))
 
 
 def _short_key(key: str) -> str:
@@ -185,7 +216,9 @@ class BenchResult:
         config = BenchConfig(blocks=int(cfg["blocks"]), pn=int(cfg["pn"]), gn=int(cfg["gn"]),
                              concurrency=tuple(int(c) for c in cfg["concurrency"]),
                              warmup=bool(cfg.get("warmup", True)), until_halfwidth=cfg.get("until_halfwidth"),
-                             max_blocks=cfg.get("max_blocks"))
+                             max_blocks=cfg.get("max_blocks"), max_seconds=cfg.get("max_seconds"),
+                             # a report from before processes were sampled kept one per arm
+                             fresh_process=bool(cfg.get("fresh_process", False)))
         arms = {role: ArmSpec(kind=a["kind"], name=a["name"], options=dict(a.get("options", {})))
                 for role, a in data["arms"].items()}
         return cls(
@@ -232,37 +265,53 @@ def run_abba(
     run_name = name or (f"aa-{a.kind}" if aa else f"{a.kind}-vs-{b.kind}")
     started = time.time()
     samples: list[Sample] = []
-    warmup_s: dict[str, float] = {}
+    warm: dict[str, list[float]] = {role: [] for role in ROLES}
+    describe: dict[str, dict[str, Any]] = {}
     limit = config.limit
     total = 2 * limit * len(config.concurrency)
     recorder = system.Recorder(threads=_threads(specs), threads_source=threads_source) if record_system else None
     stop: Stop | None = None
-    with started_arms(specs, isolate=isolate, extra_plugins=extra_plugins) as arms, \
-            _steps(f"bench {run_name}", total) as step:
-        describe = {role: json_value(h.describe()) for role, h in arms.items()}
-        if config.warmup:
-            for role in ROLES:
-                step(f"warm-up {role} ({specs[role].name})", False)
-                t0 = time.perf_counter()
-                arms[role].warmup()
-                warmup_s[role] = time.perf_counter() - t0
-        of = f"{limit} max" if config.until_halfwidth is not None else str(limit)
+    of = f"{limit} max" if config.until_halfwidth is not None else str(limit)
+    with _steps(f"bench {run_name}", total) as step, contextlib.ExitStack() as reused:
+        arms: dict[str, ArmHandle] | None = None
         for block in range(limit):
-            for position, role in enumerate(ROLES if block % 2 == 0 else ROLES[::-1]):
-                for c in config.concurrency:
-                    step(f"block {block + 1}/{of} {role} c={c}", True)
-                    sample = _take(arms[role], block=block, position=position, sequence=2 * block + position,
-                                   concurrency=c, config=config)
-                    samples.append(sample)
-                    if on_sample is not None:
-                        on_sample(sample)
-            stop = _should_stop(config, samples, block + 1, aa=aa)
+            with contextlib.ExitStack() as per_block:
+                if arms is None or config.fresh_process:
+                    step(f"block {block + 1}/{of}: starting the arms' processes", False)
+                    where = per_block if config.fresh_process else reused
+                    arms = where.enter_context(started_arms(specs, isolate=isolate, extra_plugins=extra_plugins,
+                                                            process=block if config.fresh_process else 0))
+                    describe = describe or {role: json_value(h.describe()) for role, h in arms.items()}
+                    fresh = True
+                else:
+                    fresh = False
+                for position, role in enumerate(ROLES if block % 2 == 0 else ROLES[::-1]):
+                    if fresh and config.warmup:  # right before its own measurements, as the other arm's are
+                        step(f"block {block + 1}/{of}: warm-up {role} ({specs[role].name})", False)
+                        warm[role].append(_warm(arms[role], config))
+                    for c in config.concurrency:
+                        step(f"block {block + 1}/{of} {role} c={c}", True)
+                        sample = _take(arms[role], block=block, position=position, sequence=2 * block + position,
+                                       concurrency=c, config=config)
+                        samples.append(sample)
+                        if on_sample is not None:
+                            on_sample(sample)
+            stop = _should_stop(config, samples, block + 1, aa=aa, elapsed=time.time() - started)
             if stop is not None:
                 break
         state = recorder.finish() if recorder is not None else None
+    warmup_s = {role: sum(v) / len(v) for role, v in warm.items() if v}
     return BenchResult(name=run_name, config=config, arms=specs, describe=describe,
                        samples=tuple(samples), started_at=started, finished_at=time.time(),
                        warmup_s=warmup_s, isolated=isolate, aa=aa, stop=stop, system=state)
+
+
+def _warm(arm: ArmHandle, config: BenchConfig) -> float:
+    """Seconds of ``arm``'s warm-up: its ``warmup()`` and one discarded measurement of the run's shape."""
+    t0 = time.perf_counter()
+    arm.warmup()
+    arm.measure(config.pn, config.gn, min(config.concurrency))
+    return time.perf_counter() - t0
 
 
 def _threads(specs: Mapping[str, ArmSpec]) -> int | None:
@@ -272,12 +321,16 @@ def _threads(specs: Mapping[str, ArmSpec]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _should_stop(config: BenchConfig, samples: Sequence[Sample], done: int, *, aa: bool) -> Stop | None:
-    """None to go on; else why the run stops after ``done`` blocks."""
+def _should_stop(config: BenchConfig, samples: Sequence[Sample], done: int, *, aa: bool,
+                 elapsed: float = 0.0) -> Stop | None:
+    """None to go on; else why the run stops after ``done`` blocks (``elapsed`` seconds into the run)."""
     target = config.until_halfwidth
     if target is None:
         return Stop(reason="blocks", blocks=done) if done >= config.blocks else None
-    at_limit = done >= config.limit
+    # a pair of blocks costs about what the last two did: do not start one the budget cannot pay for
+    per_block = elapsed / done if done else 0.0
+    spent = config.max_seconds is not None and elapsed + 2 * per_block > config.max_seconds
+    at_limit = done >= config.limit or (spent and done >= config.blocks and done % 2 == 0)
     # check whole AB/BA pairs only, so the drift a pair cancels is cancelled in what is reported
     if not at_limit and (done < config.blocks or done % 2):
         return None
@@ -289,7 +342,9 @@ def _should_stop(config: BenchConfig, samples: Sequence[Sample], done: int, *, a
     if all(w is not None and w <= target for w in widths.values()):
         return Stop(reason="halfwidth", blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths)
     if at_limit:
-        return Stop(reason="max-blocks", blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths)
+        reason = "max-blocks" if done >= config.limit else "budget"
+        return Stop(reason=reason, blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths,
+                    budget_s=config.max_seconds)
     return None
 
 
@@ -299,7 +354,7 @@ def _take(arm: ArmHandle, *, block: int, position: int, sequence: int, concurren
     metrics = dict(r["metrics"])
     return Sample(
         arm=arm.role, block=block, position=position, sequence=sequence, concurrency=concurrency,
-        pn=config.pn, gn=config.gn,
+        pn=config.pn, gn=config.gn, process=arm.process,
         ttft_s=metrics.pop("ttft_s"), decode_tps=metrics.pop("decode_tps"),
         aggregate_tps=metrics.pop("aggregate_tps"),
         peak_rss_bytes=int(r["peak_rss_bytes"]), started_at=float(r["started_at"]),

@@ -9,9 +9,15 @@ same allocator state and the same import cost, and a crash in one arm cannot
 take the runner down.
 
 The object a plugin returns must provide the :class:`Arm` methods. The runner
-adds one key to the options it passes to the hook: ``"_role"`` (``"A"`` or
-``"B"``). Keys starting with ``_`` are runner context; arms ignore the ones they
-do not use (the ``fake`` arm uses it to give the two sides distinct noise).
+adds two keys to the options it passes to the hook: ``"_role"`` (``"A"`` or
+``"B"``) and ``"_process"`` (which of the arm's worker processes this is, from 0:
+the runner starts a fresh one per block, see :mod:`harness.bench.abba`). Keys
+starting with ``_`` are runner context; arms ignore the ones they do not use (the
+``fake`` arm uses them to give each side and each process its own noise).
+
+Each worker's environment carries ``HARNESS_BENCH_ENV_PAD``, a random number of
+bytes (0 to 4 KiB, as pyperf does): the environment's size moves the initial
+stack, so no process keeps one lucky (or unlucky) memory layout for a whole arm.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Mapping, Sequence
@@ -176,6 +183,8 @@ class Sample:
     finished_at: float
     extra: dict[str, float] = field(default_factory=dict)
     """Other numbers the arm reported."""
+    process: int = 0
+    """Which worker process of its arm took it (a fresh one per block, unless the run reuses one)."""
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -191,7 +200,7 @@ class Sample:
 # ---------------------------------------------------------------------------
 
 
-def create_arm(spec: ArmSpec, role: str, extra_plugins: Sequence[str] = ()) -> Arm:
+def create_arm(spec: ArmSpec, role: str, extra_plugins: Sequence[str] = (), process: int = 0) -> Arm:
     """Build the plugin manager and ask ``harness_bench_arm`` for ``spec``'s arm."""
     import importlib
 
@@ -203,7 +212,8 @@ def create_arm(spec: ArmSpec, role: str, extra_plugins: Sequence[str] = ()) -> A
         if not pm.is_registered(module):
             pm.register(module)
     pm.check_pending()
-    arm = pm.hook.harness_bench_arm(kind=spec.kind, options={**spec.options, "_role": role})
+    arm = pm.hook.harness_bench_arm(kind=spec.kind, options={**spec.options, "_role": role,
+                                                                       "_process": process})
     if arm is None:
         msg = (f"no plugin provides bench arm kind {spec.kind!r} (arm {role}, {spec.name!r}); "
                "expected the built-in kind fake, or one an engine plugin provides; "
@@ -275,6 +285,7 @@ class ArmHandle(Protocol):
 
     spec: ArmSpec
     role: str
+    process: int
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -288,9 +299,9 @@ class ArmHandle(Protocol):
 class InProcessArm:
     """An arm created in this process: for tests and debugging, not for real numbers."""
 
-    def __init__(self, spec: ArmSpec, role: str, extra_plugins: Sequence[str] = ()) -> None:
-        self.spec, self.role = spec, role
-        self._arm: Arm | None = create_arm(spec, role, extra_plugins)
+    def __init__(self, spec: ArmSpec, role: str, extra_plugins: Sequence[str] = (), process: int = 0) -> None:
+        self.spec, self.role, self.process = spec, role, process
+        self._arm: Arm | None = create_arm(spec, role, extra_plugins, process)
         self._describe = dict(self._arm.describe())
 
     def describe(self) -> dict[str, Any]:
@@ -315,7 +326,7 @@ class InProcessArm:
 
 
 def _worker_main(conn: Connection, spec: ArmSpec, role: str, extra_plugins: tuple[str, ...],
-                 note_path: str = "") -> None:
+                 note_path: str = "", process: int = 0) -> None:
     """Entry point of an arm's worker process: create the arm, then serve commands."""
     arm: Arm | None = None
     if note_path:  # the parent reads it back if this process dies by a signal
@@ -323,7 +334,7 @@ def _worker_main(conn: Connection, spec: ArmSpec, role: str, extra_plugins: tupl
     try:
         try:
             crash.note(running=f"arm {role} start")
-            live = arm = create_arm(spec, role, extra_plugins)
+            live = arm = create_arm(spec, role, extra_plugins, process)
             conn.send(("ok", dict(live.describe())))
         except BaseException as e:
             conn.send(("error", type(e).__name__, str(e), traceback.format_exc(limit=-8)))
@@ -359,18 +370,20 @@ def _worker_main(conn: Connection, spec: ArmSpec, role: str, extra_plugins: tupl
 class ArmWorker:
     """An arm in its own spawned worker process; use as a context manager or call :meth:`close`."""
 
-    def __init__(self, spec: ArmSpec, role: str, extra_plugins: Sequence[str] = ()) -> None:
-        self.spec, self.role = spec, role
+    def __init__(self, spec: ArmSpec, role: str, extra_plugins: Sequence[str] = (), process: int = 0) -> None:
+        self.spec, self.role, self.process = spec, role, process
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._note_dir = tempfile.TemporaryDirectory(prefix="harness-arm-")
         self._note = Path(self._note_dir.name) / "note.json"
-        self._proc = ctx.Process(target=_worker_main, args=(child, spec, role, tuple(extra_plugins), str(self._note)),
+        self._proc = ctx.Process(target=_worker_main,
+                                 args=(child, spec, role, tuple(extra_plugins), str(self._note), process),
                                  name=f"harness-bench-{role}", daemon=True)
         self._describe: dict[str, Any] | None = None
         self._closed = False
         try:
-            self._proc.start()
+            with _padded_environment():
+                self._proc.start()
         finally:
             child.close()
 
@@ -474,15 +487,41 @@ class ArmWorker:
         raise BenchError(msg)
 
 
+#: The environment variable whose random size varies each worker's initial stack address.
+ENV_PAD = "HARNESS_BENCH_ENV_PAD"
+#: Its largest size, bytes (pyperf's range).
+ENV_PAD_MAX = 4096
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _padded_environment() -> Iterator[None]:
+    """Set :data:`ENV_PAD` to a random number of bytes while a worker is spawned (it copies ``os.environ``)."""
+    import secrets
+
+    with _ENV_LOCK:
+        old = os.environ.get(ENV_PAD)
+        os.environ[ENV_PAD] = "x" * secrets.randbelow(ENV_PAD_MAX + 1)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(ENV_PAD, None)
+            else:
+                os.environ[ENV_PAD] = old
+
+
 @contextlib.contextmanager
 def started_arms(specs: Mapping[str, ArmSpec], *, isolate: bool = True,
-                 extra_plugins: Sequence[str] = ()) -> Iterator[dict[str, ArmHandle]]:
-    """Start one handle per role (workers start in parallel); close them all on exit."""
+                 extra_plugins: Sequence[str] = (), process: int = 0) -> Iterator[dict[str, ArmHandle]]:
+    """Start one handle per role (workers start in parallel); close them all on exit.
+
+    ``process`` numbers this set of handles among the run's (the arms see it as ``_process``)."""
     handles: dict[str, ArmHandle] = {}
     try:
         for role, spec in specs.items():
-            handles[role] = (ArmWorker(spec, role, extra_plugins) if isolate
-                             else InProcessArm(spec, role, extra_plugins))
+            handles[role] = (ArmWorker(spec, role, extra_plugins, process) if isolate
+                             else InProcessArm(spec, role, extra_plugins, process))
         for h in handles.values():
             h.describe()  # waits for the worker's arm
         yield handles

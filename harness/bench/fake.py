@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,9 @@ class FakeOptions:
     """Per-sequence slowdown per extra concurrent sequence."""
     drift: float = 0.0
     """Relative slowdown added per block (0.02 = each block 2% slower than the one before)."""
+    process_sd: float = 0.0
+    """Relative standard deviation of a per-process offset: each worker process of the arm draws one
+    (log-normal) and keeps it for its life, as a real process keeps its memory layout."""
     outlier_block: int = -1
     """Block whose measurements are ``outlier_factor`` times slower (-1 = none)."""
     outlier_factor: float = 3.0
@@ -80,25 +84,34 @@ class FakeArm:
         if self.opts.fail_in == "create":
             msg = "fake arm: failing in create as configured (fail_in=create)"
             raise BenchError(msg)
+        self.process = int(options.get("_process", 0))
         # str seeds are hashed with sha512 by random.Random: stable across runs and processes
-        self._rng = random.Random(f"harness-fake:{self.opts.seed}:{self.role}")
+        seed = f"harness-fake:{self.opts.seed}:{self.role}" + (f":{self.process}" if self.process else "")
+        self._rng = random.Random(seed)
+        self._offset = math.exp(random.Random(seed + ":process").gauss(0.0, self.opts.process_sd))
         self._calls: dict[int, int] = {}
         self.warmed = False
+        self._warming = False
 
     def warmup(self) -> None:
         if self.opts.fail_in == "warmup":
             msg = "fake arm: failing in warmup as configured (fail_in=warmup)"
             raise BenchError(msg)
         self.warmed = True
+        self._warming = True  # the runner's discarded warm-up measurement comes next
 
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         o = self.opts
         if o.fail_in == "measure":
             msg = "fake arm: failing in measure as configured (fail_in=measure)"
             raise BenchError(msg)
-        block = self._calls.get(concurrency, 0)
-        self._calls[concurrency] = block + 1
-        slow = o.slowdown * (1.0 + o.drift) ** block
+        if self._warming:  # not a block of its own: keeps drift and outlier blocks where they were
+            self._warming = False
+            block = self.process
+        else:
+            block = self.process + self._calls.get(concurrency, 0)
+            self._calls[concurrency] = self._calls.get(concurrency, 0) + 1
+        slow = o.slowdown * self._offset * (1.0 + o.drift) ** block
         if block == o.outlier_block:
             slow *= o.outlier_factor
         per_seq = o.decode_tps / (1.0 + o.contention * (concurrency - 1)) / slow
@@ -107,7 +120,9 @@ class FakeArm:
         decode = per_seq * self._jitter()
         aggregate = per_seq * concurrency * self._jitter()
         return {"ttft_s": ttft, "decode_tps": decode, "aggregate_tps": aggregate,
-                "prefill_tps": pn * concurrency / ttft, "decode_s": gn / decode}
+                "prefill_tps": pn * concurrency / ttft, "decode_s": gn / decode,
+                # what the runner gave this process: its environment padding (see harness.bench.arms)
+                "env_pad_bytes": len(os.environ.get("HARNESS_BENCH_ENV_PAD", ""))}
 
     def describe(self) -> dict[str, Any]:
         return {

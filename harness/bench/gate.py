@@ -5,10 +5,17 @@ concurrency (reported as prompt tokens/s, from the TTFT), decode tok/s at the lo
 concurrency, and aggregate tok/s at the highest. Each is stated as a *speed* ratio
 B/A, so above 1.0 is always "B faster", whatever the metric's unit.
 
-A gate of ``PCT`` percent fails a metric when B is slower by more than ``PCT`` with
-95% confidence: the whole interval of its speed ratio lies below ``1 - PCT/100``.
-An interval that still reaches the threshold is not enough to block a release on;
-it says to run more blocks.
+A gate of ``PCT`` percent has three verdicts per metric, from the 95% interval of
+its speed ratio against the floor ``1 - PCT/100``:
+
+- **FAILED**: the whole interval lies below the floor (B is slower by more than ``PCT``);
+- **passed**: the whole interval lies at or above the floor (B is not slower by more than ``PCT``);
+- **undecided**: the interval straddles the floor: the run cannot resolve ``PCT`` and says so,
+  with the half-width it would need. An undecided gate is not a pass: ``harness bench``
+  exits with :class:`~harness.errors.GateUndecidedError`'s code and qualify's stage is ``undecided``.
+
+An interval around 1.0 passes a ``PCT`` gate only when its half-width is under ``PCT``
+(:func:`needed_halfwidth`); :func:`resolution_warning` says so before and after a run.
 """
 
 from __future__ import annotations
@@ -166,6 +173,20 @@ def resolve_gate(gate: Mapping[str, float], concurrency: Sequence[int]) -> dict[
     return out
 
 
+def needed_halfwidth(pct: float) -> float:
+    """The 95% half-width (percent) under which a ``pct`` gate can pass a run with no difference."""
+    return pct
+
+
+def resolution_warning(label: str, pct: float, halfwidth: float | None) -> str:
+    """"" when a half-width of ``halfwidth`` percent resolves a ``pct`` gate, else why not."""
+    if halfwidth is not None and halfwidth < needed_halfwidth(pct):
+        return ""
+    have = "no interval" if halfwidth is None else f"±{halfwidth:.1f}%"
+    return (f"{label}: a {pct:g}% gate needs a 95% half-width under {needed_halfwidth(pct):g}%; this run has "
+            f"{have}: run more blocks (--blocks, or --until-halfwidth {max(pct / 2, 0.5):g} --max-blocks N)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class GateCheck:
     key: str
@@ -173,8 +194,10 @@ class GateCheck:
     threshold_pct: float
     speed: Interval | None
     status: str
-    """``passed``, ``FAILED`` or ``no interval`` (one block: nothing to be 95% sure of)."""
+    """``passed``, ``FAILED`` or ``undecided`` (the interval straddles the floor, or there is none)."""
     message: str
+    halfwidth_pct: float | None = None
+    """The interval's half-width: the smallest difference this run resolves."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,21 +209,38 @@ class GateResult:
         return [c for c in self.checks if c.status == "FAILED"]
 
     @property
+    def undecided(self) -> list[GateCheck]:
+        return [c for c in self.checks if c.status == "undecided"]
+
+    @property
     def passed(self) -> bool:
-        return not self.failures
+        """Every check decided and none failed."""
+        return not self.failures and not self.undecided
+
+    @property
+    def status(self) -> str:
+        """``FAILED`` (any check failed), ``undecided`` (none failed, some undecided) or ``passed``."""
+        return "FAILED" if self.failures else "undecided" if self.undecided else "passed"
 
     def verdict(self) -> str:
-        """``gate >5% slower: passed`` / ``gate ...: FAILED on decode @ c=1``; "" without a gate."""
+        """``gate >5% slower: passed`` / ``...: FAILED on decode @ c=1`` / ``...: undecided on ...``."""
         if not self.checks:
             return ""
         pcts = sorted({c.threshold_pct for c in self.checks})
         what = "/".join(f"{p:g}" for p in pcts)
         if self.failures:
-            return f"gate (B >{what}% slower): FAILED on " + ", ".join(c.label for c in self.failures)
+            text = f"gate (B >{what}% slower): FAILED on " + ", ".join(c.label for c in self.failures)
+            if self.undecided:
+                text += "; undecided on " + ", ".join(c.label for c in self.undecided)
+            return text
+        if self.undecided:
+            return (f"gate (B >{what}% slower): undecided on " + ", ".join(c.label for c in self.undecided)
+                    + " (the run cannot resolve the gate: not a pass)")
         return f"gate (B >{what}% slower): passed"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "verdict": self.verdict(), "checks": [asdict(c) for c in self.checks]}
+        return {"passed": self.passed, "status": self.status, "verdict": self.verdict(),
+                "checks": [asdict(c) for c in self.checks]}
 
 
 def evaluate(thresholds: Mapping[str, float], analysis: Analysis, pn: int) -> GateResult:
@@ -214,18 +254,20 @@ def evaluate(thresholds: Mapping[str, float], analysis: Analysis, pn: int) -> Ga
         floor = 1.0 - pct / 100.0
         iv = h.speed
         if iv is None or iv.lo is None or iv.hi is None:
-            checks.append(GateCheck(key=key, label=h.label, threshold_pct=pct, speed=iv, status="no interval",
-                                    message=f"{h.label}: no interval (one block), the {pct:g}% gate cannot decide"))
+            checks.append(GateCheck(key=key, label=h.label, threshold_pct=pct, speed=iv, status="undecided",
+                                    message=f"{h.label}: no interval (one block): the {pct:g}% gate cannot decide"))
             continue
+        width = iv.half_width_pct
         slower = 100.0 * (1.0 - iv.point)
-        ci = f"B/A {iv.point:.3f} [{iv.lo:.3f}, {iv.hi:.3f}] (95% CI)"
+        ci = f"B/A {iv.point:.3f} [{iv.lo:.3f}, {iv.hi:.3f}] (95% CI, resolves ±{width:.1f}%)"
         if iv.hi < floor:
-            checks.append(GateCheck(key=key, label=h.label, threshold_pct=pct, speed=iv, status="FAILED", message=(
-                f"{h.label}: {ci}: B is {slower:.1f}% slower, beyond the {pct:g}% gate "
-                f"(the whole interval is below {floor:.3f})")))
+            status, text = "FAILED", (f"B is {slower:.1f}% slower, beyond the {pct:g}% gate "
+                                      f"(the whole interval is below {floor:.3f})")
+        elif iv.lo >= floor:
+            status, text = "passed", f"within the {pct:g}% gate (the whole interval is at or above {floor:.3f})"
         else:
-            within = ("the interval reaches past the threshold: run more blocks to decide"
-                      if iv.lo < floor else "within the gate")
-            checks.append(GateCheck(key=key, label=h.label, threshold_pct=pct, speed=iv, status="passed",
-                                    message=f"{h.label}: {ci}: {within} ({pct:g}%)"))
+            status, text = "undecided", ("the interval straddles the floor " f"{floor:.3f}: "
+                                         + (resolution_warning("this run", pct, width) or "run more blocks"))
+        checks.append(GateCheck(key=key, label=h.label, threshold_pct=pct, speed=iv, status=status,
+                                message=f"{h.label}: {ci}: {text}", halfwidth_pct=width))
     return GateResult(checks=tuple(checks))

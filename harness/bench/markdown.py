@@ -194,6 +194,11 @@ def render_markdown(doc: Mapping[str, Any], analysis: Analysis, *, findings: Seq
         f"- p{cfg['pn']} g{cfg['gn']}, {blocks} ABBA blocks ({order}) after warm-up, "
         f"concurrency {', '.join(map(str, cfg['concurrency']))}"
         + ("; **A/A run** (the same arm against itself)" if doc.get("aa") else ""),
+        ("- processes: a fresh worker per arm for every block (warmed by one discarded measurement), so each "
+         "block's ratio carries its own draw of the per-process offset and the intervals are over processes"
+         if cfg.get("fresh_process") else
+         "- processes: **one worker per arm for the whole run**: the intervals do not cover the per-process "
+         "offset (two processes of one arm can differ by 1-3%); not a verdict"),
     ]
     if doc.get("stop"):
         lines.append(f"- {doc['stop']['text']}")

@@ -16,7 +16,7 @@ from harness.bench.abba import BenchConfig, BenchResult, run_abba
 from harness.bench.arms import ArmSpec
 from harness.bench.gate import GateResult, Headline, evaluate, fmt_speed, headlines, resolve_gate
 from harness.bench.report import ReportFiles, write_report
-from harness.bench.stats import Analysis, analyze
+from harness.bench.stats import Analysis, Interval, analyze
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +35,7 @@ class Outcome:
 
     def summary(self) -> str:
         """One line: headline speed ratios, the gate's verdict, and how many blocks it took."""
-        heads = "; ".join(f"{h.label} {fmt_speed(h.speed)}" for h in self.headline)
+        heads = "; ".join(f"{h.label} {fmt_speed(h.speed)}" + _resolves(h.speed) for h in self.headline)
         bits = [heads]
         if self.gate is not None and self.gate.checks:
             bits.append(self.gate.verdict())
@@ -43,6 +43,12 @@ class Outcome:
         bits.append(f"{self.result.blocks_run} blocks"
                     + (f" ({stop.reason})" if stop is not None and stop.reason != "blocks" else ""))
         return "; ".join(b for b in bits if b)
+
+
+def _resolves(speed: Interval | None) -> str:
+    """`` (resolves ±0.9%)``: the smallest difference the interval can tell from none."""
+    width = None if speed is None else speed.half_width_pct
+    return "" if width is None else f" (resolves ±{width:.1f}%)"
 
 
 def with_threads(spec: ArmSpec, threads: int) -> ArmSpec:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli import add_json_flag, print_json
-from harness.core.errors import BenchError, UsageError
+from harness.core.errors import BenchError, GateUndecidedError, UsageError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,7 +28,8 @@ arms are KIND[:key=value,...]; A is the baseline, B the candidate:
   harness bench --a PEER:model=M.gguf --b in-process:variant=cpu,model=M.gguf
       our engine against a peer baseline arm an engine plugin provides (README: the kinds)
   harness bench --a fake --b fake:slowdown=1.1 --fail-on-slower 5
-      exit 13 when B is slower by more than 5% (whole 95% interval) on a headline metric
+      exit 13 when B is slower by more than 5% (whole 95% interval below 0.95) on a headline metric,
+      exit 18 when the run cannot resolve 5% (the interval straddles 0.95): undecided, not a pass
   harness bench --a A --b B --until-halfwidth 3 --max-blocks 24
       add blocks until every headline interval is within +-3% (or 24 blocks are done)
   harness bench --concurrency 1 --a TOOL:pin=OLD,model=M.gguf --b TOOL:pin=NEW,model=M.gguf
@@ -44,9 +45,11 @@ or --threads) unless their spec sets threads.
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "bench", help="benchmark arm B against baseline A in interleaved ABBA blocks",
-        description="Warm both arms (each in its own worker process), then measure them in ABBA "
-        "blocks: prefill TTFT at --pn, decode tok/s over --gn and aggregate tok/s at each "
-        "--concurrency. Writes reports/<timestamp>-<name>/ (results.json, report.md, PNGs).",
+        description="Measure both arms in ABBA blocks, each block in a fresh worker process per arm "
+        "(the process is the sampling unit: two processes of one arm differ by a steady offset, which "
+        "the interval must cover), warmed by one discarded measurement: prefill TTFT at --pn, decode "
+        "tok/s over --gn and aggregate tok/s at each --concurrency. Writes reports/<timestamp>-<name>/ "
+        "(results.json, report.md, PNGs).",
         epilog=BENCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--a", required=True, metavar="KIND[:k=v,...]", help="baseline arm")
     p.add_argument("--b", metavar="KIND[:k=v,...]", help="candidate arm (omit with --aa)")
@@ -60,11 +63,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "(prefill, decode, aggregate) is within +-PCT percent; the report says what stopped it")
     p.add_argument("--max-blocks", type=int, metavar="N",
                    help="with --until-halfwidth: stop after N blocks whatever the intervals (default: 32)")
+    p.add_argument("--max-seconds", type=float, metavar="S",
+                   help="with --until-halfwidth: a wall-clock budget; no block pair starts that would end past "
+                   "it, and the report says what the budget resolved")
     p.add_argument("--fail-on-slower", action="append", metavar="PCT | NAME=PCT[,...]",
-                   help="exit 13 when B is slower than A by more than PCT percent with 95%% confidence (the "
-                   "whole interval of its speed ratio below 1-PCT/100), naming metric, ratio and interval; "
-                   "a bare PCT gates every headline metric, NAME=PCT one of prefill, decode, aggregate "
-                   "(or a metric key such as decode_tps@c4); repeatable")
+                   help="three verdicts per metric from the 95%% interval of its speed ratio: FAILED (exit 13) "
+                   "when the whole interval is below 1-PCT/100, passed when the whole interval is at or above "
+                   "it, undecided (exit 18, not a pass) when it straddles it: a PCT gate needs a half-width "
+                   "under PCT; a bare PCT gates every headline metric, NAME=PCT one of prefill, decode, "
+                   "aggregate (or a metric key such as decode_tps@c4); repeatable")
+    p.add_argument("--reuse-process", action="store_true",
+                   help="one worker process per arm for the whole run (faster to start, but the interval "
+                   "then misses the per-process offset; for debugging an arm, not for a verdict)")
     p.add_argument("--threads", type=int, metavar="N",
                    help="compute threads per arm (default: the host's physical cores); an arm's own "
                    "threads= option wins")
@@ -162,9 +172,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         b = prepare_arm(with_threads(b_spec, threads))
     config = BenchConfig(blocks=args.blocks, pn=args.pn, gn=args.gn,
                          concurrency=parse_concurrency(args.concurrency), until_halfwidth=args.until_halfwidth,
-                         max_blocks=args.max_blocks)
+                         max_blocks=args.max_blocks, max_seconds=args.max_seconds,
+                         fresh_process=not args.reuse_process)
     gate = parse_gate(args.fail_on_slower)
-    resolve_gate(gate, config.concurrency)  # a typo fails now, not after the run
+    thresholds = resolve_gate(gate, config.concurrency)  # a typo fails now, not after the run
+    if config.until_halfwidth is not None:
+        for key, pct in thresholds.items():
+            if config.until_halfwidth >= pct:
+                progress.info(f"[yellow]warning:[/] --until-halfwidth {config.until_halfwidth:g} stops at ±{config.until_halfwidth:g}%, "
+                              f"which cannot resolve the {pct:g}% gate on {key} (it needs a half-width under "
+                              f"{pct:g}%): expect 'undecided' unless B differs by much more")
 
     from harness.core import host as hostmod
 
@@ -200,9 +217,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         rc = BenchError.exit_code
     if verdict is not None and not verdict.passed:
         progress.console.print(f"[bold red]{verdict.verdict()}[/]", highlight=False, soft_wrap=True)
-        for check in verdict.failures:
+        for check in [*verdict.failures, *verdict.undecided]:
             progress.console.print(f"  {check.message}", highlight=False, soft_wrap=True)
-        rc = BenchError.exit_code
+        rc = rc or (BenchError.exit_code if verdict.failures else GateUndecidedError.exit_code)
     return rc
 
 
@@ -261,8 +278,10 @@ def _print_bench(outcome: Outcome) -> None:
         for f in items:
             out.print(f"  {f.metric}: {f.detail or f.message}", highlight=False)
     if outcome.gate is not None and outcome.gate.checks:
-        style = "green" if outcome.gate.passed else "red"
+        style = {"passed": "green", "undecided": "yellow"}.get(outcome.gate.status, "red")
         out.print(f"[{style}]{outcome.gate.verdict()}[/]", highlight=False)
+        for check in outcome.gate.checks:
+            out.print(f"  {check.message}", highlight=False, soft_wrap=True)
     out.print(f"report: {outcome.files.directory}", highlight=False)
 
 

@@ -35,10 +35,7 @@ def register(subparsers: Any) -> None:
                     "Exit 1 on any error, or on warnings with --strict.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="config file or directory")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
-    p.add_argument("--template", action="store_true",
-                   help="the files are LocalAI gallery template bodies (config_file): name and "
-                        "parameters.model come from the gallery entry, not required here "
-                        "(a file with a config_file: key is checked that way anyway)")
+    _template_flags(p)
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="text (file:line:col, default), json, or github (workflow annotations)")
     _models_dir_flag(p, "model paths are checked for existence only when it is given")
@@ -54,6 +51,7 @@ def register(subparsers: Any) -> None:
                     "A config with errors gets its diagnostics, then what can still be resolved.")
     show.add_argument("file", metavar="FILE", type=Path)
     show.add_argument("--name", help="which config, when FILE holds several")
+    _template_flags(show)
     _models_dir_flag(show, "default: the config file's directory (files not required there)")
     add_json_flag(show)
     show.set_defaults(func=cmd_config_show)
@@ -70,9 +68,20 @@ def register(subparsers: Any) -> None:
         "select", help="which engine and variant serve a config here, and why the others do not")
     sel.add_argument("file", metavar="FILE", type=Path)
     sel.add_argument("--name", help="which config, when FILE holds several")
+    _template_flags(sel)
     _models_dir_flag(sel, "default: the config file's directory (files not required there)")
     add_json_flag(sel)
     sel.set_defaults(func=cmd_select)
+
+
+def _template_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--template", dest="template", action="store_const", const=True, default=None,
+                   help="check every config as a LocalAI gallery body (name and parameters.model come "
+                        "from the gallery entry); default: recognised per config (no name and no "
+                        "parameters.model)")
+    g.add_argument("--no-template", dest="template", action="store_const", const=False,
+                   help="check every config as a full config (name and parameters.model required)")
 
 
 def _models_dir_flag(p: argparse.ArgumentParser, note: str) -> None:
@@ -88,7 +97,8 @@ def _github_escape(text: str, *, prop: bool = False) -> str:
 
 def github_annotation(d: Diagnostic) -> str:
     """A GitHub Actions workflow command that annotates the file at the finding."""
-    return (f"::{d.severity} file={_github_escape(d.file, prop=True)},line={d.line},col={d.col},"
+    level = "notice" if d.severity == "note" else d.severity
+    return (f"::{level} file={_github_escape(d.file, prop=True)},line={d.line},col={d.col},"
             f"title=harness validate::{_github_escape(d.message)}")
 
 
@@ -116,7 +126,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     _print_diagnostics(report.diagnostics, fmt)
     verdict = "ok" if code == 0 else "failed"
     progress.info(f"{report.files} files, {report.configs} configs: {report.errors} errors, "
-                  f"{report.warnings} warnings ({verdict})")
+                  f"{report.warnings} warnings, {report.notes} notes ({verdict})")
     return code
 
 
@@ -151,7 +161,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
 
     from harness.config.effective import load_config_file
     from harness.core import progress
-    loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir)
+    loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir, template=args.template)
     diags = list(loaded.diagnostics)
     failed = _report(diags, as_json=args.json)
     eff: Effective | None = loaded.resolve()
@@ -173,7 +183,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     for key, s in eff.params.items():
         t.add_row(key, _show_value(key, s.value), s.source)
     for key, s in eff.ignored.items():
-        t.add_row(key, _show_value(key, s.value), f"{s.source} (ignored: unknown key)", style="dim")
+        t.add_row(key, _show_value(key, s.value), s.source, style="dim")
     Console(soft_wrap=False, width=140).print(t)
     for note in eff.notes:
         progress.info(f"note: {note}")
@@ -224,7 +234,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     from harness.config.effective import load_config_file
     from harness.config.select import select_engine
-    loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir)
+    loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir, template=args.template)
     validated, diags, models_dir = loaded.validated, list(loaded.diagnostics), loaded.models_dir
     failed = _report(diags, as_json=args.json)
     if validated is None or validated.config is None:

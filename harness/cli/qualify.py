@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "backend, fetch the fixture models, run the e2e specs per variant, the cross-variant check "
                        "and ABBA benchmarks of our cpu build against the engine's peer baseline on each bench model (adaptive "
                        "blocks, gated by --fail-on-slower); writes "
-                       "reports/<timestamp>-qualify-<engine>/qualify.{md,json}. Exit 1 when a stage failed. "
+                       "reports/<timestamp>-qualify-<engine>/qualify.{md,json}. Exit 1 when a stage failed, 18 when none failed but a benchmark gate was undecided (its interval straddles the floor: not a pass). "
                        "Moving a pin? Add --old-pin OLD (or --old-rev main) for the pull request's material: the "
                        "API/ABI diff and old-vs-new figures of the engine's own benchmark tool in the same report.")
     p.add_argument("engine", nargs="?", default=None, help="engine name (default: the default text engine)")
@@ -69,4 +69,8 @@ def cmd_qualify(args: argparse.Namespace) -> int:
     else:
         print((directory / "qualify.md").read_text())
         print(f"report: {directory}")
+    if q.undecided:
+        from harness.core.errors import GateUndecidedError
+
+        return GateUndecidedError.exit_code
     return 0 if q.passed else 1

@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli import add_json_flag, print_json
-from harness.core.errors import ConfigError, UsageError
+from harness.core.errors import UsageError
 
 if TYPE_CHECKING:
+    from harness.config.effective import ConfigFile
     from harness.video.limits import VideoLimits
-    from harness.video.options import VideoOptions
-    from harness.video.pipeline import VideoPipeline, VideoResult
+    from harness.video.pipeline import VideoResult
+    from harness.video.target import VideoTarget
 
 
 
@@ -32,15 +33,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--prompt", help="text prompt (required unless --request gives one)")
     p.add_argument("--start-image", help="first keyframe: PNG/JPEG path or data: URL")
     p.add_argument("--end-image", help="last keyframe: PNG/JPEG path or data: URL")
-    p.add_argument("--width", type=int, help="canvas width (truncated to the 32-px grid)")
-    p.add_argument("--height", type=int, help="canvas height (truncated to the 32-px grid)")
-    p.add_argument("--frames", type=int, dest="num_frames", help="frame count (rounded up to the frame grid, 17n+5)")
+    p.add_argument("--width", type=int, help="canvas width (fitted to the family's pixel grid)")
+    p.add_argument("--height", type=int, help="canvas height (fitted to the family's pixel grid)")
+    p.add_argument("--frames", type=int, dest="num_frames",
+                   help="frame count (rounded up to the family's frame grid: 17n+5, 4n+1)")
     p.add_argument("--steps", type=int, help="denoising steps")
     p.add_argument("--seed", type=int, help="seed (default: random, reported)")
     p.add_argument("--crf", type=int, help="H.264 CRF 0..51")
     p.add_argument("--request", type=Path, metavar="REQUEST.json",
                    help="request keys from a JSON file; flags override them")
     _add_media_dir(p, "the request file's directory, else the current directory")
+    _add_models_dir(p)
     p.add_argument("-o", "--output", type=Path, help="output MP4 (default: <config>-<time>.mp4)")
     add_json_flag(p)
     p.set_defaults(func=cmd_generate)
@@ -51,6 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="request JSON; relative paths in it resolve against its directory "
                         "(or --media-dir)")
     _add_media_dir(p, "the request file's directory")
+    _add_models_dir(p)
     add_json_flag(p)
     p.set_defaults(func=cmd_check)
 
@@ -68,6 +72,15 @@ def _add_media_dir(p: argparse.ArgumentParser, default: str) -> None:
                         f"anything outside is refused (default: {default})")
 
 
+def _add_models_dir(p: argparse.ArgumentParser) -> None:
+    from harness.config import MODELS_DIR_ENV
+    p.add_argument("--models-dir", type=Path, metavar="DIR",
+                   help="the only directory the config's checkpoint paths (parameters.model, "
+                        "video_vae, video_encoder, audio_vae, ...) may name: relative paths resolve "
+                        f"against it, symlinks are followed and anything outside is refused "
+                        f"(default: ${MODELS_DIR_ENV}, else the config file's directory)")
+
+
 def _media_dir(args: argparse.Namespace) -> Path:
     """Where request paths resolve and must stay: --media-dir, else the request's directory."""
     media: Path | None = args.media_dir
@@ -80,63 +93,22 @@ def _media_dir(args: argparse.Namespace) -> Path:
     return request.resolve().parent if request is not None else Path.cwd()
 
 
-def _engine_of(backend: str) -> str:
-    """The registered engine a ``backend:`` names (LocalAI's names resolved), else the name itself."""
-    from harness.config.localai import resolve_backend
-    from harness.engine import registry
-
-    try:
-        engines = frozenset(registry.names())
-    except Exception:  # no plugins to ask: the name is all there is
-        return backend
-    return resolve_backend(backend, engines).engine or backend
-
-
-def load_config(path: Path) -> tuple[str, VideoOptions, dict[str, Any]]:
-    """(engine, video options, raw config) from a model YAML.
-
-    Reads ``backend`` and the options surfaces (``options:`` then ``engine_args:``, through
-    the config's one parser); the rest of the schema is ``harness validate``'s.
-    """
-    import yaml
-
-    from harness.config.options import config_options
-    from harness.core.datafile import load_yaml
-    from harness.core.inputs import read_text
-    from harness.video.options import video_options
-    # a regular file within the config limit: a FIFO or /dev/zero is refused unread
-    text = read_text(path, kind="config", error=ConfigError)
-    try:
-        data = load_yaml(text)
-    except (yaml.YAMLError, RecursionError) as e:
-        msg = f"{path}: not valid YAML: {str(e)[:400]}"
-        raise ConfigError(msg) from None
-    if not isinstance(data, dict):
-        msg = f"{path}: expected a mapping at the top level"
-        raise ConfigError(msg)
-    engine = str(data.get("backend") or "")
-    if not engine:
-        msg = f"{path}: no 'backend:' naming the engine that renders video"
-        raise ConfigError(msg)
-    engine = _engine_of(engine)
-    resolved = config_options(data, file=str(path))
-    for _, key, value in resolved.items:
-        if value is None:
-            msg = f"{path}: option {key!r} is not key:value"
-            raise ConfigError(msg)
-    return engine, video_options(resolved), data
-
-
-def _load_pipeline(config: Path, loaded: tuple[str, VideoOptions, dict[str, Any]] | None = None,
-                   limits: VideoLimits | None = None) -> VideoPipeline:
-    from harness.config import MODELS_DIR_ENV
-    from harness.video.pipeline import VideoPipeline, engine_limits
-    engine, options, data = loaded or load_config(config)
-    # Checkpoint paths resolve like the config layer's: HARNESS_MODELS_DIR, else beside the config.
-    env = os.environ.get(MODELS_DIR_ENV)
-    models_dir = Path(env) if env else config.resolve().parent
-    return VideoPipeline(engine, options, model=data, models_dir=models_dir,
-                         limits=limits or engine_limits(engine))
+def _load(args: argparse.Namespace) -> tuple[ConfigFile, VideoTarget | None]:
+    """The config through ``harness validate``'s path; its diagnostics printed (text mode)."""
+    from harness.core import progress
+    from harness.video.target import load_target
+    loaded, target = load_target(args.config, models_dir=args.models_dir)
+    if not args.json:
+        for d in loaded.diagnostics:
+            print(d)
+    if target is None:
+        if args.json:
+            print_json({"ok": False, "diagnostics": [d.to_json() for d in loaded.diagnostics]})
+        else:
+            errors = sum(d.severity == "error" for d in loaded.diagnostics)
+            progress.info(f"{args.config}: {errors} error(s) in the model config; nothing is "
+                          "planned or rendered from an invalid config (see harness validate)")
+    return loaded, target
 
 
 def _print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
@@ -147,26 +119,29 @@ def _print_warnings(warnings: tuple[str, ...] | list[str]) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from harness.core import progress
-    from harness.video.pipeline import engine_limits, plan_request
+    from harness.video.pipeline import VideoPipeline, plan_request
     from harness.video.request import load_request
-    loaded = load_config(args.config)
-    limits = engine_limits(loaded[0])
-    data = load_request(args.request, limits)
+    loaded, target = _load(args)
+    if target is None:
+        return 1
+    data = load_request(args.request, target.limits)
     # The request is judged before ffmpeg is probed: a refusal costs no subprocess.
-    plan = plan_request(data, loaded[1], base_dir=_media_dir(args), limits=limits)
-    pipe = _load_pipeline(args.config, loaded, limits)
+    plan = plan_request(data, target, base_dir=_media_dir(args))
+    pipe = VideoPipeline(target)
     if args.json:
         print_json({"ok": True, "engine": pipe.engine, "ffmpeg": pipe.ffmpeg.path,
                     "ffmpeg_source": pipe.ffmpeg.source, "video_encoder": pipe.ffmpeg.video_encoder,
-                    "plan": plan.to_dict()})
+                    "plan": plan.to_dict(),
+                    "diagnostics": [d.to_json() for d in loaded.diagnostics]})
         return 0
     _print_warnings(plan.warnings)
     seed = plan.seed if plan.seed is not None else "random"
     progress.console.print(
-        f"ok: {plan.partition} {plan.canvas} ({plan.canvas.source}), {plan.num_frames} frames "
-        f"at {plan.fps:g} fps ({plan.duration:.2f}s), {plan.steps} steps, crf {plan.crf}, "
-        f"seed {seed}; ffmpeg {pipe.ffmpeg.path} ({pipe.ffmpeg.source}, "
-        f"{pipe.ffmpeg.video_encoder})", highlight=False)
+        f"ok: {plan.family} {plan.partition} {plan.canvas} ({plan.canvas.source}), "
+        f"{plan.num_frames} frames at {plan.fps:g} fps ({plan.duration:.2f}s), {plan.steps} steps, "
+        f"{'with' if plan.audio_track else 'no'} audio, crf {plan.crf}, seed {seed}; "
+        f"ffmpeg {pipe.ffmpeg.path} ({pipe.ffmpeg.source}, {pipe.ffmpeg.video_encoder})",
+        highlight=False)
     return 0
 
 
@@ -215,17 +190,18 @@ def _step_display() -> Iterator[tuple[Callable[[int, int], None], Callable[[str]
 def cmd_generate(args: argparse.Namespace) -> int:
     from harness.core import crash, progress
     from harness.video.mux import VideoCancelledError
-    from harness.video.pipeline import engine_limits, plan_request
+    from harness.video.pipeline import VideoPipeline, plan_request
 
     code = crash.supervise(getattr(args, "argv", None), "harness video generate")
     if code is not None:
         return code
-    loaded = load_config(args.config)
-    limits = engine_limits(loaded[0])
-    data = _request_from_args(args, limits)
+    _, target = _load(args)
+    if target is None:
+        return 1
+    data = _request_from_args(args, target.limits)
     base_dir = _media_dir(args)
-    plan_request(data, loaded[1], base_dir=base_dir, limits=limits)  # refused before ffmpeg
-    pipe = _load_pipeline(args.config, loaded, limits)  # ffmpeg: before anything renders
+    plan_request(data, target, base_dir=base_dir)  # refused before ffmpeg
+    pipe = VideoPipeline(target)  # ffmpeg: before anything renders
     out = args.output or Path(f"{args.config.stem}-{time.strftime('%Y%m%d-%H%M%S')}.mp4")
     cancel = threading.Event()
     box: dict[str, Any] = {}

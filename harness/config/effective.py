@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import MODELS_DIR_ENV
-from harness.config.facts import abilities, read_gguf_header
+from harness.config.facts import abilities_with_source, read_gguf_header
 from harness.config.loader import Diagnostic
 from harness.config.localai import remote_scheme
 from harness.config.model import ModelConfig, Template, model_config, nested_specs, option_specs
@@ -35,12 +35,22 @@ from harness.video.families import VideoFamily, family_for
 
 #: Where model paths resolve when no models directory is named (else: beside the config).
 
-#: Sampling defaults when neither parameters nor options set them (GPT4All's, per SPEC.md 5).
-SAMPLING_DEFAULTS: dict[str, Any] = {
-    "temperature": 0.9, "top_p": 0.9, "top_k": 40, "min_p": 0.0, "max_tokens": 0, "seed": -1,
-    "repeat_penalty": 1.1, "repeat_last_n": 64, "presence_penalty": 0.0,
-    "frequency_penalty": 0.0, "ignore_eos": False,
+#: Sampling defaults when neither parameters nor options set them. LocalAI's own (ModelConfig.SetDefaults,
+#: core/config/model_config.go at 8f5f7d6ca9f8523bc524bd6501993fcb7a69a601: top_p 0.95, top_k 40,
+#: temperature 0.9, max_tokens 0, seed -1) are labelled so; the rest are the engine's.
+LOCALAI_SAMPLING_DEFAULTS: dict[str, Any] = {
+    "temperature": 0.9, "top_p": 0.95, "top_k": 40, "max_tokens": 0, "seed": -1,
 }
+SAMPLING_DEFAULTS: dict[str, Any] = {
+    **LOCALAI_SAMPLING_DEFAULTS, "min_p": 0.0, "repeat_penalty": 1.1, "repeat_last_n": 64,
+    "presence_penalty": 0.0, "frequency_penalty": 0.0, "ignore_eos": False,
+}
+LOCALAI_DEFAULT = "LocalAI default"
+#: How ``config show`` labels an option of the config's LocalAI backend (accepted, not used here).
+LOCALAI_OPTION = "LocalAI backend option, not used by this harness"
+ENGINE_DEFAULT = "engine default"
+#: Top-level keys LocalAI's SetDefaults fills when unset (mmap true, mmlock and low_vram false).
+LOCALAI_TOP_LEVEL_DEFAULTS = frozenset({"mmap", "mmlock", "low_vram"})
 MAX_DEFAULT_PARALLEL = 8
 #: Top-level LocalAI keys that set one engine parameter (loses to options and engine_args):
 #: config field -> (parameter, default).
@@ -133,12 +143,13 @@ class _Resolve:
             p[key] = Setting(value=tristate(s.value), source=s.source) if spec.tristate else s
         for field_name, (param, default) in TOP_LEVEL.items():
             value = getattr(c, field_name)
+            who = LOCALAI_DEFAULT if field_name in LOCALAI_TOP_LEVEL_DEFAULTS else ENGINE_DEFAULT
             p[param] = Setting(value=value, source=field_name) if value is not None else Setting(
-                value=default, source="default")
+                value=default, source=f"default ({who})")
         self.sampling()
         self.template()
-        source = ", ".join(k for k in ("known_usecases", "embeddings", "reranking") if getattr(c, k))
-        p["abilities"] = Setting(value=abilities(c), source=source or "default")
+        found, source = abilities_with_source(c)
+        p["abilities"] = Setting(value=found, source=source)
         if c.mmproj:
             p["mmproj"] = self.resolve_path(c.mmproj, "mmproj")
         if c.draft_model:
@@ -191,7 +202,8 @@ class _Resolve:
             elif from_params is not None:
                 self.params[f"sampling.{key}"] = Setting(value=from_params, source="parameters")
             else:
-                self.params[f"sampling.{key}"] = Setting(value=SAMPLING_DEFAULTS.get(key), source="default")
+                who = LOCALAI_DEFAULT if key in LOCALAI_SAMPLING_DEFAULTS else ENGINE_DEFAULT
+                self.params[f"sampling.{key}"] = Setting(value=SAMPLING_DEFAULTS.get(key), source=f"default ({who})")
         stop, words = self.config.parameters.stop, self.config.stopwords
         merged = [*stop, *(w for w in words if w not in stop)]
         source = " + ".join(n for n, v in (("parameters", stop), ("stopwords", words)) if v) or "default"
@@ -260,8 +272,11 @@ def effective(
     config = data if isinstance(data, ModelConfig) else model_config(data)
     r = _Resolve(config, opts, models_dir, cpus or cpu_count(), header, engine)
     params = r.run()
-    return Effective(name=config.name, backend=config.backend, params=params,
-                     ignored=dict(opts.unknown), notes=tuple(r.notes))
+    localai = set(opts.localai.values())
+    ignored = {k: Setting(value=s.value, path=s.path, source=f"{s.source} (" + (
+        LOCALAI_OPTION if s.path in localai else "ignored: unknown key") + ")") for k, s in opts.unknown.items()}
+    return Effective(name=config.name, backend=config.backend, params=params, ignored=ignored,
+                     notes=tuple(r.notes))
 
 
 # ---------------------------------------------------------------------------
@@ -304,12 +319,14 @@ def _config_label(c: Validated, index: int) -> str:
     return repr(name) if isinstance(name, str) and name else f"#{index} (no name)"
 
 
-def load_config_file(file: Path, *, name: str | None = None, models_dir: Path | None = None) -> ConfigFile:
+def load_config_file(file: Path, *, name: str | None = None, models_dir: Path | None = None,
+                     template: bool | None = None) -> ConfigFile:
     """The one config of ``file`` (the one called ``name``, when it holds several), validated.
 
     :param models_dir: where model paths resolve (default ``$HARNESS_MODELS_DIR``); existence of
         model files is enforced only for a directory named so, as in ``harness validate``; without
         one the config's own directory (LocalAI's layout) is where facts are looked up.
+    :param template: gallery bodies: True all, False none, None recognised per config (as validate).
     :raises UsageError: no such file, a directory, or several configs and no ``name``.
     """
     explicit = named_models_dir(models_dir)
@@ -319,7 +336,7 @@ def load_config_file(file: Path, *, name: str | None = None, models_dir: Path | 
         raise UsageError(msg)
     # a regular file within the config limit: a FIFO, a device or a huge file is refused unread
     text = read_bytes(file, kind="config", error=UsageError)
-    items = Validator(models_dir=explicit).validate_text(text, str(file))
+    items = Validator(models_dir=explicit, template=template).validate_text(text, str(file))
     problems = [i for i in items if isinstance(i, Diagnostic)]
     configs = [i for i in items if isinstance(i, Validated)]
     if name:

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.config.localai import remote_scheme
+from harness.config.localai import remote_scheme, vocabulary
 from harness.config.model import ModelConfig
 from harness.config.rules import path_problem
 
@@ -69,17 +69,50 @@ def size_from_name(name: str) -> str | None:
     return m.group(1).upper() if m else None
 
 
-def abilities(config: ModelConfig) -> list[str]:
-    """What the model is for (LocalAI's known_usecases, embeddings, reranking); default chat, completion."""
+GUESSED = "guessed like LocalAI"
+#: What a config is for when neither known_usecases nor LocalAI's guess says (a text model).
+DEFAULT_ABILITIES = ["chat", "completion"]
+
+
+def guessed_usecases(config: ModelConfig) -> list[str]:
+    """The use cases LocalAI's GuessUsecases finds in ``config`` (templates, flags, backend name:
+    ``guess_usecases`` in localai.yaml)."""
+    t = config.template
     out: list[str] = []
+    if t is not None and (t.chat or t.chat_message):
+        out.append("chat")
+    if t is not None and t.completion:
+        out.append("completion")
+    if t is not None and t.edit:
+        out.append("edit")
+    if config.embeddings:
+        out.append("embeddings")
+    guesses = vocabulary().guess_usecases
+    out += [case for case, backends in guesses.items() if config.backend in backends]
+    return out
+
+
+def abilities_with_source(config: ModelConfig) -> tuple[list[str], str]:
+    """What the model is for and why: LocalAI's HasUsecases is known_usecases or its guess, so both
+    count; when neither says anything, a text model (chat, completion) by this harness's default."""
+    declared: list[str] = []
     for case in config.known_usecases:
         # LocalAI's `llm` is chat + completion + edit.
-        out += [c for c in (("chat", "completion", "edit") if case == "llm" else (case,)) if c not in out]
-    if config.embeddings and "embeddings" not in out:
-        out.append("embeddings")
-    if config.reranking and "rerank" not in out:
-        out.append("rerank")
-    return out or ["chat", "completion"]
+        declared += [c for c in (("chat", "completion", "edit") if case == "llm" else (case,))
+                     if c not in declared]
+    if config.reranking and "rerank" not in declared:
+        declared.append("rerank")
+    guessed = [c for c in guessed_usecases(config) if c not in declared]
+    sources = [s for s, part in (("known_usecases", declared), (GUESSED, guessed)) if part]
+    out = declared + guessed
+    if not out:
+        return list(DEFAULT_ABILITIES), "harness default (LocalAI guesses none)"
+    return out, " + ".join(sources)
+
+
+def abilities(config: ModelConfig) -> list[str]:
+    """What the model is for (:func:`abilities_with_source` without the source)."""
+    return abilities_with_source(config)[0]
 
 
 def gguf_facts(path: Path) -> dict[str, Any]:

@@ -1,27 +1,38 @@
 """YAML loading that keeps where every key and value was written, and diagnostics.
 
-PyYAML's composer (the libyaml one when available) gives a node tree with
-marks; we build the plain data ourselves from it so that each path
-(``("parameters", "model")``) maps back to a line and column. Anything wrong
-with the text itself becomes a located :class:`Diagnostic`, never an exception.
+LocalAI reads its model configs with gopkg.in/yaml.v3, so the text is read here the way
+yaml.v3 reads it, with ruamel.yaml (YAML 1.2 scalars: ``yes``/``on`` stay strings, no
+sexagesimal numbers; merge keys). Where yaml.v3 itself differs, it is followed:
+
+- double-quoted strings take yaml.v3's escapes, which are YAML 1.2's plus ``\'``
+  (its scanner's ``case '\''``); ruamel's table lacks only that one;
+- a key given twice in one mapping is an error naming both lines (yaml.v3's
+  "mapping key already defined" refusal: LocalAI does not load such a file).
+
+ruamel's composer gives a node tree with marks; the plain data is built here from it so
+that each path (``("parameters", "model")``) maps back to a line and column. Anything
+wrong with the text becomes a located :class:`Diagnostic`, never an exception. ruamel is
+imported on first use: ``harness --version`` and ``--help`` never load it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import yaml
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-
 from harness.core.inputs import limit
 
-Severity = Literal["error", "warning"]
+#: error: LocalAI refuses or misreads it; warning: LocalAI accepts it but it is probably wrong;
+#: note: about this harness's coverage (never fails a run, not even with --strict).
+Severity = Literal["error", "warning", "note"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "note")
 Path_ = tuple[str | int, ...]
-
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: yaml.v3's escapes in double-quoted scalars beyond ruamel's (YAML 1.2) table.
+YAML_V3_EXTRA_ESCAPES = {"'": "'"}
+MERGE_TAG = "tag:yaml.org,2002:merge"
 #: Alias expansion is bounded: a few anchors must not blow up into millions of nodes. Only
 #: nodes reached again through an alias count; a long plain document is bounded by its size.
 MAX_ALIAS_NODES = 100_000
@@ -90,9 +101,29 @@ class Document:
         return Diagnostic(file=self.file, line=line, col=col, severity=severity, message=message)
 
 
+Node = Any  # ruamel.yaml.nodes.Node: imported lazily
+
+
+@functools.cache
+def _yaml() -> Any:
+    """A ruamel.yaml reader that scans like yaml.v3 (its extra escape), built once."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.scanner import Scanner
+
+    class V3Scanner(Scanner):
+        ESCAPE_REPLACEMENTS = {**Scanner.ESCAPE_REPLACEMENTS, **YAML_V3_EXTRA_ESCAPES}  # noqa: RUF012
+
+    y = YAML(typ="safe", pure=True)
+    y.Scanner = V3Scanner
+    return y
+
+
 class _Builder:
-    def __init__(self, loader: yaml.SafeLoader, doc: Document, problems: list[Diagnostic]) -> None:
-        self.loader, self.doc, self.problems = loader, doc, problems
+    def __init__(self, constructor: Any, doc: Document, problems: list[Diagnostic]) -> None:
+        from ruamel.yaml import nodes
+
+        self.constructor, self.doc, self.problems = constructor, doc, problems
+        self.nodes = nodes
         self.count = 0
         self.distinct: set[int] = set()
         self.stack: set[int] = set()
@@ -116,45 +147,74 @@ class _Builder:
         if id(node) in self.stack:
             self._problem(node, "recursive alias: a node contains itself")
             return None
-        if isinstance(node, ScalarNode):
+        if isinstance(node, self.nodes.ScalarNode):
             return self._scalar(node)
         self.stack.add(id(node))
         try:
-            if isinstance(node, SequenceNode):
+            if isinstance(node, self.nodes.SequenceNode):
                 return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-            if isinstance(node, MappingNode):
+            if isinstance(node, self.nodes.MappingNode):
                 return self._mapping(node, path)
         finally:
             self.stack.discard(id(node))
         return None
 
-    def _scalar(self, node: ScalarNode) -> Any:
+    def _scalar(self, node: Any) -> Any:
+        from ruamel.yaml.error import YAMLError
+
         try:
-            return self.loader.construct_object(node, deep=True)
-        except yaml.YAMLError as e:
+            value = self.constructor.construct_object(node, deep=True)
+        except (YAMLError, ValueError, TypeError) as e:
             self._problem(node, f"cannot read value {node.value!r}: {getattr(e, 'problem', e)}")
             return node.value
+        # yaml.v3 decodes timestamps into a string field as written; no config field is a date.
+        return value if isinstance(value, str | int | float | bool | type(None) | bytes) else node.value
 
-    def _mapping(self, node: MappingNode, path: Path_) -> dict[str, Any]:
-        try:
-            self.loader.flatten_mapping(node)  # YAML merge keys (<<: *base)
-        except yaml.YAMLError as e:
-            self._problem(node, f"bad merge key: {getattr(e, 'problem', e)}")
+    def _merged(self, node: Any) -> list[Any]:
+        """The (key, value) node pairs of a ``<<:`` value (a mapping or a list of them), for
+        keys the mapping does not give itself; anything else is an error, as in yaml.v3."""
+        sources = node.value if isinstance(node, self.nodes.SequenceNode) else [node]
+        pairs: list[Any] = []
+        for src in sources:
+            if isinstance(src, self.nodes.MappingNode):
+                pairs += [p for p in src.value if not self._is_merge(p[0])]
+                pairs += [p for m in src.value if self._is_merge(m[0]) for p in self._merged(m[1])]
+            else:
+                self._problem(src, "bad merge key: <<: takes a mapping or a list of mappings")
+        return pairs
+
+    def _is_merge(self, key_node: Any) -> bool:
+        return isinstance(key_node, self.nodes.ScalarNode) and (
+            key_node.tag == MERGE_TAG or (key_node.value == "<<" and key_node.style is None))
+
+    def _mapping(self, node: Any, path: Path_) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        first: dict[str, Node] = {}
+        first: dict[str, Any] = {}
+        merged: list[Any] = []
         for key_node, value_node in node.value:
-            if not isinstance(key_node, ScalarNode):
+            if self._is_merge(key_node):  # YAML merge keys (<<: *base): yaml.v3 takes them
+                merged += self._merged(value_node)
+                continue
+            if not isinstance(key_node, self.nodes.ScalarNode):
                 self._problem(key_node, "a key must be a plain scalar, not a list or a mapping")
                 continue
-            # The key as written: YAML 1.1 would turn `on:` into True and `1:` into 1.
+            # The key as written (a config's keys are names).
             key = str(key_node.value)
             if key in first:
                 line = first[key].start_mark.line + 1
-                self._problem(key_node, f"duplicate key {key!r} (first given on line {line})")
+                here = key_node.start_mark.line + 1
+                self._problem(key_node, f"duplicate key {key!r} on lines {line} and {here}: LocalAI's YAML "
+                                        "parser (yaml.v3) refuses a mapping that gives a key twice")
             first[key] = key_node
             self.doc.keys[(*path, key)] = (key_node.start_mark.line + 1,
                                            key_node.start_mark.column + 1)
             out[key] = self.build(value_node, (*path, key))
+        for key_node, value_node in merged:
+            key = str(getattr(key_node, "value", ""))
+            if key and key not in out and isinstance(key_node, self.nodes.ScalarNode):
+                self.doc.keys.setdefault((*path, key), (key_node.start_mark.line + 1,
+                                                        key_node.start_mark.column + 1))
+                out[key] = self.build(value_node, (*path, key))
         return out
 
 
@@ -164,10 +224,10 @@ class _TooLarge(Exception):
         self.line, self.col = line, col
 
 
-def _yaml_problem(file: str, e: yaml.YAMLError) -> Diagnostic:
+def _yaml_problem(file: str, e: Exception) -> Diagnostic:
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
     context = getattr(e, "context", None)
     text = f"invalid YAML: {problem}" + (f" ({context})" if context else "")
     return Diagnostic(file=file, line=line, col=col, severity="error", message=text)
@@ -186,23 +246,22 @@ def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagno
         except UnicodeDecodeError as e:
             msg = f"not UTF-8 text (byte {e.start}): a model config is a YAML text file"
             return [], [Diagnostic(file=file, line=1, col=1, severity="error", message=msg)]
+    from ruamel.yaml.error import YAMLError
+
     docs: list[Document] = []
-    loader = _Loader(text)
+    y = _yaml()
     try:
-        while loader.check_node():
-            node = loader.get_node()
+        for node in y.compose_all(text):
             if node is None:
                 continue
             doc = Document(file=file, data=None)
-            doc.data = _Builder(loader, doc, problems).build(node, ())
+            doc.data = _Builder(y.constructor, doc, problems).build(node, ())
             docs.append(doc)
-    except yaml.YAMLError as e:
+    except YAMLError as e:
         problems.append(_yaml_problem(file, e))
     except _TooLarge as e:
         problems.append(Diagnostic(file=file, line=e.line, col=e.col, severity="error", message=str(e)))
     except (RecursionError, ValueError) as e:
         msg = f"cannot read YAML: {type(e).__name__}: {e}"
         problems.append(Diagnostic(file=file, line=1, col=1, severity="error", message=msg))
-    finally:
-        loader.dispose()
     return docs, problems

@@ -10,6 +10,7 @@ backend is the engine's to say (``localai_backends`` on its registered object).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from importlib import resources
@@ -19,6 +20,11 @@ from harness.core.datafile import load_yaml
 from harness.core.errors import did_you_mean
 
 DATA_FILE = "localai.yaml"
+#: LocalAI's backend index (backend/index.yaml) at a pinned commit: scripts/refresh_localai_index.py.
+INDEX_FILE = "localai_index.yaml"
+#: LocalAI's ModelConfig.Validate(): a backend name of other characters is refused (the config is
+#: not loaded); core/config/model_config.go at 8f5f7d6ca9f8523bc524bd6501993fcb7a69a601.
+BACKEND_NAME = re.compile(r"^[a-zA-Z0-9\-_]+$")
 #: Sections of the vocabulary: the top level and the two nested mappings the harness types.
 SECTIONS = ("config", "parameters", "template")
 
@@ -41,6 +47,10 @@ class Backend:
     options: frozenset[str] = frozenset()
     """Its own ``options:`` keys: accepted, not used by this harness."""
     speculative: str | None = None
+    usecases: tuple[str, ...] = ()
+    """What LocalAI's index says the backend is for (its tags, as known_usecases names)."""
+    model_optional: bool = False
+    """The backend runs without a model path (parameters.model may be empty)."""
     video_family: str | None = None
     """The video family of its configs when they declare none (``harness/video/families.yaml``)."""
 
@@ -54,6 +64,9 @@ class Vocabulary:
     remote_schemes: tuple[str, ...]
     backends: dict[str, Backend]
     speculative_spellings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    index_source: dict[str, Any] = field(default_factory=dict)
+    guess_usecases: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """LocalAI's GuessUsecases by backend name: use case -> the backend names it is guessed for."""
 
     def unused(self, section: str) -> dict[str, str]:
         """Keys of ``section`` accepted and not used, with the JSON type LocalAI decodes them into."""
@@ -87,17 +100,24 @@ def vocabulary() -> Vocabulary:
     keys = {section: {name: Key(name=name, use=spec.get("use"), unused=spec.get("unused"))
                       for name, spec in raw["keys"][section].items()}
             for section in SECTIONS}
+    index = load_yaml(resources.files("harness.config").joinpath(INDEX_FILE).read_text(encoding="utf-8"))
+    cases = {str(k): tuple(v or ()) for k, v in index["backends"].items()}
     backends = {
         name: Backend(name=name, alias_of=spec.get("alias_of"), options=frozenset(spec.get("options") or ()),
-                      speculative=spec.get("speculative"), video_family=spec.get("video_family"))
+                      speculative=spec.get("speculative"), video_family=spec.get("video_family"),
+                      usecases=cases.get(name, ()), model_optional=bool(spec.get("model_optional")))
         for name, spec in raw["backends"].items()
     }
+    for name, usecases in cases.items():  # the index's names this table has nothing more about
+        backends.setdefault(name, Backend(name=name, usecases=usecases))
     return Vocabulary(
         source=dict(raw["source"]), keys=keys,
         harness_keys={k: frozenset(v) for k, v in (raw.get("harness") or {}).items()},
         usecases=tuple(str(u) for u in raw["usecases"]),
         remote_schemes=tuple(raw["remote_schemes"]), backends=backends,
         speculative_spellings=dict(raw.get("speculative_spellings") or {}),
+        index_source=dict(index["source"]),
+        guess_usecases={str(k): tuple(str(b) for b in v) for k, v in (raw.get("guess_usecases") or {}).items()},
     )
 
 
@@ -112,9 +132,10 @@ class BackendVerdict:
     """What a config's ``backend:`` means here."""
 
     name: str
-    kind: Literal["engine", "localai", "unknown"]
+    kind: Literal["engine", "localai", "unknown", "refused"]
     """engine: a registered engine serves it; localai: a LocalAI backend this harness does not
-    build; unknown: neither."""
+    build; unknown: neither (LocalAI loads the config and looks the name up in its galleries);
+    refused: a name LocalAI's Validate() refuses."""
     engine: str | None = None
     message: str = ""
 
@@ -146,13 +167,19 @@ def resolve_backend(name: str, engines: Collection[str]) -> BackendVerdict:
         return BackendVerdict(name=name, kind="engine", engine=engine)
     if entry is not None:
         return BackendVerdict(name=name, kind="localai", message=(
-            f"backend {name!r} is valid for LocalAI; this harness does not build it "
-            "(only the shared schema is checked)"))
+            f"backend {name!r} is a LocalAI backend this harness does not build "
+            "(only LocalAI's shared rules are checked)"))
     known = sorted(engines)
     candidates = [*known, *v.backends]
+    if not BACKEND_NAME.match(name):
+        return BackendVerdict(name=name, kind="refused", message=(
+            f"backend {name!r}: LocalAI refuses a backend name with characters other than letters, "
+            f"digits, '-' and '_' (ModelConfig.Validate){did_you_mean(name, candidates)}"))
+    commit = str(v.index_source.get("commit", ""))[:12]
     return BackendVerdict(name=name, kind="unknown", message=(
-        f"backend {name!r} is neither a known engine (plugin or descriptor) nor a LocalAI backend"
-        f"{did_you_mean(name, candidates)}; engines here: {', '.join(known) or 'none'}"))
+        f"backend {name!r} is neither an engine here nor in LocalAI's backend index (at {commit})"
+        f"{did_you_mean(name, candidates)}: LocalAI loads the config and fails only when no gallery "
+        f"has that backend; engines here: {', '.join(known) or 'none'}"))
 
 
 def backend_options(name: str | None) -> frozenset[str]:

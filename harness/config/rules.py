@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.loader import Diagnostic, Document, Path_, Severity, dotted
-from harness.config.localai import remote_scheme, resolve_backend
+from harness.config.localai import remote_scheme, resolve_backend, vocabulary
 from harness.config.model import option_specs
 from harness.config.options import ResolvedOptions
 
@@ -153,22 +153,32 @@ class Rules:
         if backend is None:
             return
         verdict = resolve_backend(backend, self.ctx.engines)
-        if verdict.kind == "localai":
-            self.add(("backend",), "warning", verdict.message)
-        elif verdict.kind == "unknown":
-            self.add(("backend",), "error", verdict.message)
+        severities: dict[str, Severity] = {"localai": "note", "unknown": "warning", "refused": "error"}
+        severity = severities.get(verdict.kind)
+        if severity is not None:
+            self.add(("backend",), severity, verdict.message)
 
     def _check_path(self, path: Path_, label: str, value: str) -> None:
         """Shape and existence of a models-dir path; a remote URI is only noted."""
         scheme = remote_scheme(value)
         if scheme is not None:
-            self.add(path, "warning", f"{label} {value!r} is a remote model ({scheme}): {REMOTE_NOTE}")
+            self.add(path, "note", f"{label} {value!r} is a remote model ({scheme}): {REMOTE_NOTE}")
+            return
+        if not value.strip() and self._model_optional(path):
             return
         problem = path_problem(label, value)
         if problem:
             self.add(path, "error", problem)
         elif self.ctx.models_dir is not None and not os.path.exists(self.ctx.models_dir / value):
             self.add(path, "error", f"{label} {value!r} not found in the models directory {self.ctx.models_dir}")
+
+    def _model_optional(self, path: Path_) -> bool:
+        """An empty parameters.model where the backend loads no model file (localai.yaml says which)."""
+        if path != ("parameters", "model"):
+            return False
+        backend = str_at(self.data, "backend")
+        entry = vocabulary().backend(backend) if backend else None
+        return entry is not None and entry.model_optional
 
     def model_path(self) -> None:
         model = str_at(self.data, "parameters", "model")
@@ -206,7 +216,7 @@ class Rules:
             if not ref.strip():
                 self.add(path, "error", "draft model reference is empty")
             elif remote_scheme(ref):
-                self.add(path, "warning", f"draft model {ref!r} is a remote model: {REMOTE_NOTE}")
+                self.add(path, "note", f"draft model {ref!r} is a remote model: {REMOTE_NOTE}")
             elif models_dir is not None and resolve_draft(ref, models_dir)[0] is None:
                 looked = resolve_draft(ref, models_dir)[1]
                 self.add(path, "error", f"draft model {ref!r} not found; looked in: "

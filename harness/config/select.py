@@ -131,6 +131,24 @@ def ask_engines(facts: dict[str, Any], host: HostInfo, pm: pluggy.PluginManager,
     return results
 
 
+def refuse_unrendered_families(config: ModelConfig, results: list[MatchResult],
+                               pm: pluggy.PluginManager) -> list[MatchResult]:
+    """A video config's family, resolved per engine (its ``video_family``, else the engine's): an
+    engine that accepted the model but does not render that family is a rejection saying so."""
+    from harness.config.options import config_options
+    from harness.video.target import family_refusal
+
+    opts = config_options({"options": list(config.options), "engine_args": dict(config.engine_args)})
+    if not opts.video_engaged:
+        return results
+    declared = opts.get("video_family")
+    out: list[MatchResult] = []
+    for r in results:
+        why = family_refusal(r.engine, declared if isinstance(declared, str) else None, pm) if r.ok else None
+        out.append(MatchResult(engine=r.engine, ok=False, reason=why) if why else r)
+    return out
+
+
 def choose(results: Iterable[MatchResult], declared: str | None) -> MatchResult | None:
     """The declared backend if it accepts, else (nothing declared) the first that accepts."""
     for r in results:
@@ -159,7 +177,7 @@ def select_engine(
         pm = get_manager()
         described = descriptor_names() if described is None else described
     facts = model_facts(config, models_dir)
-    results = ask_engines(facts, host, pm, described or ())
+    results = refuse_unrendered_families(config, ask_engines(facts, host, pm, described or ()), pm)
     verdict = resolve_backend(config.backend, engine_names(pm, described or ())) if config.backend else None
     if verdict is not None and verdict.engine is None:
         chosen = None  # a LocalAI backend this harness does not build, or an unknown name

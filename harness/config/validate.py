@@ -90,13 +90,25 @@ def _found(value: Any) -> str:
 #: Keys a gallery template leaves to its gallery entry.
 TEMPLATE_KEYS = {(): ("name", "parameters"), ("parameters",): ("model",)}
 _TEMPLATE_HINT = {
-    "name": " (a gallery template's config_file body gets it from its gallery entry: check "
-            "such bodies with --template)",
-    "parameters": " (parameters.model names the model file; a gallery template gets it from its "
-                  "gallery entry: check such bodies with --template)",
-    "model": " (the model file; a gallery template gets it from its gallery entry: check such "
-             "bodies with --template)",
+    "name": " (a gallery body gets it from its gallery entry; this mapping was checked as a full "
+            "config because of --no-template or its other keys)",
+    "parameters": " (parameters.model names the model file; a gallery body gets it from its gallery entry)",
+    "model": " (the model file; a gallery body gets it from its gallery entry)",
 }
+#: Said once per file whose configs were checked as gallery bodies.
+BODY_NOTE = "gallery body: checked as a template (name and parameters.model come from its gallery entry)"
+#: Plain words yaml.v3 decodes into a typed bool field (YAML 1.1 bools; elsewhere they stay strings).
+YAML11_BOOLS = {w: True for w in ("y", "Y", "yes", "Yes", "YES", "on", "On", "ON")} | {
+    w: False for w in ("n", "N", "no", "No", "NO", "off", "Off", "OFF")}
+
+
+def is_gallery_body(data: Any) -> bool:
+    """A gallery body (the ``config_file`` a gallery entry installs): a mapping that names no model,
+    neither ``name`` nor ``parameters.model`` (the entry supplies both)."""
+    if not isinstance(data, dict) or "name" in data:
+        return False
+    params = data.get("parameters")
+    return not (isinstance(params, dict) and "model" in params)
 
 
 @dataclass(frozen=True)
@@ -117,6 +129,8 @@ def _schema(doc: Document, *, template: bool) -> _SchemaResult:
     errors = sorted(_validator().iter_errors(doc.data), key=lambda e: list(map(str, e.absolute_path)))
     for e in errors:
         path = tuple(e.absolute_path)
+        if _yaml11_bool(doc, e):
+            continue  # yaml.v3 reads yes/no/on/off into a bool field: LocalAI takes it
         if isinstance(e.instance, float) and not math.isfinite(e.instance):
             bad.append(path)  # the finite-number rule says what is wrong with it
             continue
@@ -129,6 +143,31 @@ def _schema(doc: Document, *, template: bool) -> _SchemaResult:
     return _SchemaResult(diagnostics=out, bad=bad)
 
 
+def _yaml11_bool(doc: Document, e: ValidationError) -> bool:
+    """A YAML 1.1 bool word where the schema wants a boolean: set it (as yaml.v3 decodes it)."""
+    wanted = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
+    if e.validator != "type" or "boolean" not in wanted or not isinstance(e.instance, str):
+        return False
+    if e.instance not in YAML11_BOOLS:
+        return False
+    path = list(e.absolute_path)
+    cur: Any = doc.data
+    for part in path[:-1]:
+        cur = cur[part]
+    cur[path[-1]] = YAML11_BOOLS[e.instance]
+    return True
+
+
+def _misplaced(section: str, key: str) -> str | None:
+    """Where an unknown ``key`` of ``section`` belongs, when LocalAI reads it elsewhere."""
+    vocab = vocabulary()
+    if section == "parameters" and key in vocab.keys["config"]:
+        return "at the top level"
+    if section == "config" and key in vocab.keys["parameters"]:
+        return "under parameters:"
+    return None
+
+
 def _schema_error(doc: Document, e: ValidationError, *, template: bool = False) -> list[Diagnostic]:
     path = tuple(e.absolute_path)
     where = dotted(path)
@@ -137,8 +176,17 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False) 
         props = e.schema.get("properties", {}) if isinstance(e.schema, dict) else {}
         extra = [k for k in e.instance if k not in props]
         inside = f" in {where}" if path else ""
-        return [doc.diag((*path, k), "error", f"unknown key {k!r}{inside}{did_you_mean(str(k), props)}",
-                         key=True) for k in extra]
+        section = "config" if not path else str(path[-1])
+        out = []
+        for k in extra:
+            # yaml.v3 drops a key no field takes (LocalAI decodes leniently): accepted, probably wrong.
+            home = _misplaced(section, str(k)) if len(path) <= 1 else None
+            if home is not None:
+                msg = (f"{k!r} under {where}: is silently ignored by LocalAI there; it belongs {home}")
+            else:
+                msg = f"unknown key {k!r}{inside}: LocalAI ignores it{did_you_mean(str(k), props)}"
+            out.append(doc.diag((*path, k), "warning", msg, key=True))
+        return out
     if v == "required" and isinstance(e.validator_value, list) and isinstance(e.instance, dict):
         # jsonschema reports one error per missing key, each carrying the whole list.
         missing = [k for k in e.validator_value if k not in e.instance and repr(k) in e.message]
@@ -207,12 +255,17 @@ class Report:
     def warnings(self) -> int:
         return sum(d.severity == "warning" for d in self.diagnostics)
 
+    @property
+    def notes(self) -> int:
+        return sum(d.severity == "note" for d in self.diagnostics)
+
     def exit_code(self, *, strict: bool = False) -> int:
+        """1 on an error, or with ``strict`` on a warning; notes (this harness's coverage) never fail."""
         return 1 if self.errors or (strict and self.warnings) else 0
 
     def to_json(self, *, strict: bool = False) -> dict[str, Any]:
         return {"ok": self.exit_code(strict=strict) == 0, "files": self.files, "configs": self.configs,
-                "errors": self.errors, "warnings": self.warnings,
+                "errors": self.errors, "warnings": self.warnings, "notes": self.notes,
                 "diagnostics": [d.to_json() for d in self.diagnostics]}
 
 
@@ -273,12 +326,13 @@ class Validator:
     :param pm: plugin manager whose registered engines add their own rules (``config_check``)
         for the configs whose backend resolves to them; default: the process-wide one when
         ``engines`` is not given.
-    :param template: check gallery template bodies: ``name`` and ``parameters.model`` are
-        the gallery entry's, not required here.
+    :param template: True: every config is a gallery body (``name`` and ``parameters.model`` are
+        the gallery entry's, not required here); False: none is; None (default): each mapping
+        is recognised on its own (:func:`is_gallery_body`).
     """
 
     def __init__(self, *, engines: Collection[str] | None = None, models_dir: Path | None = None,
-                 pm: pluggy.PluginManager | None = None, template: bool = False) -> None:
+                 pm: pluggy.PluginManager | None = None, template: bool | None = None) -> None:
         self._engines = frozenset(engines) if engines is not None else None
         self.models_dir = models_dir
         self.template = template
@@ -297,7 +351,8 @@ class Validator:
         return self._engines
 
     def validate_document(self, doc: Document, *, template: bool | None = None) -> Validated:
-        template = self.template if template is None else template
+        if template is None:
+            template = self.template if self.template is not None else is_gallery_body(doc.data)
         if not isinstance(doc.data, dict):
             found = _found(doc.data)
             diag = doc.diag((), "error", f"a model config is a mapping (name:, backend:, parameters: ...), "
@@ -356,6 +411,7 @@ class Validator:
         """
         docs, problems = load_text(text, file)
         out: list[Validated | Diagnostic] = list(problems)
+        forced = self.template
         if not docs and not problems:
             out.append(Diagnostic(file=file, line=1, col=1, severity="error",
                                   message="empty file: a model config needs name: and parameters:"))
@@ -367,10 +423,10 @@ class Validator:
                 body_docs, body_problems = body_documents(doc, text if isinstance(text, str)
                                                           else text.decode("utf-8-sig", "replace"))
                 out += body_problems
-                out += [self.validate_document(d, template=True) for d in body_docs]
+                out += [self.validate_document(d, template=forced is not False) for d in body_docs]
             else:
                 out.append(self.validate_document(doc))
-        return _one_unused_warning(out, file)
+        return _body_note(_one_unused_note(out, file))
 
     def validate_paths(self, paths: Iterable[str | Path]) -> Report:
         report = Report()
@@ -427,8 +483,19 @@ class Validator:
                 f"model name {name!r} is already used at {first.file}:{first.line}:{first.col}"))
 
 
-def _one_unused_warning(items: list[Validated | Diagnostic], file: str) -> list[Validated | Diagnostic]:
-    """One warning per file naming every LocalAI key it gives that the harness does not use."""
+def _body_note(items: list[Validated | Diagnostic]) -> list[Validated | Diagnostic]:
+    """Say once per file that its configs were checked as gallery bodies."""
+    first = next((i for i in items if isinstance(i, Validated) and i.template), None)
+    if first is None:
+        return items
+    note = first.document.diag((), "note", BODY_NOTE)
+    merged = dataclasses.replace(
+        first, diagnostics=tuple(sorted((note, *first.diagnostics), key=lambda d: (d.line, d.col))))
+    return [merged if i is first else i for i in items]
+
+
+def _one_unused_note(items: list[Validated | Diagnostic], file: str) -> list[Validated | Diagnostic]:
+    """One note per file naming every LocalAI key it gives that the harness does not use."""
     validated = [i for i in items if isinstance(i, Validated) and i.unused]
     if not validated:
         return items
@@ -436,8 +503,8 @@ def _one_unused_warning(items: list[Validated | Diagnostic], file: str) -> list[
     for v in validated:
         names += [n for n, _ in v.unused if n not in names]
     first = validated[0]
-    where = first.document.diag(first.unused[0][1], "warning",
-                                f"accepted for LocalAI, not used by this harness: {', '.join(names)}",
+    where = first.document.diag(first.unused[0][1], "note",
+                                f"LocalAI keys this harness does not use: {', '.join(names)}",
                                 key=True)
     merged = dataclasses.replace(
         first, diagnostics=tuple(sorted((*first.diagnostics, where), key=lambda d: (d.line, d.col))))

@@ -199,3 +199,13 @@ class AuditError(HarnessError):
     """A static audit found something outside its contract (an instruction a CPU level may not use)."""
 
     exit_code = 17
+
+
+class GateUndecidedError(BenchError):
+    """A benchmark gate the run could not resolve: the ratio's interval straddles the gate's floor.
+
+    Not a pass and not a failure: run more blocks (``--blocks``, or ``--until-halfwidth`` with a
+    larger ``--max-blocks``) until the interval's half-width is under the gate.
+    """
+
+    exit_code = 18

@@ -20,6 +20,9 @@ from harness.core.types import EngineSpec
 #: Adaptive-block defaults when the descriptor says nothing.
 UNTIL_HALFWIDTH = 3.0
 MAX_BLOCKS = 12
+#: Each adaptive bench stage's wall-clock budget (seconds) unless the descriptor says: the main job
+#: runs four bench stages (peer and engine ceiling, on two models), so about 40 minutes of them at most.
+BUDGET_S = 600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +36,8 @@ class BenchPlan:
     concurrency: tuple[int, ...] = (1, 4)
     until_halfwidth: float | None = UNTIL_HALFWIDTH
     max_blocks: int | None = MAX_BLOCKS
+    budget_s: float | None = BUDGET_S
+    """Wall-clock budget of each adaptive bench stage, seconds."""
     gate: dict[str, float] = field(default_factory=dict)
     """Selector -> percent slower that fails the stage (``--fail-on-slower``)."""
     threads: int = 1
@@ -43,11 +48,12 @@ class BenchPlan:
     def config(self, concurrency: tuple[int, ...] | None = None) -> BenchConfig:
         return BenchConfig(blocks=self.blocks, pn=self.pn, gn=self.gn, concurrency=concurrency or self.concurrency,
                            until_halfwidth=self.until_halfwidth,
-                           max_blocks=self.max_blocks if self.until_halfwidth is not None else None)
+                           max_blocks=self.max_blocks if self.until_halfwidth is not None else None,
+                           max_seconds=self.budget_s if self.until_halfwidth is not None else None)
 
     def as_dict(self) -> dict[str, Any]:
         return {"blocks": self.blocks, "pn": self.pn, "gn": self.gn, "concurrency": list(self.concurrency),
-                "until_halfwidth": self.until_halfwidth, "max_blocks": self.max_blocks, "gate": dict(self.gate),
+                "until_halfwidth": self.until_halfwidth, "max_blocks": self.max_blocks, "budget_s": self.budget_s, "gate": dict(self.gate),
                 "threads": self.threads, "threads_source": self.threads_source, "models": list(self.models)}
 
 
@@ -73,6 +79,7 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int = 512, 
     return BenchPlan(blocks=blocks or int(raw.get("blocks", 4)), pn=pn, gn=gn, concurrency=concurrency,
                      until_halfwidth=float(width) if width else None,
                      max_blocks=max_blocks or int(raw.get("max_blocks", MAX_BLOCKS)), gate=gate,
+                     budget_s=float(raw.get("budget_s", BUDGET_S)) or None,
                      threads=n_threads, threads_source=source, models=models)
 
 

@@ -30,10 +30,18 @@ def write_qualification(q: Qualification, d: Path) -> Path:
     return d
 
 
+def _verdict(doc: Mapping[str, Any]) -> str:
+    """PASSED, FAILED, or UNDECIDED (no stage failed, a gate could not be resolved: not a pass)."""
+    if doc["passed"]:
+        return "PASSED"
+    statuses = {s.get("status") for s in doc.get("stages", [])}
+    return "UNDECIDED (not a pass)" if "undecided" in statuses and "failed" not in statuses else "FAILED"
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     h = doc["host"]
     lines = [
-        f"# Qualification: {doc['engine']} {doc['pin']} ({'PASSED' if doc['passed'] else 'FAILED'})",
+        f"# Qualification: {doc['engine']} {doc['pin']} ({_verdict(doc)})",
         "",
         f"upstream build {doc['upstream'].get('build')} ({doc['upstream'].get('commit')}); "
         f"host {h['os']} {h['arch']}, {h['cpu_model']} [{h['microarch']}], {h['cores']} cores, "

@@ -34,3 +34,9 @@ class StageFailed(HarnessError):
     def __init__(self, result: StageResult) -> None:
         super().__init__(result.summary)
         self.result = result
+
+
+class StageUndecided(StageFailed):
+    """A stage whose verdict the run could not resolve (a gate's interval straddles its floor).
+
+    Recorded as ``undecided``: not a pass (the qualification does not pass), not a failure."""

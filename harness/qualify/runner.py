@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core import progress
 from harness.core.errors import HarnessError
-from harness.qualify.result import SkippedStage, StageFailed, StageResult
+from harness.qualify.result import SkippedStage, StageFailed, StageResult, StageUndecided
 
 if TYPE_CHECKING:
     from harness.qualify.context import QualifyContext
@@ -91,6 +91,8 @@ class Qualification:
             st.status = "passed"
         except SkippedStage as e:
             st.status, st.summary = "skipped", str(e)
+        except StageUndecided as e:  # the run could not resolve a gate: not a pass, not a failure
+            st.status, st.summary, st.data = "undecided", e.result.summary, dict(e.result.data)
         except StageFailed as e:  # a verdict (a gate), with the figures that led to it
             st.status, st.summary, st.data = "failed", e.result.summary, dict(e.result.data)
         except HarnessError as e:
@@ -99,7 +101,7 @@ class Qualification:
             st.status, st.summary = "failed", f"{type(e).__name__}: {e}"
             st.data["traceback"] = traceback.format_exc(limit=-6)
         st.seconds = round(time.perf_counter() - t0, 2)
-        colour = {"passed": "green", "failed": "red", "skipped": "yellow"}[st.status]
+        colour = {"passed": "green", "failed": "red", "skipped": "yellow", "undecided": "yellow"}[st.status]
         progress.info(f"  [{colour}]{st.status}[/] in {st.seconds:.1f} s: {st.summary.splitlines()[0] if st.summary else ''}")
         return st, result if st.status == "passed" else None
 
@@ -108,4 +110,10 @@ class Qualification:
 
     @property
     def passed(self) -> bool:
-        return all(s.status != "failed" for s in self.stages)
+        return all(s.status not in ("failed", "undecided") for s in self.stages)
+
+    @property
+    def undecided(self) -> bool:
+        """No stage failed, but some gate could not be resolved (exit 18, not a pass)."""
+        return not any(s.status == "failed" for s in self.stages) and any(
+            s.status == "undecided" for s in self.stages)

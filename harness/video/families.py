@@ -1,9 +1,11 @@
 """Video model families (``families.yaml``): frame grid, pixel grid, checkpoints, audio, defaults.
 
-One table, read once: the config rules check a config against its family, the request
-pipeline's built-in defaults and grids are the default family's. A family is chosen by
-the ``video_family`` option, else by the config's backend (:func:`family_for`): a registered
-engine's ``video_family``, or a LocalAI backend's (``harness/config/localai.yaml``).
+One table, read once. A config's family is resolved in one place, :func:`family_for`
+(config -> engine -> family): the ``video_family`` option, else the registered engine's
+``video_family``, else the LocalAI backend's (``harness/config/localai.yaml``), else the
+table's default. Everything that follows from it (frame and pixel grids, render defaults,
+audio, partitions) is a field or method of :class:`VideoFamily`, and the config rules,
+``config show``, ``select`` and the request pipeline (:mod:`harness.video.target`) all ask it.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.core.datafile import load_yaml
-from harness.core.errors import ConfigError, did_you_mean
+from harness.core.errors import ConfigError, VideoError, did_you_mean
+
+if TYPE_CHECKING:
+    from harness.engine.interface import EngineImpl
 
 DATA_FILE = "families.yaml"
 
@@ -59,6 +64,30 @@ class VideoFamily:
         if self.pixel_rounding == "up":
             return max(g, -(-n // g) * g)
         return max(g, n // g * g)
+
+    def fit_side(self, n: int, *, what: str = "canvas side") -> int:
+        """:meth:`align_side` for a plan: a side below a truncating grid is refused, not enlarged.
+
+        :param what: the field the value is for, named in the error.
+        """
+        if self.pixel_rounding != "up" and n < self.pixel_grid:
+            msg = (f"{what}: canvas side {n} is below the {self.pixel_grid}-pixel grid of the "
+                   f"{self.name} family; use at least {self.pixel_grid}")
+            raise VideoError(msg)
+        return self.align_side(n)
+
+    @property
+    def keyframe_short_side(self) -> int:
+        """Short side of a canvas derived from a keyframe's aspect: the default canvas's."""
+        return min(self.width, self.height)
+
+    def option_defaults(self) -> dict[str, int | float]:
+        """The render defaults a config of this family gets for the options it leaves unset.
+
+        The canvas is not here: unset, a keyframe's aspect may choose it (then :attr:`width`
+        and :attr:`height`).
+        """
+        return {"video_num_frames": self.frames, "video_steps": self.steps, "video_fps": self.fps}
 
 
 def _family(name: str, raw: dict[str, Any]) -> VideoFamily:
@@ -110,25 +139,64 @@ def default_family() -> VideoFamily:
     return get_family(table().default)
 
 
-def backend_family(backend: str | None) -> str | None:
-    """The family a ``backend:`` implies: the registered engine's, else the LocalAI backend's."""
+def rendered_families(impl: EngineImpl) -> tuple[str, ...]:
+    """The families a registered engine renders: its ``video_families``, else its ``video_family``."""
+    if impl.video_families:
+        return tuple(impl.video_families)
+    return (impl.video_family,) if impl.video_family else ()
+
+
+def backend_family(backend: str | None, pm: Any = None) -> str | None:
+    """The family a ``backend:`` implies: the registered engine's, else the LocalAI backend's.
+
+    :param pm: the plugin manager to ask (default: the process-wide one).
+    """
     if not backend:
         return None
     from harness.config.localai import vocabulary
     from harness.engine import registry
 
     try:
-        impl = registry.engines().get(backend)
+        impl = registry.engines(pm).get(backend)
     except Exception:  # a broken plugin: the data still answers for LocalAI's names
         impl = None
-    if impl is not None and impl.video_family:
-        return impl.video_family
+    if impl is not None:
+        if impl.video_family:
+            return impl.video_family
+        families = rendered_families(impl)
+        if families:
+            return families[0]
     entry = vocabulary().backends.get(backend)
     return entry.video_family if entry is not None else None
 
 
-def family_for(declared: str | None, backend: str | None) -> VideoFamily:
-    """The declared family, else the backend's, else the default one."""
+def family_for(declared: str | None, backend: str | None, pm: Any = None) -> VideoFamily:
+    """The one family resolution (config -> engine -> family): the declared family, else the
+    backend's (:func:`backend_family`), else the default one."""
     if declared:
         return get_family(declared)
-    return get_family(backend_family(backend) or table().default)
+    return get_family(backend_family(backend, pm) or table().default)
+
+
+def render_refusal(engine: str, family: VideoFamily, pm: Any = None) -> str | None:
+    """Why ``engine`` cannot render ``family`` (None: it can, or no plugin registers ``engine``,
+    which the render itself then reports)."""
+    from harness.engine import registry
+
+    try:
+        impl = registry.engines(pm).get(engine)
+    except Exception:  # a broken plugin: nothing it says can be trusted, the render reports it
+        return None
+    if impl is None:
+        return None
+    families = rendered_families(impl)
+    if family.name in families:
+        return None
+    if not families:
+        return f"the {engine} engine renders no video family (its plugin states none)"
+    which = ("the " + families[0] + " family" if len(families) == 1
+             else "the families " + ", ".join(families))
+    return (f"the {engine} engine renders {which}, not {family.name} "
+            f"({family.frame_grid_name} frames{', with audio' if family.audio else ''}); "
+            f"declare video_family:{families[0]} for a {families[0]} checkpoint set, or serve this "
+            "one with an engine that renders its family")

@@ -16,6 +16,10 @@ class VideoPlan:
     """A validated request with its geometry resolved: what ``video check`` reports."""
 
     request: VideoRequest
+    family: str
+    """The video family whose grids, defaults and audio rule the plan follows."""
+    audio_track: bool
+    """The family renders an audio track: the MP4 has AAC exactly when this is true."""
     partition: str
     canvas: Canvas
     num_frames: int
@@ -26,6 +30,9 @@ class VideoPlan:
     """None until generate picks one (and reports it, so the render can be repeated)."""
     inputs: Mapping[str, Path] = field(default_factory=dict)
     """File-valued request keys resolved to existing paths (data: URLs are not here)."""
+    checkpoints: Mapping[str, Path] = field(default_factory=dict)
+    """The config's checkpoint paths (``parameters.model``, ``video_vae``, ...) resolved inside
+    the models directory."""
     warnings: tuple[str, ...] = ()
 
     @property
@@ -34,6 +41,8 @@ class VideoPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "family": self.family,
+            "audio_track": self.audio_track,
             "partition": self.partition,
             "width": self.canvas.width,
             "height": self.canvas.height,
@@ -45,6 +54,7 @@ class VideoPlan:
             "crf": self.crf,
             "seed": self.seed,
             "inputs": {k: str(v) for k, v in self.inputs.items()},
+            "checkpoints": {k: str(v) for k, v in self.checkpoints.items()},
             "request": self.request.given(),
             "warnings": list(self.warnings),
         }
@@ -58,6 +68,10 @@ class VideoJob:
     """
 
     prompt: str
+    family: str
+    """The video family planned for (the engine renders exactly its grids)."""
+    audio_track: bool
+    """The family renders audio: return a WAV exactly when this is true."""
     partition: str
     width: int
     height: int
@@ -75,10 +89,11 @@ class VideoJob:
     device: str | None = None
     ffmpeg: str = "ffmpeg"
     """The resolved ffmpeg, for engines that assemble a mux argv."""
+    checkpoints: Mapping[str, Path] = field(default_factory=dict)
+    """The checkpoint set, resolved and confined to the models directory: ``parameters.model``
+    (the DiT), ``video_vae``, ``video_encoder``, ``audio_vae``, ... as the config names them."""
     model: Any = None
-    """The model config (checkpoint set) as the config layer loaded it; opaque here."""
-    models_dir: Path | None = None
-    """Where the config's relative checkpoint paths resolve (None: the engine's default)."""
+    """The model config as the config layer loaded it; opaque here."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +103,7 @@ class EngineOutput:
     frames: Path
     """A directory of PPM or PNG frames (sorted by name), or a raw RGB24 file."""
     audio: Path | None = None
-    """A WAV to mux as AAC; None gives a video-only MP4."""
+    """A WAV to mux as AAC, exactly when the job's ``audio_track`` says the family has audio."""
     argv: tuple[str, ...] | None = None
     """A proposed ffmpeg argv; argv[0] is replaced with the resolved ffmpeg."""
     output: Path | None = None

@@ -15,10 +15,11 @@ import contextlib
 import os
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from harness.core.errors import VideoError
+from harness.core.errors import HarnessError, VideoError
 from harness.core.inputs import open_input
 from harness.video.limits import DEFAULT_LIMITS, VideoLimits, show
 
@@ -30,39 +31,60 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def outside_error(key: str, value: str, root: Path) -> VideoError:
-    """The one error for a path outside the media directory, whether or not it exists."""
-    msg = (f"request key {key!r}: {show(value)} is outside the media directory {root}; "
-           "request paths must resolve inside it (symlinks are followed first). "
-           "Pass --media-dir DIR to allow another directory.")
-    return VideoError(msg)
+@dataclass(frozen=True, kw_only=True)
+class Scope:
+    """Whose paths are confined, and what a refusal says: request paths or a config's checkpoints."""
+
+    label: str
+    """What names the path: ``request key``, ``option``."""
+    root: str
+    """The directory's name: ``media directory``, ``models directory``."""
+    paths: str
+    """Whose paths they are, for the message: ``request``, ``checkpoint``."""
+    hint: str
+    """How to allow another directory."""
+    error: type[HarnessError] = VideoError
 
 
-def confine(value: str, key: str, root: Path, limits: VideoLimits = DEFAULT_LIMITS) -> Path:
-    """Resolve a request path against ``root`` and refuse it unless it stays inside.
+#: Request paths (keyframes, references, audio): inside the media directory.
+REQUEST = Scope(label="request key", root="media directory", paths="request",
+                hint="Pass --media-dir DIR to allow another directory.")
+
+
+def outside_error(key: str, value: str, root: Path, scope: Scope = REQUEST) -> HarnessError:
+    """The one error for a path outside the confining directory, whether or not it exists."""
+    msg = (f"{scope.label} {key!r}: {show(value)} is outside the {scope.root} {root}; "
+           f"{scope.paths} paths must resolve inside it (symlinks are followed first). {scope.hint}")
+    return scope.error(msg)
+
+
+def confine(value: str, key: str, root: Path, limits: VideoLimits = DEFAULT_LIMITS, *,
+            scope: Scope = REQUEST) -> Path:
+    """Resolve a path against ``root`` and refuse it unless it stays inside.
 
     Relative paths resolve against ``root``; ``..`` and absolute paths may only name
     something inside it. The lexical check runs first, so a path that climbs out is
     refused without touching the file system; the resolved check then catches
     symlinks that lead out. Nothing is said about whether the path exists.
 
-    :raises VideoError: the one outside-the-root message, or an unusable string.
+    :param scope: whose paths these are (request paths by default; a config's checkpoints).
+    :raises HarnessError: ``scope.error``: the one outside-the-root message, or an unusable string.
     """
     if "\x00" in value or len(value) > limits.max_path_chars:
-        msg = (f"request key {key!r}: expected a file path of at most {limits.max_path_chars} "
+        msg = (f"{scope.label} {key!r}: expected a file path of at most {limits.max_path_chars} "
                f"characters without NUL bytes, found {show(value)}")
-        raise VideoError(msg)
+        raise scope.error(msg)
     root_abs = os.path.normpath(os.path.abspath(root))
     root_real = os.path.realpath(root_abs)
     lexical = os.path.normpath(os.path.join(root_abs, value))
     if not (_inside(lexical, root_abs) or _inside(lexical, root_real)):
-        raise outside_error(key, value, Path(root_abs))
+        raise outside_error(key, value, Path(root_abs), scope)
     try:
         real = os.path.realpath(lexical)
     except (OSError, ValueError):  # a symlink loop, an unencodable name
-        raise outside_error(key, value, Path(root_abs)) from None
+        raise outside_error(key, value, Path(root_abs), scope) from None
     if not _inside(real, root_real):
-        raise outside_error(key, value, Path(root_abs))
+        raise outside_error(key, value, Path(root_abs), scope)
     return Path(real)
 
 

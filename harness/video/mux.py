@@ -293,10 +293,19 @@ def verify(info: MediaInfo, *, video_codec: str, audio: bool, width: int, height
 
 def mux(ff: Ffmpeg, output: EngineOutput, job: VideoJob, workdir: Path,
         cancel: threading.Event | None = None) -> MuxResult:
-    """Mux and verify into ``workdir``; the caller moves the file to its destination."""
+    """Mux and verify into ``workdir``; the caller moves the file to its destination.
+
+    The file is checked against the plan in ``job``: frame count, size, fps and duration read
+    back (ffprobe when there is one), and an AAC track exactly when the family has audio.
+    """
     size = output.raw_size or (job.width, job.height)
     if size != (job.width, job.height):
         msg = f"the engine rendered {size[0]}x{size[1]}, the plan is {job.width}x{job.height}"
+        raise VideoError(msg)
+    if (output.audio is not None) != job.audio_track:
+        msg = (f"the {job.family} family renders {'an audio track' if job.audio_track else 'no audio'}, "
+               f"but the engine returned {'a WAV' if output.audio is not None else 'none'}; "
+               "refusing to mux a file the family does not make")
         raise VideoError(msg)
     src = collect_frames(output.frames, job.width, job.height)
     if src.count != job.num_frames:
@@ -330,6 +339,6 @@ def mux(ff: Ffmpeg, output: EngineOutput, job: VideoJob, workdir: Path,
         msg = f"ffmpeg exited 0 but wrote no {out}"
         raise VideoError(msg)
     info = probe(ff, out)
-    verify(info, video_codec=_codec_of(encoder), audio=output.audio is not None,
+    verify(info, video_codec=_codec_of(encoder), audio=job.audio_track,
            width=job.width, height=job.height, frames=job.num_frames, fps=job.fps)
     return MuxResult(path=out, info=info, encoder=encoder, argv=tuple(argv), notes=tuple(notes))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.config.model import (
     CANVAS_PATTERN,
@@ -24,6 +24,9 @@ from harness.config.model import (
 )
 from harness.config.options import ResolvedOptions, parse_options
 from harness.core.errors import ConfigError, did_you_mean
+
+if TYPE_CHECKING:
+    from harness.video.families import VideoFamily
 
 #: Partitions a video DiT can be declared as. ``t2va`` names the FL2VA checkpoint
 #: used text-only: the same file serves t2va and fl2va, so it gets the FL2VA rules.
@@ -52,9 +55,13 @@ def configured_canvas(options: VideoOptions) -> tuple[int | None, int | None]:
     return size or (options.video_width, options.video_height)
 
 
-def video_options(source: Mapping[str, Any] | ResolvedOptions) -> VideoOptions:
+def video_options(source: Mapping[str, Any] | ResolvedOptions,
+                  family: VideoFamily | None = None) -> VideoOptions:
     """The video options of option keys -> values (as :func:`~harness.config.options.parse_options`
     takes them) or of a config's resolved options; other engines' keys are ignored.
+
+    :param family: whose render defaults (frames, steps, fps) fill what the options leave unset
+        (default: the schema's, which are the default family's).
 
     :raises ConfigError: a ``video_*`` key that is not one, a value that does not fit its key,
         or a canvas set twice or not as WIDTHxHEIGHT.
@@ -72,6 +79,8 @@ def video_options(source: Mapping[str, Any] | ResolvedOptions) -> VideoOptions:
     if problems:
         raise ConfigError("; ".join(problems))
     values = {key: s.value for key, s in resolved.values.items() if key in specs}
+    if family is not None:
+        values = {**family.option_defaults(), **values}
     canvas = values.get("video_canvas")
     if canvas is not None:
         if "video_width" in values or "video_height" in values:

@@ -9,40 +9,53 @@ checks therefore run before the engine is called.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from harness.core.errors import VideoError, did_you_mean
 from harness.video.options import PARTITIONS
 from harness.video.request import VideoRequest
+
+if TYPE_CHECKING:
+    from harness.video.families import VideoFamily
 
 #: What each partition refuses, and what to use instead.
 _FL2VA_REFUSES = ("ref_image", "ref_video", "audio")
 _REF2VA_REFUSES = ("start_image", "end_image")
 
 
-def resolve_partition(declared: str | None) -> tuple[str, list[str]]:
+def resolve_partition(declared: str | None, family: VideoFamily | None = None) -> tuple[str, list[str]]:
     """The effective partition and any warning; undeclared means FL2VA.
 
-    ``t2va`` maps to ``fl2va``: text-to-video is served by the FL2VA checkpoint.
+    ``t2va`` maps to ``fl2va``: text-to-video is served by the FL2VA checkpoint. Undeclared
+    warns only for a family whose partitions' checkpoints cannot be told apart.
+
+    :param family: whose partitions the declared one must be.
     """
     if declared is None:
+        if family is not None and not family.declare_partition:
+            return "fl2va", []
         return "fl2va", [
             "video_partition is not declared: assuming fl2va (the FL2VA DiT). "
             "Declare video_partition: fl2va or ref2va in the model config; a wrong "
             "guess renders for hours and returns garbage"]
     name = declared.strip().lower()
-    if name not in PARTITIONS:
-        msg = (f"unknown video_partition {declared!r}{did_you_mean(name, PARTITIONS)}; "
-               f"expected one of {', '.join(PARTITIONS)}")
+    known = family.partitions if family is not None else PARTITIONS
+    if name not in known:
+        whose = f" of the {family.name} family" if family is not None else ""
+        msg = (f"unknown video_partition {declared!r}{whose}{did_you_mean(name, known)}; "
+               f"expected one of {', '.join(known)}")
         raise VideoError(msg)
     return ("fl2va" if name == "t2va" else name), []
 
 
-def check_partition(declared: str | None, request: VideoRequest) -> tuple[str, list[str]]:
+def check_partition(declared: str | None, request: VideoRequest,
+                    family: VideoFamily | None = None) -> tuple[str, list[str]]:
     """Refuse conditioning the declared partition cannot take.
 
     :return: the effective partition and warnings.
     :raises VideoError: naming every refused key and what to do instead.
     """
-    partition, warnings = resolve_partition(declared)
+    partition, warnings = resolve_partition(declared, family)
     given = request.given()
     if partition == "fl2va":
         bad = [k for k in _FL2VA_REFUSES if k in given]

@@ -25,11 +25,14 @@ from harness.video.ffmpeg import Ffmpeg, get_ffmpeg
 from harness.video.geometry import resolve_canvas, resolve_frames
 from harness.video.job import EngineOutput, VideoJob, VideoPlan
 from harness.video.keyframes import convert_keyframe, probe_keyframe, read_keyframe
-from harness.video.limits import DEFAULT_LIMITS, VideoLimits, check_plan
+from harness.video.limits import check_plan
 from harness.video.mux import MediaInfo, VideoCancelledError, mux
-from harness.video.options import VideoOptions, configured_canvas
+from harness.video.options import configured_canvas
 from harness.video.partition import check_partition
 from harness.video.request import parse_request, resolve_paths
+from harness.video.target import VideoTarget, engine_limits, resolve_checkpoints
+
+__all__ = ["VideoPipeline", "VideoResult", "engine_limits", "plan_request"]
 
 ProgressCallback = Callable[[int, int], None]
 StatusCallback = Callable[[str], None]
@@ -67,22 +70,6 @@ def _renderer(engine: str, pm: pluggy.PluginManager) -> Any:
     return impl.video_generate if impl is not None else None
 
 
-def engine_limits(engine: str, pm: pluggy.PluginManager | None = None) -> VideoLimits:
-    """The limits for ``engine``: the defaults, overridden by the registered engine's ``video_limits``."""
-    from harness.engine import registry
-
-    impl = registry.engines(pm).get(engine)
-    overrides = impl.video_limits if impl is not None else None
-    if not overrides:
-        return DEFAULT_LIMITS
-    if isinstance(overrides, VideoLimits):
-        return overrides
-    if not isinstance(overrides, Mapping):
-        msg = f"the {engine} engine's video_limits is a {type(overrides).__name__}, not a mapping"
-        raise VideoError(msg)
-    return DEFAULT_LIMITS.with_overrides(overrides, source=f"the {engine} plugin")
-
-
 def _default_manager() -> pluggy.PluginManager:
     from harness.engine.plugin import get_manager
 
@@ -99,19 +86,23 @@ def _keep_note(exc: BaseException, workdir: Path) -> None:
         exc.args = (*exc.args, note)
 
 
-def plan_request(data: Mapping[str, Any], options: VideoOptions, *, base_dir: Path | None = None,
-                 limits: VideoLimits = DEFAULT_LIMITS) -> VideoPlan:
-    """Validate a request against ``options`` and ``limits`` and resolve its plan.
+def plan_request(data: Mapping[str, Any], target: VideoTarget, *,
+                 base_dir: Path | None = None) -> VideoPlan:
+    """Validate a request against a resolved config and make its plan.
 
-    Needs no ffmpeg and no engine, so ``video check`` refuses a bad request before
-    probing anything. Keyframe sizes come from bounded header reads.
+    Everything comes from ``target``: the family's grids and defaults, the options, the
+    engine's limits, the checkpoints (resolved inside the models directory). Needs no ffmpeg
+    and no engine, so ``video check`` refuses a bad request before probing anything, and
+    ``generate`` renders exactly this plan. Keyframe sizes come from bounded header reads.
 
     :param base_dir: the media directory (default: cwd); see :meth:`VideoPipeline.check`.
     :raises VideoError: naming the request key (or config option) that is wrong.
+    :raises ConfigError: a checkpoint path outside the models directory or missing.
     """
     base = base_dir or Path.cwd()
+    family, options, limits = target.family, target.options, target.limits
     request, warnings = parse_request(data, native_fps=options.video_fps, limits=limits)
-    partition, more = check_partition(options.video_partition, request)
+    partition, more = check_partition(options.video_partition, request, family)
     warnings += more
     inputs = resolve_paths(request, base, limits)
     keyframe_size = None
@@ -124,10 +115,10 @@ def plan_request(data: Mapping[str, Any], options: VideoOptions, *, base_dir: Pa
         probe_keyframe(request.end_image, "end_image", base, limits)
     default_width, default_height = configured_canvas(options)
     canvas, more = resolve_canvas(width=request.width, height=request.height,
-                                  keyframe_size=keyframe_size,
+                                  keyframe_size=keyframe_size, family=family,
                                   default_width=default_width, default_height=default_height)
     warnings += more
-    frames, more = resolve_frames(request.num_frames, options.video_num_frames)
+    frames, more = resolve_frames(request.num_frames, options.video_num_frames, family)
     warnings += more
     steps = request.steps or options.video_steps
     check_plan(width=canvas.width, height=canvas.height, canvas_source=canvas.source,
@@ -137,37 +128,31 @@ def plan_request(data: Mapping[str, Any], options: VideoOptions, *, base_dir: Pa
                steps_source=("from the request" if request.steps is not None
                              else "video_steps in the model config"))
     return VideoPlan(
-        request=request, partition=partition, canvas=canvas, num_frames=frames,
-        fps=options.video_fps, steps=steps,
+        request=request, family=family.name, audio_track=family.audio, partition=partition,
+        canvas=canvas, num_frames=frames, fps=options.video_fps, steps=steps,
         crf=request.crf if request.crf is not None else options.video_crf,
-        seed=request.seed, inputs=inputs, warnings=tuple(warnings))
+        seed=request.seed, inputs=inputs, checkpoints=resolve_checkpoints(target),
+        warnings=tuple(warnings))
 
 
 class VideoPipeline:
     """A loaded video engine: resolves ffmpeg now, then serves requests.
 
-    :param engine: the engine name plugins answer for (the model's ``backend``).
-    :param options: the model's video options.
-    :param model: the loaded model config, passed through to the engine untouched.
-    :param models_dir: where the config's relative checkpoint paths resolve.
-    :param pm: the plugin manager (default: the process-wide one).
+    :param target: the resolved config (:func:`harness.video.target.resolve_target`): engine,
+        family, options, limits, checkpoints.
+    :param pm: the plugin manager whose engine renders (default: the process-wide one).
     :param ffmpeg: an already-resolved ffmpeg (default: resolve from options/env/PATH/wheel).
-    :param limits: bounds on requests (default: :data:`~harness.video.limits.DEFAULT_LIMITS`;
-        the CLI passes :func:`engine_limits` for the engine).
     :raises HostError: no usable ffmpeg: at load time, never after a render.
     """
 
-    def __init__(self, engine: str, options: VideoOptions, *, model: Any = None,
-                 models_dir: Path | None = None,
-                 pm: pluggy.PluginManager | None = None, ffmpeg: Ffmpeg | None = None,
-                 limits: VideoLimits = DEFAULT_LIMITS) -> None:
-        self.engine = engine
-        self.options = options
-        self.model = model
-        self.models_dir = models_dir
-        self.limits = limits
+    def __init__(self, target: VideoTarget, *, pm: pluggy.PluginManager | None = None,
+                 ffmpeg: Ffmpeg | None = None) -> None:
+        self.target = target
+        self.engine = target.engine
+        self.options = target.options
+        self.limits = target.limits
         self._pm = pm
-        self.ffmpeg = ffmpeg or get_ffmpeg(options.ffmpeg)
+        self.ffmpeg = ffmpeg or get_ffmpeg(target.options.ffmpeg)
 
     # -- validation ---------------------------------------------------------
 
@@ -177,7 +162,7 @@ class VideoPipeline:
         :param base_dir: the media directory: relative request paths resolve against it
             and every request path must resolve inside it (default: cwd).
         """
-        return plan_request(data, self.options, base_dir=base_dir, limits=self.limits)
+        return plan_request(data, self.target, base_dir=base_dir)
 
     # -- generation -----------------------------------------------------------
 
@@ -251,14 +236,15 @@ class VideoPipeline:
                                                       workdir / "keyframes" / f"{key}.ppm",
                                                       self.limits)
             job = VideoJob(
-                prompt=plan.request.prompt, partition=plan.partition,
+                prompt=plan.request.prompt, family=plan.family, audio_track=plan.audio_track,
+                partition=plan.partition,
                 width=plan.canvas.width, height=plan.canvas.height,
                 num_frames=plan.num_frames, fps=plan.fps, steps=plan.steps, seed=seed,
                 crf=plan.crf, noise_aug=plan.request.noise_aug,
                 start_image=keyframes.get("start_image"), end_image=keyframes.get("end_image"),
                 ref_image=plan.inputs.get("ref_image"), ref_video=plan.inputs.get("ref_video"),
                 audio=plan.inputs.get("audio"), device=self.options.video_device,
-                ffmpeg=self.ffmpeg.path, model=self.model, models_dir=self.models_dir)
+                ffmpeg=self.ffmpeg.path, checkpoints=plan.checkpoints, model=self.target.model)
             check_cancel("before rendering")
             say(f"rendering {plan.num_frames} frames at {plan.canvas}, {plan.steps} steps")
             output = self._render(render, job, workdir, on_step, cancel)

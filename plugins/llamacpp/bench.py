@@ -106,7 +106,9 @@ def _metrics(pn: int, wall: float, runs: list[tuple[float, float, int]]) -> dict
 
 #: Backend arm options that are speculative-decoding settings (Engine.load's names) and their types.
 SPEC_OPTIONS: dict[str, type] = {"spec_type": str, "draft_model": str, "n_draft": int, "ngram_n": int,
-                                 "spec_min_acceptance": float}
+                                 "spec_min_acceptance": float,
+                                 # benchmark calibration: a real per-step slowdown (the error-rate study)
+                                 "token_delay_us": int}
 
 
 def _spec_args(opts: dict[str, Any]) -> dict[str, Any]:

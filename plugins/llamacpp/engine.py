@@ -57,7 +57,7 @@ _CORE: dict[str, str] = {
 #: The speculative decoding kinds the backend runs (the config's spec_type values).
 SPEC_TYPES = ("none", "ngram-simple", "draft-simple")
 #: Core parameters no config parameter sets: taken under their own names only.
-_OWN = frozenset({"seed", "embeddings", "verbose"})
+_OWN = frozenset({"seed", "embeddings", "verbose", "token_delay_us"})
 #: llama.cpp's flash-attention type (-1 auto, 0 off, 1 on) for each tri-state encoding.
 _FLASH_ATTN = {0: -1, 1: 1, 2: 0}
 

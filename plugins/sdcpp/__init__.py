@@ -7,7 +7,10 @@ and their options may be flags (``diffusion_model``), as LocalAI's backend takes
 
 The checkpoint set comes from the model config: ``parameters.model`` is the DiT,
 ``video_vae`` the video VAE, ``video_encoder`` the umt5 text encoder (optional:
-without one the engine renders unconditioned, which the tiny CI set relies on).
+without one the engine renders unconditioned, which the tiny CI set relies on). The harness
+resolves them inside the models directory before the job reaches this plugin. The engine
+renders the wan family only (``select`` refuses a config of another family); a job is planned
+on Wan's grids (4n+1 frames, 16-pixel sides), so the backend renders exactly the planned count.
 The backend wheel (``harness build-binding stable-diffusion.cpp --variant cpu``)
 writes binary PPM frames; the harness muxes them. Wan renders no audio, so the
 MP4 is video-only.
@@ -39,6 +42,8 @@ NAME = "stable-diffusion.cpp"
 FORMATS = ("ggufv2", "safetensors")
 #: Backend variants in the order they are tried; the descriptor lists what is built.
 VARIANT_ORDER = ("cuda", "vulkan", "metal", "cpu")
+#: Video families this engine renders (harness/video/families.yaml): Wan's VAE packs 4n+1 frames.
+FAMILIES = ("wan",)
 #: Partitions this engine renders: text-only and first/last-frame (keyframes through the VAE).
 PARTITIONS = ("t2va", "fl2va")
 FRAMES_DIR = "frames"
@@ -64,7 +69,7 @@ def harness_engine_register() -> list[EngineImpl]:
     # default video limits already keep in range.
     return [EngineImpl(name=NAME, serves=("video",), default=True, fixture_env=_fixture_env, match=match,
                        config_check=config_check, e2e_specs=e2e_specs, localai_backends=("stablediffusion-ggml",),
-                       video_family="wan", video_limits={"max_seed": 2**63 - 1}, video_generate=video_generate)]
+                       video_family=FAMILIES[0], video_families=FAMILIES, video_limits={"max_seed": 2**63 - 1}, video_generate=video_generate)]
 
 
 def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
@@ -92,41 +97,46 @@ def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]
     return []
 
 
-def _resolve(ref: str, models_dir: Path | None, what: str) -> str:
-    path = Path(ref).expanduser()
-    if not path.is_absolute():
-        path = (models_dir or Path.cwd()) / path
-    if not path.is_file():
-        msg = (f"{what} {ref!r} not found at {path}; relative paths resolve against HARNESS_MODELS_DIR "
-               "or the model config's directory")
-        raise VideoError(msg)
-    return str(path)
+def checkpoint_set(checkpoints: Mapping[str, Path]) -> dict[str, Any]:
+    """The backend's context parameters from the job's checkpoint set.
 
-
-def checkpoint_set(model: Any, models_dir: Path | None) -> dict[str, Any]:
-    """The backend's context parameters from a raw model config."""
-    from harness.config.options import config_options
-    from harness.video.options import video_options
-    if not isinstance(model, Mapping):
-        msg = "the stable-diffusion.cpp video engine needs the model config (got none)"
-        raise VideoError(msg)
-    params = model.get("parameters") or {}
-    dit = params.get("model") if isinstance(params, Mapping) else None
-    if not dit:
+    The paths were resolved and confined to the models directory by the harness
+    (:func:`harness.video.target.resolve_checkpoints`); this only names them as the backend does.
+    """
+    dit = checkpoints.get("parameters.model")
+    if dit is None:
         msg = "the model config names no DiT: set parameters.model"
         raise VideoError(msg)
-    opts = video_options(config_options(model))
-    out: dict[str, Any] = {"diffusion_model": _resolve(str(dit), models_dir, "parameters.model")}
-    if not opts.video_vae:
+    vae = checkpoints.get("video_vae")
+    if vae is None:
         msg = "stable-diffusion.cpp needs the video VAE: set video_vae in options"
         raise VideoError(msg)
-    out["vae"] = _resolve(opts.video_vae, models_dir, "video_vae")
-    if opts.video_encoder:
-        out["text_encoder"] = _resolve(opts.video_encoder, models_dir, "video_encoder")
+    out: dict[str, Any] = {"diffusion_model": str(dit), "vae": str(vae)}
+    encoder = checkpoints.get("video_encoder")
+    if encoder is not None:
+        out["text_encoder"] = str(encoder)
     threads = os.environ.get("HARNESS_VIDEO_THREADS")
     if threads and threads.isdigit():
         out["n_threads"] = int(threads)
     return out
+
+
+def _check_grid(request: VideoJob) -> None:
+    """Refuse a job off Wan's grids: the backend would render another frame count or canvas than planned."""
+    from harness.video.families import get_family
+
+    if request.family not in FAMILIES:
+        msg = (f"stable-diffusion.cpp renders the {' and '.join(FAMILIES)} family, not {request.family}; "
+               f"declare video_family:{FAMILIES[0]}")
+        raise VideoError(msg)
+    family = get_family(request.family)
+    frames_ok = family.align_frames(request.num_frames) == request.num_frames
+    sides_ok = all(family.align_side(n) == n for n in (request.width, request.height))
+    if not (frames_ok and sides_ok):
+        msg = (f"the job asks for {request.num_frames} frames at {request.width}x{request.height}, off "
+               f"{family.name}'s grids ({family.frame_grid_name} frames, {family.pixel_grid}-pixel sides): "
+               "plan it with harness.video (video check shows the plan)")
+        raise VideoError(msg)
 
 
 def load_backend() -> ModuleType:
@@ -186,7 +196,8 @@ def video_generate(request: VideoJob, workdir: Path, progress: Callable[[int, in
         msg = (f"video_device:{request.device} asked for, but stable-diffusion.cpp is built for cpu only here; "
                "set video_device:cpu (a GPU variant needs a cuda/vulkan row in engines/stable-diffusion.cpp)")
         raise VideoError(msg)
-    params = checkpoint_set(request.model, request.models_dir)
+    _check_grid(request)
+    params = checkpoint_set(request.checkpoints)
     core = load_backend()
     ctx = _context(core, params)
     frames = workdir / FRAMES_DIR

@@ -100,3 +100,26 @@ def test_cli_until_halfwidth(monkeypatch: pytest.MonkeyPatch, cache: Path, tmp_p
     assert rc == 0 and out["stop"]["reason"] == "halfwidth" and out["blocks"] > 4
     assert cli.main(["bench", "--a", "fake", "--b", "fake", "--max-blocks", "8", "--plugin", FAKE[0]]) == 13
     assert "bounds an adaptive run" in capsys.readouterr().err
+
+
+def test_a_wall_clock_budget_stops_an_adaptive_run_and_says_what_it_resolved(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.bench import abba
+
+    clock = [1000.0]
+
+    def tick() -> float:  # every look at the clock is 1 s later: a block costs a few seconds
+        clock[0] += 1.0
+        return clock[0]
+
+    monkeypatch.setattr(abba.time, "time", tick)
+    # a target no run reaches and a generous block limit: only the budget can stop it
+    r = _run("fake:noise=0.05", "fake:noise=0.05", blocks=2, until_halfwidth=0.01, max_blocks=30, max_seconds=60,
+             concurrency=(1,))
+    assert r.stop is not None and r.stop.reason == "budget"
+    assert 2 <= r.blocks_run < 30 and r.blocks_run % 2 == 0
+    assert r.stop.text().startswith(f"adaptive: stopped after {r.blocks_run} blocks when the 60 s budget was spent")
+    assert "what it resolved: prefill @ c=1 ±" in r.stop.text() and "decode @ c=1 ±" in r.stop.text()
+    assert Stop.from_dict(r.stop.as_dict()) == r.stop
+    with pytest.raises(BenchError, match="--max-seconds"):
+        BenchConfig(blocks=2, max_seconds=60)  # a budget without --until-halfwidth

@@ -15,7 +15,7 @@ from harness.core import errors, extras
 
 #: What no `--help` / `--version` may import (extras, or heavy core dependencies a parser needs not).
 HEAVY = ("numpy", "scipy", "matplotlib", "clang", "iced_x86", "torch", "starlette", "uvicorn", "gguf",
-         "httpx", "jsonschema", "yaml", "rich", "elftools", "imageio_ffmpeg", "harness.bench.stats",
+         "httpx", "jsonschema", "yaml", "ruamel", "rich", "elftools", "imageio_ffmpeg", "harness.bench.stats",
          "harness.build.pipeline", "harness.config.effective")
 
 

@@ -83,7 +83,7 @@ def test_validate_output_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
     out = capsys.readouterr()
     assert out.out == (f"{f}:5:11: warning: unknown option key 'blok_size': ignored (it may belong "
                        "to another engine) (did you mean 'block_size'?)\n")
-    assert "1 files, 1 configs: 0 errors, 1 warnings (ok)" in out.err
+    assert "1 files, 1 configs: 0 errors, 1 warnings, 0 notes (ok)" in out.err
     assert cli("validate", "--strict", f) == 1
     capsys.readouterr()
     assert cli("validate", "--json", "--strict", f) == 1

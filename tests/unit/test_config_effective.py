@@ -118,7 +118,7 @@ def test_sampling_provenance() -> None:
     assert val(e, "sampling.temperature") == (0.2, "parameters")
     assert val(e, "sampling.top_k") == (7, "options")
     assert val(e, "sampling.min_p") == (0.1, "engine_args")
-    assert val(e, "sampling.top_p") == (0.9, "default")
+    assert val(e, "sampling.top_p") == (0.95, "default (LocalAI default)")
     assert val(e, "sampling.stop") == (["END"], "parameters")
 
 
@@ -126,7 +126,7 @@ def test_unknown_keys_listed_as_ignored() -> None:
     [item] = Validator(engines=ENGINES).validate_text(BASE + "options: [foo:1]\n", "m.yaml")
     assert isinstance(item, Validated)
     e = effective(item.document.data, item.options, cpus=1)
-    assert e.to_json()["ignored"] == {"foo": {"value": "1", "source": "options"}}
+    assert e.to_json()["ignored"] == {"foo": {"value": "1", "source": "options (ignored: unknown key)"}}
 
 
 def test_paths_resolve_against_models_dir(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
 LOCALAI = Path(__file__).resolve().parents[2] / "tests" / "data" / "localai"
 TEXTS = [p.read_text() for p in sorted([*EXAMPLES.glob("*.yaml"), *LOCALAI.glob("*.yaml")])]
 DOCS: list[dict[str, Any]] = [yaml.safe_load(t) for t in TEXTS]
-LINE = re.compile(r"^(?P<file>[^\n]+):(?P<line>\d+):(?P<col>\d+): (error|warning): [^\n]+$")
+LINE = re.compile(r"^(?P<file>[^\n]+):(?P<line>\d+):(?P<col>\d+): (error|warning|note): [^\n]+$")
 #: With the built-in plugins: each engine's own rules are fuzzed too.
 VALIDATOR = Validator(engines={"llamacpp", "stable-diffusion.cpp"}, pm=make_manager(autoload=False))
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -69,7 +69,7 @@ def check(items: list[Validated | Diagnostic], text: str) -> None:
         for d in diags:
             assert LINE.match(str(d)), str(d)
             assert 1 <= d.line <= n_lines and d.col >= 1
-            assert d.severity in ("error", "warning")
+            assert d.severity in ("error", "warning", "note")
 
 
 @SETTINGS

@@ -151,8 +151,9 @@ def test_select_first_accepting_or_declared() -> None:
     assert sel.chosen is None
     assert sel.reason == "backend 'cu' rejects this model: requires Linux with a CUDA device"
     sel = select_engine(config("x.gguf", backend="nope"), HOST, pm=pm)
-    assert sel.reason == ("backend 'nope' is neither a known engine (plugin or descriptor) nor a LocalAI backend; "
-                          "engines here: cu, gg, silent")
+    assert sel.reason == ("backend 'nope' is neither an engine here nor in LocalAI's backend index (at "
+                          "5cde45d6eb3f): LocalAI loads the config and fails only when no gallery has that "
+                          "backend; engines here: cu, gg, silent")
     assert sel.to_json()["chosen"] is None
 
 

@@ -26,6 +26,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # package data, shipped inside the wheel
     ("harness/cli/config.py", "cmd_config_schema", "SCHEMA_PATH.read_text"): "the model-config schema shipped in the package",
     ("harness/config/localai.py", "vocabulary", "resources.files('harness.config').joinpath(DATA_FILE).read_text"): "package data (localai.yaml)",
+    ("harness/config/localai.py", "vocabulary", "resources.files('harness.config').joinpath(INDEX_FILE).read_text"): "package data (localai_index.yaml)",
     ("harness/config/schema.py", "committed", "SCHEMA_PATH.read_text"): "the schema shipped in the package",
     ("harness/config/schema.py", "write", "path.read_text"): "the schema file the generator writes, compared before it is rewritten",
     ("harness/config/schema.py", "main", "args.output.read_text"): "nox -s generate_schema's own output file, compared before writing",

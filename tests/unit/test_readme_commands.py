@@ -53,11 +53,11 @@ RUN: dict[str, tuple[str, ...]] = {
         "harness matrix --ci github", "harness matrix --ci github --engine llamacpp --variant cpu"),
     "harness artifacts [--json]": ("harness artifacts", "harness artifacts --json"),
     "harness models fetch | list | env": ("harness models list", "harness models env"),  # fetch: downloads
-    "harness validate PATH... [--strict] [--models-dir DIR] [--json | --format github] [--template]": (
+    "harness validate PATH... [--strict] [--models-dir DIR] [--json | --format github] [--template | --no-template]": (
         "harness validate {root}/examples/models/", "harness validate {root}/examples/models/ --json",
         "harness validate {root}/examples/models/ --format github"),
-    "harness config show FILE [--json]": ("harness config show {root}/examples/models/smollm2-chat.yaml --json",),
-    "harness select FILE [--json]": ("harness select {root}/examples/models/smollm2-chat.yaml --json",),
+    "harness config show FILE [--json] [--template | --no-template]": ("harness config show {root}/examples/models/smollm2-chat.yaml --json",),
+    "harness select FILE [--json] [--template | --no-template]": ("harness select {root}/examples/models/smollm2-chat.yaml --json",),
     "harness config schema [--path]": ("harness config schema", "harness config schema --path"),
     "python -m harness_plugins.sdcpp.tiny_wan /tmp/tiny-wan": (
         "python -m harness_plugins.sdcpp.tiny_wan {tmp}/tiny-wan",),

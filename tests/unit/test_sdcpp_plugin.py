@@ -26,8 +26,9 @@ def host() -> HostInfo:
 
 
 def job(**kw: Any) -> VideoJob:
-    base: dict[str, Any] = {"prompt": "p", "partition": "t2va", "width": 64, "height": 64,
-                            "num_frames": 5, "fps": 16.0, "steps": 2, "seed": 1, "crf": 18}
+    base: dict[str, Any] = {"prompt": "p", "family": "wan", "audio_track": False, "partition": "t2va",
+                            "width": 64, "height": 64, "num_frames": 5, "fps": 16.0, "steps": 2, "seed": 1,
+                            "crf": 18}
     base.update(kw)
     return VideoJob(**base)
 
@@ -76,23 +77,25 @@ def test_used_set_from_backend_sources() -> None:
     assert {"generate_video", "new_sd_ctx", "sd_vid_gen_params_t", "sd_set_progress_callback"} <= used
 
 
-def test_checkpoint_set_resolves_against_models_dir(tmp_path: Path) -> None:
-    (tmp_path / "w").mkdir()
-    for name in ("dit.gguf", "vae.gguf", "umt5.gguf"):
-        (tmp_path / "w" / name).write_bytes(b"x")
-    model = {"parameters": {"model": "w/dit.gguf"},
-             "options": ["video_vae:w/vae.gguf", "video_encoder:w/umt5.gguf", "video_width:64"]}
-    got = plugin.checkpoint_set(model, tmp_path)
-    assert got == {"diffusion_model": str(tmp_path / "w/dit.gguf"), "vae": str(tmp_path / "w/vae.gguf"),
-                   "text_encoder": str(tmp_path / "w/umt5.gguf")}
-    no_encoder = plugin.checkpoint_set({**model, "options": ["video_vae:w/vae.gguf"]}, tmp_path)
+def test_checkpoint_set_names_the_resolved_paths_as_the_backend_does(tmp_path: Path) -> None:
+    paths = {"parameters.model": tmp_path / "dit.gguf", "video_vae": tmp_path / "vae.gguf",
+             "video_encoder": tmp_path / "umt5.gguf", "video_width": tmp_path / "ignored"}
+    assert plugin.checkpoint_set(paths) == {"diffusion_model": str(tmp_path / "dit.gguf"),
+                                            "vae": str(tmp_path / "vae.gguf"),
+                                            "text_encoder": str(tmp_path / "umt5.gguf")}
+    no_encoder = plugin.checkpoint_set({k: paths[k] for k in ("parameters.model", "video_vae")})
     assert "text_encoder" not in no_encoder
     with pytest.raises(VideoError, match="video_vae"):
-        plugin.checkpoint_set({"parameters": {"model": "w/dit.gguf"}}, tmp_path)
-    with pytest.raises(VideoError, match="not found"):
-        plugin.checkpoint_set({**model, "parameters": {"model": "w/missing.gguf"}}, tmp_path)
+        plugin.checkpoint_set({"parameters.model": paths["parameters.model"]})
     with pytest.raises(VideoError, match=r"parameters\.model"):
-        plugin.checkpoint_set({"options": []}, tmp_path)
+        plugin.checkpoint_set({"video_vae": paths["video_vae"]})
+
+
+def test_the_engine_states_the_families_it_renders() -> None:
+    from harness.engine import registry
+
+    impl = registry.engines(make_manager(autoload=False))[plugin.NAME]
+    assert (impl.video_family, impl.video_families) == ("wan", ("wan",))
 
 
 def test_refusals_before_loading(tmp_path: Path) -> None:
@@ -101,3 +104,10 @@ def test_refusals_before_loading(tmp_path: Path) -> None:
         plugin.video_generate(job(partition="ref2va"), tmp_path, lambda s, t: None, cancel)
     with pytest.raises(VideoError, match="cpu only"):
         plugin.video_generate(job(device="cuda"), tmp_path, lambda s, t: None, cancel)
+    # A job planned on another family's grids would render another count than planned.
+    with pytest.raises(VideoError, match=r"22 frames at 64x64, off wan's grids \(4n\+1 frames"):
+        plugin.video_generate(job(num_frames=22), tmp_path, lambda s, t: None, cancel)
+    with pytest.raises(VideoError, match="off wan's grids"):
+        plugin.video_generate(job(width=72), tmp_path, lambda s, t: None, cancel)
+    with pytest.raises(VideoError, match="renders the wan family, not minimax-h3"):
+        plugin.video_generate(job(family="minimax-h3", num_frames=22), tmp_path, lambda s, t: None, cancel)

@@ -17,6 +17,7 @@ import io
 import json
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,12 @@ import harness.cli
 from harness.core.errors import VideoError
 from harness.video.ffmpeg import resolve_ffmpeg
 from harness.video.limits import DEFAULT_LIMITS
-from harness.video.options import video_options
 from harness.video.pipeline import plan_request
 from harness.video.request import ALLOWED_KEYS, IGNORED_KEYS, load_request
+from harness.video.target import resolve_target
 
 from .pngs import png, png_header
+from .video_engines import FamilyEngine, install
 
 _HEALTH = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large]
 settings.register_profile("video-unit", max_examples=200, deadline=None,
@@ -158,9 +160,9 @@ def _assert_bounded(plan: Any) -> None:
 @given(data=REQUESTS, options=OPTIONS)
 def test_random_requests_give_a_plan_or_a_video_error(media: Path, data: dict[str, Any],
                                                       options: dict[str, str]) -> None:
-    opts = video_options(options)
+    target = resolve_target("fake", options)
     try:
-        plan = plan_request(data, opts, base_dir=media)
+        plan = plan_request(data, target, base_dir=media)
     except VideoError as e:
         event("VideoError")
         assert str(e)  # a message, printable
@@ -192,7 +194,7 @@ def test_random_request_files_give_a_plan_or_a_video_error(media: Path, raw: byt
     path.write_bytes(raw)
     try:
         data = load_request(path)
-        plan = plan_request(data, video_options({}), base_dir=media)
+        plan = plan_request(data, resolve_target("fake"), base_dir=media)
     except VideoError:
         event("VideoError")
         return
@@ -209,9 +211,18 @@ def ffmpeg_found() -> bool:
     return True
 
 
+@pytest.fixture(scope="module")
+def fake_engine() -> Iterator[None]:
+    """The config's backend, registered as a plugin registers an engine."""
+    with pytest.MonkeyPatch.context() as mp:
+        install(mp, FamilyEngine("fake", "minimax-h3"))
+        yield
+
+
 @settings(PROFILE, max_examples=PROFILE.max_examples // 4)
 @given(raw=_texts())
-def test_random_requests_through_the_cli(media: Path, ffmpeg_found: bool, raw: bytes) -> None:
+def test_random_requests_through_the_cli(media: Path, ffmpeg_found: bool, fake_engine: None,
+                                         raw: bytes) -> None:
     path = media / "request.json"  # the request's directory is the media directory
     path.write_bytes(raw)
     out, err = io.StringIO(), io.StringIO()

@@ -7,6 +7,7 @@ steps, a PNG header claiming width 2^31-1 and seed 2^80.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -24,8 +25,8 @@ from harness.video.limits import (
     VideoLimits,
     show,
 )
-from harness.video.options import video_options
 from harness.video.pipeline import VideoPipeline, engine_limits
+from harness.video.target import resolve_target
 
 from .pngs import png_header
 
@@ -36,10 +37,10 @@ OPTIONS = {"video_partition": "fl2va", "video_width": "64", "video_height": "32"
 
 def check(data: dict[str, Any], root: Path | None = None, *, limits: VideoLimits | None = None,
           **options: str) -> VideoPlan:
-    opts = video_options({**OPTIONS, **options})
-    extra = {"limits": limits} if limits is not None else {}
-    pipe = VideoPipeline("fake", opts, ffmpeg=FF, **extra)
-    return pipe.check({"prompt": "p", **data}, base_dir=root)
+    target = resolve_target("fake", {**OPTIONS, **options})
+    if limits is not None:
+        target = dataclasses.replace(target, limits=limits)
+    return VideoPipeline(target, ffmpeg=FF).check({"prompt": "p", **data}, base_dir=root)
 
 
 @pytest.mark.parametrize(("data", "field"), [
@@ -209,6 +210,7 @@ def test_engine_limits_come_from_the_registered_engine() -> None:
     {"num_frames": 10**9}, {"num_frames": 10**30}, {"width": 100_000}, {"seed": 2**80},
     {"width": 100_000, "height": 100_000, "num_frames": 100_016, "steps": 10**6},
 ])
+@pytest.mark.usefixtures("fake_video_engine")
 def test_cli_check_refuses(tmp_path: Path, data: dict[str, Any],
                            capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "c.yaml").write_text(

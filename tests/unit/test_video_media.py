@@ -23,8 +23,8 @@ import harness.cli
 from harness.core.errors import VideoError
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.job import VideoPlan
-from harness.video.options import video_options
 from harness.video.pipeline import VideoPipeline
+from harness.video.target import resolve_target
 
 from .pngs import png, png_header
 
@@ -36,8 +36,8 @@ CONFIG = "backend: fake\noptions:\n" + "".join(f"  - {k}:{v}\n" for k, v in OPTI
 
 
 def check(data: dict[str, Any], root: Path, **options: str) -> VideoPlan:
-    opts = video_options({**OPTIONS, **options})
-    return VideoPipeline("fake", opts, ffmpeg=FF).check({"prompt": "p", **data}, base_dir=root)
+    target = resolve_target("fake", {**OPTIONS, **options})
+    return VideoPipeline(target, ffmpeg=FF).check({"prompt": "p", **data}, base_dir=root)
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ def test_a_jpeg_of_endless_segments_stops(tree: dict[str, Path]) -> None:
 
 
 @pytest.fixture
-def cli(tmp_path: Path, tree: dict[str, Path]) -> Path:
+def cli(tmp_path: Path, tree: dict[str, Path], fake_video_engine: object) -> Path:
     (tmp_path / "h3.yaml").write_text(CONFIG)
     return tmp_path / "h3.yaml"
 

@@ -54,10 +54,14 @@ def ff(request: pytest.FixtureRequest) -> Ffmpeg:
 
 
 def job(**over: object) -> VideoJob:
-    base: dict[str, object] = dict(prompt="p", partition="fl2va", width=W, height=H,
-                                   num_frames=FRAMES, fps=FPS, steps=1, seed=1, crf=23)
+    base: dict[str, object] = dict(prompt="p", family="minimax-h3", audio_track=True, partition="fl2va",
+                                   width=W, height=H, num_frames=FRAMES, fps=FPS, steps=1, seed=1, crf=23)
     base.update(over)
     return VideoJob(**base)  # type: ignore[arg-type]
+
+
+#: A job of a family without audio (Wan): the engine returns no WAV.
+SILENT = {"family": "wan", "audio_track": False}
 
 
 def write_ppm_frames(d: Path, n: int = FRAMES, w: int = W, h: int = H) -> Path:
@@ -138,7 +142,7 @@ def test_ppm_frames_and_wav_make_a_verified_mp4(ff: Ffmpeg, tmp_path: Path,
 
 
 def test_png_frames_without_audio(ff: Ffmpeg, tmp_path: Path) -> None:
-    result = mux(ff, EngineOutput(frames=write_png_frames(tmp_path / "f")), job(), tmp_path)
+    result = mux(ff, EngineOutput(frames=write_png_frames(tmp_path / "f")), job(**SILENT), tmp_path)
     assert result.info.audio_codecs == ()
     assert result.info.frames == FRAMES
 
@@ -166,7 +170,7 @@ def test_engine_argv_gets_the_resolved_ffmpeg(ff: Ffmpeg, tmp_path: Path) -> Non
 def test_engine_argv_with_a_missing_encoder_is_replaced(ff: Ffmpeg, tmp_path: Path) -> None:
     frames = write_ppm_frames(tmp_path / "frames")
     argv = ("ffmpeg", "-i", "x", "-c:v", "h264_imaginary", "out.mp4")
-    result = mux(ff, EngineOutput(frames=frames, argv=argv), job(), tmp_path)
+    result = mux(ff, EngineOutput(frames=frames, argv=argv), job(**SILENT), tmp_path)
     assert any("h264_imaginary" in n and "own argv" in n for n in result.notes)
     assert result.path == tmp_path / "video.mp4"
 
@@ -183,7 +187,7 @@ def test_mpeg4_fallback_is_announced(ff: Ffmpeg, tmp_path: Path) -> None:
 def test_frame_count_mismatch_is_refused(tmp_path: Path, ff: Ffmpeg) -> None:
     frames = write_ppm_frames(tmp_path / "frames", n=FRAMES - 1)
     with pytest.raises(VideoError, match=f"returned {FRAMES - 1} frames, the plan is {FRAMES}"):
-        mux(ff, EngineOutput(frames=frames), job(), tmp_path)
+        mux(ff, EngineOutput(frames=frames), job(**SILENT), tmp_path)
 
 
 @pytest.mark.parametrize(("setup", "match"), [
@@ -262,3 +266,30 @@ def test_cancel_stops_a_running_ffmpeg(ff: Ffmpeg) -> None:
         run_ffmpeg([ff.path, "-v", "error", "-re", "-f", "lavfi", "-i", "testsrc=size=64x32",
                     "-f", "null", "-"], cancel)
     assert time.monotonic() - started < 10
+
+
+# -- the audio track exactly when the family has audio ----------------------------------------
+
+
+def test_an_audio_family_without_a_wav_is_refused(ff: Ffmpeg, tmp_path: Path) -> None:
+    frames = write_ppm_frames(tmp_path / "frames")
+    with pytest.raises(VideoError, match="minimax-h3 family renders an audio track, but the engine returned none"):
+        mux(ff, EngineOutput(frames=frames), job(), tmp_path)
+    assert not (tmp_path / "video.mp4").exists()
+
+
+def test_a_silent_family_with_a_wav_is_refused(ff: Ffmpeg, tmp_path: Path) -> None:
+    frames = write_ppm_frames(tmp_path / "frames")
+    wav = write_wav(tmp_path / "a.wav", 1.0)
+    with pytest.raises(VideoError, match="wan family renders no audio, but the engine returned a WAV"):
+        mux(ff, EngineOutput(frames=frames, audio=wav), job(**SILENT), tmp_path)
+    assert not (tmp_path / "video.mp4").exists()
+
+
+def test_an_engine_argv_that_drops_the_audio_fails_the_probe(ff: Ffmpeg, tmp_path: Path) -> None:
+    frames = write_ppm_frames(tmp_path / "frames")
+    wav = write_wav(tmp_path / "a.wav", 1.0)
+    argv = ("ffmpeg", "-v", "error", "-framerate", f"{FPS:g}", "-i", "frames/frame_%05d.ppm",
+            "-c:v", ff.video_encoder, "-pix_fmt", "yuv420p", "silent.mp4")
+    with pytest.raises(VideoError, match=r"audio streams: expected \['aac'\], found \[\]"):
+        mux(ff, EngineOutput(frames=frames, audio=wav, argv=argv), job(), tmp_path)

@@ -14,7 +14,7 @@ from harness.config.effective import effective
 from harness.config.loader import Document
 from harness.config.options import config_options, parse_options, resolve_options
 from harness.core.errors import ConfigError
-from harness.video import pipeline
+from harness.video import target
 from harness.video.options import VideoOptions, configured_canvas, video_options
 
 
@@ -92,7 +92,7 @@ def _sample(spec: model.OptionSpec) -> tuple[Any, Any]:
 
 
 def test_video_options_are_declared_once() -> None:
-    assert typing.get_type_hints(pipeline.plan_request)["options"] is VideoOptions is model.VideoOptions
+    assert typing.get_type_hints(target.VideoTarget)["options"] is VideoOptions is model.VideoOptions
     specs = {k: s for k, s in model.option_specs().items() if s.video}
     assert list(specs) == [f.name for f in dataclasses.fields(VideoOptions)]
     engine_args = schema.generate()["properties"]["engine_args"]["properties"]
@@ -118,19 +118,22 @@ def test_the_video_cli_reads_what_config_show_prints() -> None:
 
 
 def test_one_options_parser_for_validation_the_video_cli_and_the_engine(tmp_path: Path) -> None:
-    from harness.cli.video import load_config
+    from harness.video.target import load_target, resolve_checkpoints
     from harness_plugins.sdcpp import checkpoint_set
 
     for name in ("dit.gguf", "vae.gguf", "umt5.gguf"):
         (tmp_path / name).write_bytes(b"x")
     config = tmp_path / "c.yaml"
-    config.write_text("backend: stable-diffusion.cpp\nparameters: {model: dit.gguf}\n"
+    config.write_text("name: c\nbackend: stable-diffusion.cpp\nparameters: {model: dit.gguf}\n"
                       "options: ['video-vae: vae.gguf', 'video_steps:3']\nengine_args: {video_encoder: umt5.gguf}\n")
-    _, options, data = load_config(config)
+    loaded, resolved_target = load_target(config)
+    assert resolved_target is not None, [str(d) for d in loaded.diagnostics]
+    options, data = resolved_target.options, resolved_target.model
     resolved = resolve_options(Document(file=str(config), data=data))
     assert (options.video_vae, options.video_encoder, options.video_steps) == ("vae.gguf", "umt5.gguf", 3)
     assert {k: resolved.get(k) for k in ("video_vae", "video_encoder", "video_steps")} == {
         "video_vae": "vae.gguf", "video_encoder": "umt5.gguf", "video_steps": 3}
-    assert checkpoint_set(data, tmp_path) == {"diffusion_model": str(tmp_path / "dit.gguf"),
-                                              "vae": str(tmp_path / "vae.gguf"),
-                                              "text_encoder": str(tmp_path / "umt5.gguf")}
+    root = tmp_path.resolve()
+    assert checkpoint_set(resolve_checkpoints(resolved_target)) == {
+        "diffusion_model": str(root / "dit.gguf"), "vae": str(root / "vae.gguf"),
+        "text_encoder": str(root / "umt5.gguf")}

@@ -20,8 +20,8 @@ from harness.engine.registry import EngineImpl
 from harness.video.ffmpeg import Ffmpeg, resolve_ffmpeg
 from harness.video.job import EngineOutput, VideoJob
 from harness.video.mux import VideoCancelledError
-from harness.video.options import video_options
 from harness.video.pipeline import VideoPipeline
+from harness.video.target import resolve_target
 
 hookimpl = pluggy.HookimplMarker("harness")
 
@@ -35,18 +35,19 @@ def ff() -> Ffmpeg:
 
 
 class FakeEngine:
-    """Renders solid-colour PPM frames and a sine WAV, like the engine would."""
+    """Renders solid-colour PPM frames and, when the job's family has audio, a sine WAV, like the engine would."""
 
-    def __init__(self, name: str = "fake", *, audio: bool = True,
+    def __init__(self, name: str = "fake", *, family: str = "minimax-h3", audio: bool | None = None,
                  on_step: Callable[[int, threading.Event], None] | None = None,
                  frames_delta: int = 0) -> None:
-        self.name, self.audio, self.on_step, self.frames_delta = name, audio, on_step, frames_delta
+        self.name, self.family, self.audio = name, family, audio
+        self.on_step, self.frames_delta = on_step, frames_delta
         self.jobs: list[VideoJob] = []
         self.workdirs: list[Path] = []
 
     @hookimpl
     def harness_engine_register(self) -> list[EngineImpl]:
-        return [EngineImpl(name=self.name, video_generate=self.generate)]
+        return [EngineImpl(name=self.name, video_family=self.family, video_generate=self.generate)]
 
     def generate(self, request: VideoJob, workdir: Path, progress: Callable[[int, int], None],
                  cancel: threading.Event) -> EngineOutput | None:
@@ -65,7 +66,7 @@ class FakeEngine:
             (frames / f"{i:05d}.ppm").write_bytes(
                 f"P6\n{w} {h}\n255\n".encode() + bytes((i * 10 % 256, 80, 160)) * (w * h))
         wav = None
-        if self.audio:
+        if self.audio if self.audio is not None else request.audio_track:
             wav = workdir / "audio.wav"
             with wave.open(str(wav), "wb") as f:
                 f.setnchannels(1)
@@ -88,8 +89,8 @@ def manager(*plugins: object) -> pluggy.PluginManager:
 def pipeline(ff: Ffmpeg, engine: FakeEngine | None, tmp_path: Path, **options: Any) -> VideoPipeline:
     options.setdefault("video_partition", "fl2va")
     options.setdefault("video_workdir", str(tmp_path / "work"))
-    opts = video_options(options)
-    return VideoPipeline("fake", opts, pm=manager(*([engine] if engine else [])), ffmpeg=ff)
+    pm = manager(*([engine] if engine else []))
+    return VideoPipeline(resolve_target("fake", options, pm=pm), pm=pm, ffmpeg=ff)
 
 
 def png(path: Path, w: int, h: int) -> Path:
@@ -129,7 +130,7 @@ def test_generate_renders_muxes_verifies_and_cleans_up(ff: Ffmpeg, tmp_path: Pat
 
 
 def test_keyframes_reach_the_engine_as_ppm_at_the_derived_canvas(ff: Ffmpeg, tmp_path: Path) -> None:
-    engine = FakeEngine(audio=False)
+    engine = FakeEngine()
     # 2:1 keyframe, no canvas in the request: 1536x768 from the aspect, despite option defaults.
     start = png(tmp_path / "start.png", 40, 20)
     seen: dict[str, bytes] = {}
@@ -258,7 +259,7 @@ def test_missing_ffmpeg_fails_at_load_not_after_render(tmp_path: Path,
 
     monkeypatch.setattr(ffmod, "_cache", {})
     engine = FakeEngine()
+    pm = manager(engine)
     with pytest.raises(HostError, match="not an executable"):
-        VideoPipeline("fake", video_options({"ffmpeg": str(tmp_path / "nope")}),
-                      pm=manager(engine))
+        VideoPipeline(resolve_target("fake", {"ffmpeg": str(tmp_path / "nope")}, pm=pm), pm=pm)
     assert engine.jobs == []

@@ -173,6 +173,7 @@ def _cli_check(tmp_path: Path, text: str | bytes) -> int:
     ('{"prompt": "p", "noise_aug": 1e400}', "'noise_aug': expected a number 0..1, found inf"),
     ('{"prompt": "\\ud800"}', "'prompt': expected .* valid Unicode"),
 ])
+@pytest.mark.usefixtures("fake_video_engine")
 def test_bad_request_files_are_video_errors(tmp_path: Path, text: str, match: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(VideoError, match=match):
@@ -194,6 +195,7 @@ def test_brackets_inside_strings_do_not_count(tmp_path: Path) -> None:
     assert load_request(_write(tmp_path / "r.json", text))["prompt"] == 'a \\" [[[[[[[[[[[ "'
 
 
+@pytest.mark.usefixtures("fake_video_engine")
 def test_a_too_large_request_file_is_refused_unread(tmp_path: Path) -> None:
     big = tmp_path / "r.json"
     big.write_text('{"prompt": "' + "x" * (16 * 2**20) + '"}')
@@ -202,6 +204,7 @@ def test_a_too_large_request_file_is_refused_unread(tmp_path: Path) -> None:
     assert _cli_check(tmp_path, big.read_text()) == VideoError.exit_code
 
 
+@pytest.mark.usefixtures("fake_video_engine")
 def test_a_request_that_is_not_utf8(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _cli_check(tmp_path, b'{"prompt": "\xff"}') == VideoError.exit_code
     assert "not UTF-8" in capsys.readouterr().err

@@ -61,6 +61,7 @@ def test_16_mib_of_adversarial_text_is_refused_fast_and_linearly(name: str) -> N
     assert large < 64 * small + 0.05, (small, large)
 
 
+@pytest.mark.usefixtures("fake_video_engine")
 def test_a_16_mib_adversarial_request_file_is_refused_by_video_check(tmp_path: Path) -> None:
     import harness.cli
 

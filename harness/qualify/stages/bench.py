@@ -14,7 +14,7 @@ from typing import Any
 from harness.core.types import EngineSpec
 from harness.qualify.bench_plan import BenchPlan
 from harness.qualify.context import NO_OLD_PIN, Built, Models, QualifyContext
-from harness.qualify.result import SkippedStage, StageFailed, StageResult
+from harness.qualify.result import SkippedStage, StageFailed, StageResult, StageUndecided
 
 
 def peer(ctx: QualifyContext, *, model_var: str) -> StageResult:
@@ -76,6 +76,9 @@ def bench_stage_result(outcome: Any, report_root: Path, model: str, *, label: st
             "blocks": outcome.result.blocks_run, "threads": None if state is None else state.threads,
             **(extra or {})}
     result = StageResult(f"{label or model}: {outcome.summary()}", data)
+    if outcome.gate is not None and outcome.gate.status == "undecided" and not (outcome.result.aa and not
+                                                                               outcome.analysis.aa_ok):
+        raise StageUndecided(result)
     if not outcome.passed:
         raise StageFailed(result)
     return result

@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from harness.video.mux import VideoCancelledError
-from harness.video.options import video_options
+from harness.video.ffmpeg import resolve_ffmpeg
+from harness.video.mux import VideoCancelledError, probe
 from harness.video.pipeline import VideoPipeline
+from harness.video.target import resolve_target
 
 ENGINE = "stable-diffusion.cpp"
 
@@ -55,8 +56,8 @@ def tiny() -> Path:
 
 
 def _pipeline(models_dir: Path, options: dict[str, Any], model: dict[str, Any], tmp: Path) -> VideoPipeline:
-    opts = video_options({**options, "video_workdir": str(tmp / "work")})
-    return VideoPipeline(ENGINE, opts, model=model, models_dir=models_dir)
+    items = [*model["options"], *(f"{k}:{v}" for k, v in {**options, "video_workdir": str(tmp / "work")}.items())]
+    return VideoPipeline(resolve_target(ENGINE, model={**model, "options": items}, models_dir=models_dir))
 
 
 def _tiny_model() -> dict[str, Any]:
@@ -111,11 +112,12 @@ def test_tiny_first_last_frame(tiny: Path, tmp_path: Path) -> None:
     assert (result.info.width, result.info.height, result.info.frames) == (64, 64, 5)
 
 
-def test_tiny_off_grid_frame_count_keeps_the_planned_count(tiny: Path, tmp_path: Path) -> None:
-    # 17n+5 grid (22) is not Wan's 4n+1: the engine renders 25 and the plugin keeps 22.
+def test_tiny_off_grid_frame_count_is_planned_on_wans_grid(tiny: Path, tmp_path: Path) -> None:
+    # 22 is on MiniMax-H3's 17n+5 grid, not Wan's 4n+1: the plan is 25, and 25 are rendered.
     pipe = _pipeline(tiny, {**TINY_OPTIONS, "video_num_frames": "22"}, _tiny_model(), tmp_path)
-    result = pipe.generate({"prompt": "p", "seed": 2}, tmp_path / "22.mp4")
-    assert result.info.frames == 22
+    result = pipe.generate({"prompt": "p", "seed": 2}, tmp_path / "25.mp4")
+    assert result.plan.num_frames == 25 and result.info.frames == 25
+    assert any("4n+1" in w for w in result.warnings)
 
 
 def test_tiny_same_seed_same_frames(tiny: Path, tmp_path: Path) -> None:
@@ -154,15 +156,55 @@ def test_tiny_cancel_stops_and_cleans_up(tiny: Path, tmp_path: Path) -> None:
     assert result.info.frames == 5
 
 
+def _ffprobe_frames(path: Path) -> tuple[int, int, int, list[str]]:
+    """Frames (decoded and counted), size and stream kinds, by ffprobe itself."""
+    import shutil
+
+    ffprobe = shutil.which("ffprobe")
+    if ffprobe is None:
+        pytest.skip("no ffprobe on PATH")
+    out = subprocess.run([ffprobe, "-v", "error", "-count_frames", "-show_streams", "-of", "json", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    streams = json.loads(out)["streams"]
+    video = next(s for s in streams if s["codec_type"] == "video")
+    return (int(video["nb_read_frames"]), int(video["width"]), int(video["height"]),
+            [s["codec_type"] for s in streams])
+
+
+def _harness(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, env=env,
+                          check=False, timeout=600)
+
+
 def test_tiny_cli(tiny: Path, tmp_path: Path) -> None:
     out = tmp_path / "cli.mp4"
     env = {**os.environ, "HARNESS_MODELS_DIR": str(tiny)}
-    proc = subprocess.run([sys.executable, "-m", "harness", "video", "generate", str(tiny / "wan-tiny.yaml"),
-                           "--prompt", "a lighthouse", "--seed", "5", "-o", str(out), "--json"],
-                          capture_output=True, text=True, env=env, check=False, timeout=600)
+    proc = _harness("video", "generate", str(tiny / "wan-tiny.yaml"), "--prompt", "a lighthouse", "--seed", "5",
+                    "-o", str(out), "--json", env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)
     assert data["frames"] == 5 and data["width"] == 64 and out.is_file()
+
+
+@pytest.mark.parametrize(("asked", "planned"), [(6, 9), (22, 25), (5, 5)])
+def test_tiny_cli_check_plans_4n_plus_1_and_generate_renders_it(tiny: Path, tmp_path: Path, asked: int,
+                                                                planned: int) -> None:
+    config = tiny / "wan-tiny.yaml"
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_MODELS_DIR"}  # the config's directory
+    request = tmp_path / "req.json"
+    request.write_text(json.dumps({"prompt": "a lighthouse", "seed": 5, "num_frames": asked}))
+    check = _harness("video", "check", str(config), str(request), "--json", env=env)
+    assert check.returncode == 0, check.stderr[-2000:]
+    plan = json.loads(check.stdout)["plan"]
+    assert (plan["family"], plan["num_frames"], plan["audio_track"]) == ("wan", planned, False)
+    out = tmp_path / "r.mp4"
+    gen = _harness("video", "generate", str(config), "--request", str(request), "-o", str(out), "--json", env=env)
+    assert gen.returncode == 0, gen.stderr[-2000:]
+    rendered = json.loads(gen.stdout)
+    assert json.dumps(rendered["plan"]) == json.dumps(plan)  # check's plan, byte for byte
+    assert _ffprobe_frames(out) == (planned, 64, 64, ["video"])  # no audio track: Wan renders none
+    info = probe(resolve_ffmpeg(None), out)
+    assert abs(info.duration - planned / plan["fps"]) <= 1 / plan["fps"]
 
 
 # --------------------------------------------------------------------------- real Wan
@@ -195,7 +237,9 @@ def test_real_wan_t2v(real_set: dict[str, Path], tmp_path: Path) -> None:
     model = {"backend": ENGINE, "parameters": {"model": str(real_set["model"])}, "options": options}
     opts = {**TINY_OPTIONS, "video_partition": "t2va", "video_width": "256", "video_height": "256",
             "video_steps": os.environ.get("HARNESS_VIDEO_STEPS", "4")}
-    pipe = _pipeline(tmp_path, opts, model, tmp_path)
+    # Checkpoint paths must resolve inside the models directory: the set's common parent.
+    root = Path(os.path.commonpath([str(p.resolve().parent) for p in real_set.values()]))
+    pipe = _pipeline(root, opts, model, tmp_path)
     result = pipe.generate({"prompt": "a red fox running through snow", "seed": 42}, tmp_path / "wan.mp4")
     assert (result.info.width, result.info.height, result.info.frames) == (256, 256, 5)
     assert list(result.info.video_codecs) == ["h264"]

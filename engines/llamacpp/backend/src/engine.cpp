@@ -1084,6 +1084,11 @@ void Engine::loop() {
         }
         if (batch_.n_tokens == 0) continue;
         int32_t ret = llama_decode(ctx_, batch_);
+        if (params_.token_delay_us > 0 && n_decoding > 0) {
+            // benchmark calibration only (harness bench's error-rate study): a known, real slowdown of
+            // each generating step, on the thread that decodes, as a slower kernel would be
+            std::this_thread::sleep_for(std::chrono::microseconds(params_.token_delay_us));
+        }
         n_decode_calls_++;
         n_tokens_decoded_ += batch_.n_tokens;
         if (ret != 0) {

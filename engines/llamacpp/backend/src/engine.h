@@ -38,6 +38,7 @@ struct EngineParams {
     int32_t max_num_seqs = 4;
     int32_t n_gpu_layers = 0;
     std::string kv_cache_type = "f16";
+    int32_t token_delay_us = 0;     // benchmark calibration: sleep after each generating step (0: off)
     int32_t prefix_caching = 0;     // tri-state: 0 unset (on), 1 on, 2 forced off
     uint32_t seed = LLAMA_DEFAULT_SEED;
     bool embeddings = false;

@@ -32,7 +32,7 @@ using harness_py::get;
 EngineParams engine_params(const py::dict & d) {
     check_keys(d, {"backend_dir", "n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "max_num_seqs",
                    "n_gpu_layers", "kv_cache_type", "prefix_caching", "seed", "embeddings", "flash_attn", "verbose",
-                   "spec_type", "draft_model", "n_draft", "ngram_n", "spec_min_acceptance"},
+                   "spec_type", "draft_model", "n_draft", "ngram_n", "spec_min_acceptance", "token_delay_us"},
                "engine parameter");
     EngineParams p;
     p.backend_dir = get<std::string>(d, "backend_dir", "");
@@ -45,6 +45,8 @@ EngineParams engine_params(const py::dict & d) {
     p.n_gpu_layers = get<int32_t>(d, "n_gpu_layers", 0);
     p.kv_cache_type = get<std::string>(d, "kv_cache_type", "f16");
     p.prefix_caching = get<int32_t>(d, "prefix_caching", 0);
+    p.token_delay_us = get<int32_t>(d, "token_delay_us", 0);
+    if (p.token_delay_us < 0 || p.token_delay_us > 1000000) throw std::invalid_argument("token_delay_us must be in [0, 1000000]");
     p.seed = get<uint32_t>(d, "seed", LLAMA_DEFAULT_SEED);
     p.embeddings = get<bool>(d, "embeddings", false);
     p.flash_attn = get<int32_t>(d, "flash_attn", -1);

@@ -1,0 +1,274 @@
+"""Issue 29: LocalAI configs read as LocalAI reads them (yaml.v3), gallery bodies recognised per
+config, LocalAI's backend index as data, its use-case guess, and three severities.
+
+yaml.v3's rules are from its scanner (the escape switch of yaml_parser_scan_flow_scalar takes
+``\\'``) and its decoder ("mapping key already defined"); LocalAI's from core/config/model_config.go
+at 8f5f7d6ca9f8523bc524bd6501993fcb7a69a601 (Validate, GuessUsecases, SetDefaults).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import harness.cli
+import harness.cli.config as config_cli
+import harness.config
+import harness.engine.plugin
+from harness.config.effective import effective
+from harness.config.loader import load_text
+from harness.config.localai import vocabulary
+from harness.config.validate import Validated, Validator
+from harness.core.types import HostInfo
+from harness.engine.plugin import make_manager
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "tests" / "data" / "localai"
+ENGINES = frozenset({"llamacpp", "stable-diffusion.cpp"})
+PM = make_manager(autoload=False)
+HOST = HostInfo(os="linux", arch="x86_64", cpu_model="t", microarch="x", simd=(), cores=4,
+                memory_bytes=1 << 30)
+
+
+def items(text: str, *, template: bool | None = None) -> list[Any]:
+    return Validator(engines=ENGINES, pm=PM, template=template).validate_text(textwrap.dedent(text), "m.yaml")
+
+
+def run(text: str, *, template: bool | None = None) -> list[str]:
+    out: list[str] = []
+    for item in items(text, template=template):
+        out += [str(d) for d in (item.diagnostics if isinstance(item, Validated) else [item])]
+    return out
+
+
+@pytest.fixture
+def wired(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.cli.config",))
+    monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: PM)
+    monkeypatch.setattr(config_cli, "probe_host", lambda: HOST)
+    monkeypatch.delenv(harness.config.MODELS_DIR_ENV, raising=False)
+
+
+def cli(*argv: str | Path) -> int:
+    return harness.cli.main([str(a) for a in argv])
+
+
+# -- parsing as yaml.v3 -------------------------------------------------------------------
+
+
+def test_yaml_v3_single_quote_escape_in_double_quotes() -> None:
+    # A stop word written with yaml.v3's \' escape: PyYAML refused the whole file.
+    docs, problems = load_text('name: m\nparameters: {model: m.gguf}\nstopwords: ["it\\\'s", "<|im_end|>"]\n', "m.yaml")
+    assert problems == [] and docs[0].data["stopwords"] == ["it's", "<|im_end|>"]
+
+
+def test_unknown_escape_is_still_refused_where_yaml_v3_refuses() -> None:
+    _, problems = load_text('name: "a\\qb"\n', "m.yaml")
+    assert [p.severity for p in problems] == ["error"] and "escape" in problems[0].message
+
+
+def test_duplicate_key_names_both_lines() -> None:
+    out = run("name: m\nparameters:\n  model: a.gguf\n  model: b.gguf\n")
+    assert out == ["m.yaml:4:3: error: duplicate key 'model' on lines 3 and 4: LocalAI's YAML parser (yaml.v3) "
+                   "refuses a mapping that gives a key twice"]
+
+
+def test_yaml_1_1_words_stay_strings_but_fill_bool_fields() -> None:
+    # yaml.v3: `yes`/`on` are strings, except decoded into a typed bool (f16, mmap).
+    [item] = items("name: yes\nf16: on\nmmap: no\nparameters: {model: m.gguf}\n")
+    assert isinstance(item, Validated) and item.diagnostics == ()
+    assert item.config is not None and (item.config.name, item.config.f16, item.config.mmap) == ("yes", True, False)
+
+
+def test_merge_keys_as_yaml_v3() -> None:
+    [item] = items("base: &b {context_size: 2048, f16: true}\n"[:0] + "- &b {name: a, context_size: 2048, "
+                   "parameters: {model: a.gguf}}\n- {<<: *b, name: b}\n")[:1]
+    assert isinstance(item, Validated) and item.config is not None and item.config.context_size == 2048
+    second = items("- &b {name: a, context_size: 2048, parameters: {model: a.gguf}}\n- {<<: *b, name: b}\n")[1]
+    assert second.config.name == "b" and second.config.context_size == 2048
+
+
+def test_every_diagnostic_keeps_line_and_column() -> None:
+    out = run("name: m\nparameters:\n  model: m.gguf\n  context_size: 4096\n")
+    assert out == ["m.yaml:4:3: warning: 'context_size' under parameters: is silently ignored by LocalAI there; "
+                   "it belongs at the top level"]
+
+
+# -- gallery bodies -------------------------------------------------------------------------
+
+
+BODY = (CORPUS / "gallery-chatml.yaml").read_text().split("config_file: |\n", 1)[1]
+FULL = "name: m\nbackend: llama-cpp\nparameters:\n  model: m.gguf\n"
+
+
+def test_bodies_and_full_configs_in_one_run(tmp_path: Path) -> None:
+    (tmp_path / "body.yaml").write_text(textwrap.dedent(BODY))
+    (tmp_path / "full.yaml").write_text(FULL)
+    (tmp_path / "broken.yaml").write_text("name: m2\nbackend: llama-cpp\n")  # named: a full config
+    report = Validator(engines=ENGINES, pm=PM).validate_paths([tmp_path])
+    text = [str(d) for d in report.diagnostics]
+    assert [t for t in text if "gallery body: checked" in t] == [
+        f"{tmp_path / 'body.yaml'}:1:1: note: gallery body: checked as a template (name and parameters.model "
+        "come from its gallery entry)"]
+    errors = [t for t in text if ": error: " in t]
+    assert errors and all(t.startswith(f"{tmp_path / 'broken.yaml'}:") for t in errors)
+    assert f"{tmp_path / 'broken.yaml'}:1:1: error: the config is missing the required key 'parameters' " \
+           "(parameters.model names the model file; a gallery body gets it from its gallery entry)" in errors
+
+
+def test_template_flags_force_it() -> None:
+    assert [o for o in run(FULL, template=True) if ": error: " in o] == []
+    assert any("gallery body" in o for o in run(FULL, template=True))
+    errors = [o for o in run(textwrap.dedent(BODY), template=False) if ": error: " in o]
+    assert [e.split(": error: ")[1].split(" (")[0] for e in errors] == [
+        "the config is missing the required key 'name'", "the config is missing the required key 'parameters'"]
+
+
+def test_config_show_and_select_take_the_flags(tmp_path: Path, wired: None,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "body.yaml"
+    f.write_text(textwrap.dedent(BODY))
+    assert cli("config", "show", "--json", f) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] and data["diagnostics"][0]["severity"] == "note"
+    assert cli("config", "show", "--no-template", "--json", f) == 1
+    capsys.readouterr()
+    assert cli("select", "--template", "--json", f) in (0, 1)
+    assert not [d for d in json.loads(capsys.readouterr().out)["diagnostics"] if d["severity"] == "error"]
+    assert cli("select", "--no-template", "--json", f) == 1
+
+
+# -- LocalAI's backend index ------------------------------------------------------------------
+
+
+def test_backend_index_is_pinned_data() -> None:
+    v = vocabulary()
+    assert v.index_source["commit"] == "5cde45d6eb3ff83902efcd025768ef1cf92f25f7"
+    for name in ("pocket-tts", "qwen-tts", "voxcpm", "outetts", "kokoro"):
+        entry = v.backend(name)
+        assert entry is not None and entry.usecases == ("tts",), name
+
+
+@pytest.mark.parametrize("name", ["pocket-tts", "qwen-tts", "voxcpm", "outetts"])
+def test_index_backends_are_notes_not_errors(name: str) -> None:
+    out = run(f"name: m\nbackend: {name}\nparameters: {{model: m.bin}}\n")
+    assert out == [f"m.yaml:2:10: note: backend {name!r} is a LocalAI backend this harness does not build "
+                   "(only LocalAI's shared rules are checked)"]
+
+
+def test_unknown_backend_warns_and_a_refused_name_is_an_error() -> None:
+    [warn] = run("name: m\nbackend: kokoros\nparameters: {model: m.bin}\n")
+    assert warn.startswith("m.yaml:2:10: warning: backend 'kokoros' is neither an engine here nor in LocalAI's "
+                           "backend index (at 5cde45d6eb3f) (did you mean 'kokoro'?)")
+    [err] = run("name: m\nbackend: my/backend\nparameters: {model: m.bin}\n")
+    assert err.startswith("m.yaml:2:10: error: backend 'my/backend': LocalAI refuses a backend name with "
+                          "characters other than letters")
+
+
+def test_refresh_script_reads_meta_backends(tmp_path: Path) -> None:
+    checkout = tmp_path / "LocalAI"
+    (checkout / "backend").mkdir(parents=True)
+    # The shape of LocalAI's backend/index.yaml: an anchored meta entry, then its merged variants.
+    (checkout / "backend" / "index.yaml").write_text(textwrap.dedent("""\
+        ---
+        - &piper
+          name: "piper"
+          tags:
+            - text-to-speech
+            - TTS
+        - &whispercpp
+          name: "whisper"
+          tags:
+            - audio-transcription
+            - CPU
+        - !!merge <<: *piper
+          name: "piper-development"
+        """))
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    subprocess.run(["git", "-C", str(checkout), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "refresh_localai_index.py"), str(checkout),
+                        "--check"], capture_output=True, text=True, check=False)
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    assert "   piper: [tts]" in lines and "   whisper: [transcript]" in lines  # kept, same use cases
+    assert "-  pocket-tts: [tts]" in lines  # not in this checkout's index
+    assert "piper-development" not in r.stdout and any(line.startswith("+  commit: ") for line in lines)
+
+
+# -- use cases as LocalAI guesses them ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("backend", "expected"), [("stablediffusion-ggml", ["image"]),
+                                                   ("whisper", ["transcript"]), ("silero-vad", ["vad"])])
+def test_usecases_guessed_like_localai(backend: str, expected: list[str]) -> None:
+    [item] = items(f"name: m\nbackend: {backend}\nparameters: {{model: m.bin}}\n")
+    assert item.config is not None
+    e = effective(item.config, item.options, cpus=2, engine=item.engine)
+    assert (e.params["abilities"].value, e.params["abilities"].source) == (expected, "guessed like LocalAI")
+
+
+def test_chat_guessed_from_templates_and_declared_kept() -> None:
+    [item] = items("name: m\nbackend: llama-cpp\nknown_usecases: [embeddings]\nparameters: {model: m.gguf}\n"
+                   "template: {chat: '{{.Input}}'}\n")
+    e = effective(item.config, item.options, cpus=2, engine=item.engine)
+    assert e.params["abilities"].value == ["embeddings", "chat"]
+    assert e.params["abilities"].source == "known_usecases + guessed like LocalAI"
+
+
+# -- severities and provenance --------------------------------------------------------------
+
+
+def test_strict_fails_on_warnings_never_on_notes(tmp_path: Path, wired: None) -> None:
+    f = tmp_path / "m.yaml"
+    f.write_text("name: m\nbackend: whisper\nparameters: {model: m.bin, language: auto}\nroles: {user: 'U:'}\n")
+    assert cli("validate", "--strict", f) == 0  # notes only
+    f.write_text("name: m\nbackend: whisper\nparameters: {model: m.bin, f16: true}\n")
+    assert cli("validate", f) == 0 and cli("validate", "--strict", f) == 1  # misplaced key: a warning
+
+
+def test_defaults_say_whose() -> None:
+    [item] = items(FULL)
+    e = effective(item.config, item.options, cpus=2, engine=item.engine)
+    assert (e.params["sampling.top_p"].value, e.params["sampling.top_p"].source) == (0.95, "default (LocalAI default)")
+    assert e.params["sampling.min_p"].source == "default (engine default)"
+    assert e.params["mmap"].source == "default (LocalAI default)"
+
+
+def test_localai_backend_options_are_labelled_as_such(tmp_path: Path, wired: None,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "flux.yaml"
+    f.write_text((CORPUS / "image-flux-ggml.yaml").read_text())
+    cli("config", "show", "--json", f)
+    ignored = json.loads(capsys.readouterr().out)["ignored"]
+    assert ignored["vae_path"]["source"] == "options (LocalAI backend option, not used by this harness)"
+    assert not [k for k, s in ignored.items() if "unknown key" in s["source"]]
+
+
+# -- speed -----------------------------------------------------------------------------------
+
+
+def test_validate_1000_configs_under_half_a_second(benchmark: Any) -> None:
+    texts = [p.read_text() for p in sorted(CORPUS.glob("*.yaml"))]
+    docs = []
+    for i in range(1000):
+        parsed, _ = load_text(texts[i % len(texts)], f"m{i}.yaml")
+        docs += parsed
+    validator = Validator(engines=ENGINES, pm=PM)
+
+    def validate_all() -> float:
+        start = time.perf_counter()
+        for d in docs:
+            validator.validate_document(d)
+        return time.perf_counter() - start
+
+    elapsed = benchmark.pedantic(validate_all, rounds=1, iterations=1, warmup_rounds=1)
+    assert len(docs) >= 1000
+    assert elapsed < 0.5, f"validating {len(docs)} configs took {elapsed:.3f} s (the budget: 0.5 s)"
