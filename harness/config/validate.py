@@ -338,6 +338,7 @@ class Validator:
         self.template = template
         self._pm = pm
         self._use_default_pm = engines is None and pm is None
+        self._impls: tuple[frozenset[int] | None, dict[str, Any]] | None = None
 
     @property
     def engines(self) -> frozenset[str]:
@@ -385,7 +386,11 @@ class Validator:
         from harness.engine import registry
 
         try:
-            impl = registry.engines(self._pm).get(context.engine)
+            # Registering runs every plugin's hook: asked again only when the plugins change.
+            key = frozenset(map(id, self._pm.get_plugins())) if self._pm is not None else None
+            if self._impls is None or self._impls[0] != key:
+                self._impls = (key, dict(registry.engines(self._pm)))
+            impl = self._impls[1].get(context.engine)
         except Exception:  # a broken plugin must not hide config errors
             self._use_default_pm = False
             return []

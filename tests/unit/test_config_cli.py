@@ -68,7 +68,8 @@ def test_examples_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out == ""
     assert cli("validate", "--json", "--strict", EXAMPLES) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report == {"ok": True, "files": 4, "configs": 4, "errors": 0, "warnings": 0, "diagnostics": []}
+    assert report == {"ok": True, "files": 4, "configs": 4, "errors": 0, "warnings": 0, "notes": 0,
+                      "diagnostics": []}
 
 
 def test_examples_fail_without_model_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
