@@ -129,7 +129,7 @@ def main() -> int:
         cal = calibrate(args.model, args.pn, args.gn, threads, args.slowdown)
     print(f"calibration: {cal['decode_tps']:.2f} tok/s, {cal['token_ms']:.2f} ms/token -> token_delay_us="
           f"{cal['delay_us']} for {args.slowdown:g}% slower", flush=True)
-    base = f"backend:model={args.model},variant=cpu,threads={threads},max_num_seqs=1,n_ctx={args.pn + args.gn + 64}"
+    base = f"in-process:model={args.model},variant=cpu,threads={threads},max_num_seqs=1,n_ctx={args.pn + args.gn + 64}"
     slow = f"{base},token_delay_us={cal['delay_us']},name=slowed"
     rows: list[dict[str, Any]] = []
     t0 = time.time()

@@ -21,7 +21,7 @@ from ..conftest import model_path, require_variant
 def test_aa_interval_contains_one(variant: str, tmp_path: Path) -> None:
     require_variant(variant)
     model = model_path("HARNESS_MODEL")
-    arm = ArmSpec.parse(f"backend:model={model},variant={variant},threads=2,n_ctx=512,max_num_seqs=1")
+    arm = ArmSpec.parse(f"in-process:model={model},variant={variant},threads=2,n_ctx=512,max_num_seqs=1")
     # a fresh worker per arm per block (the default): each block's ratio carries its own draw of the
     # per-process offset that one long-lived worker per arm turned into a steady 1-3% "difference"
     result = run_abba(arm, arm, BenchConfig(blocks=6, pn=128, gn=256, concurrency=(1,)), aa=True, name="aa-smollm2")
