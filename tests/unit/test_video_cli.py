@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.core.errors import ConfigError, UsageError, VideoError
 from harness.cli import video as cli
+from harness.core.errors import ConfigError, UsageError, VideoError
 from harness.video.families import get_family
 from harness.video.ffmpeg import resolve_ffmpeg
 from harness.video.mux import probe
