@@ -168,8 +168,17 @@ def architecture_problem(arch: Any) -> str | None:
 # ---------------------------------------------------------------------------
 
 
+#: What this engine's runtime serves, in LocalAI's use-case words (a config for none of them, e.g. an
+#: image or transcript model, is another engine's).
+SERVES = frozenset({"chat", "completion", "edit", "embeddings", "tokenize"})
+
+
 def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
     """Whether llama.cpp serves ``model`` (its facts) on ``host``, and on which variant."""
+    uses = [str(u) for u in model.get("abilities") or ()]
+    if uses and not SERVES.intersection(uses):
+        return MatchResult(engine=NAME, ok=False,
+                           reason=f"the config is for {', '.join(uses)}; llama.cpp serves {', '.join(sorted(SERVES))}")
     fmt = model.get("format")
     if fmt in UNSUPPORTED_QUANT or fmt not in FORMATS:
         return MatchResult(engine=NAME, ok=False,

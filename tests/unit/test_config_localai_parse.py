@@ -272,3 +272,19 @@ def test_validate_1000_configs_under_half_a_second(benchmark: Any) -> None:
     elapsed = benchmark.pedantic(validate_all, rounds=1, iterations=1, warmup_rounds=1)
     assert len(docs) >= 1000
     assert elapsed < 0.5, f"validating {len(docs)} configs took {elapsed:.3f} s (the budget: 0.5 s)"
+
+
+def test_llamacpp_does_not_accept_a_config_for_images_or_transcription() -> None:
+    """select showed llama.cpp "ok" for an SD-1.5 checkpoint: it serves text, and LocalAI guesses image."""
+    from harness.core.types import HostInfo
+    from harness_plugins.llamacpp import match
+
+    host = HostInfo(os="linux", arch="x86_64", cpu_model="x", microarch="x", cores=2, memory_bytes=1 << 30,
+                    simd=(), gpus=())
+    facts = {"format": "safetensors", "exists": True}
+    for uses in (["image"], ["transcript"], ["image", "video"]):
+        r = match({**facts, "abilities": uses}, host)
+        assert not r.ok and r.reason.startswith(f"the config is for {', '.join(uses)}; llama.cpp serves chat")
+    assert match({**facts, "abilities": ["chat", "image"]}, host).ok
+    assert match({**facts, "abilities": ["embeddings"]}, host).ok
+    assert match(facts, host).ok  # no use cases known: the text default
