@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core import paths
 from harness.build.cmake import MANIFEST, file_hashes, read_manifest
+from harness.core import paths
 from harness.core.errors import ArtifactError
 from harness.core.types import HostInfo
 

@@ -17,11 +17,11 @@ import pluggy
 from filelock import FileLock
 
 from harness.build import ccache, cmake_fileapi
-from harness.core import paths, progress
-from harness.engine.descriptor import with_current_build_data
-from harness.core.errors import BuildError, HostError, UsageError
 from harness.build.matrix import buildability, engine_support, row_defines
+from harness.core import paths, progress
+from harness.core.errors import BuildError, HostError, UsageError
 from harness.core.types import EngineSpec, HostInfo, PatchedTree, Variant
+from harness.engine.descriptor import with_current_build_data
 
 BUILD_STAMP = ".harness-build.json"
 MANIFEST = "manifest.json"

@@ -21,9 +21,9 @@ from packaging.version import InvalidVersion, Version
 
 from harness.core import paths
 from harness.core.datafile import load_yaml
-from harness.engine.descriptor import engine_names, load_engine, with_current_build_data
 from harness.core.errors import ConfigError, UnknownNameError, UsageError
 from harness.core.types import Buildability, EngineSpec, HostInfo, Variant
+from harness.engine.descriptor import engine_names, load_engine, with_current_build_data
 
 
 @functools.cache

@@ -15,8 +15,11 @@ from typing import TYPE_CHECKING, NamedTuple
 import pluggy
 
 from harness.core import paths
-from harness.engine.descriptor import load_engine
 from harness.core.errors import SourceError, UsageError
+from harness.core.types import EngineSpec, HostInfo, PatchedTree, PatchOutcome, SourceTree, Variant
+from harness.engine.descriptor import load_engine
+from harness.engine.plugin import get_manager
+from harness.source.cache import checking
 from harness.source.patches import STAMP as PATCH_STAMP
 from harness.source.patches import (
     apply_series,
@@ -26,9 +29,6 @@ from harness.source.patches import (
     load_series,
     series_hash,
 )
-from harness.engine.plugin import get_manager
-from harness.source.cache import checking
-from harness.core.types import EngineSpec, HostInfo, PatchedTree, PatchOutcome, SourceTree, Variant
 
 if TYPE_CHECKING:
     from harness.abi.check import CheckResult
@@ -156,8 +156,8 @@ def prepare_build(engine: EngineSpec, pm: pluggy.PluginManager | None = None,
                   host: HostInfo | None = None) -> BuildInputs:
     """fetch -> patch -> ABI check (each a no-op when stamped). The ABI check runs before any
     build: seconds, not a wasted half hour."""
-    from harness.core import host as hostmod
     from harness.abi.check import check_engine
+    from harness.core import host as hostmod
 
     pm = _pm(pm)
     tree = patched_tree(engine, pm)

@@ -31,9 +31,9 @@ from filelock import FileLock
 
 from harness.core import paths
 from harness.core.datafile import load_yaml
-from harness.engine.descriptor import DESCRIPTOR, load_engine, parse_engine
 from harness.core.errors import ConfigError
 from harness.core.types import EngineSpec
+from harness.engine.descriptor import DESCRIPTOR, load_engine, parse_engine
 
 STAMP = ".harness-recipe.json"
 RECIPE_DIRS = ("engines", "patches", "abi")
