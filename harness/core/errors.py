@@ -199,3 +199,9 @@ class AuditError(HarnessError):
     """A static audit found something outside its contract (an instruction a CPU level may not use)."""
 
     exit_code = 17
+
+
+class AgreementError(HarnessError):
+    """Two arms disagree beyond a gated agreement threshold (harness agree --gate, qualification)."""
+
+    exit_code = 18
