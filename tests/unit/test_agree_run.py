@@ -16,7 +16,13 @@ from harness.agree import corpus as corpora
 from harness.agree.run import agree, arm_spec, cut_windows
 from harness.agree.stats import Accumulator, PositionStats, summarize
 from harness.agree.thresholds import KINDS, Threshold, for_engine, thresholds
-from harness.core.errors import ChecksumError, ConfigError, SourceError, UnknownNameError, UsageError
+from harness.core.errors import (
+    ChecksumError,
+    ConfigError,
+    SourceError,
+    UnknownNameError,
+    UsageError,
+)
 
 FAKE = "tests.fakes.agree_arm"
 
@@ -39,7 +45,7 @@ def test_arm_spec_sizes_the_engine_for_its_batch_shape() -> None:
 @pytest.mark.parametrize("text", ["in-process:batch=0", "in-process:chunk=x", "in-process:chunk=513",
                                   "in-process:batch=true"])
 def test_arm_spec_refuses_bad_shapes(text: str) -> None:
-    with pytest.raises(UsageError, match="batch|chunk"):
+    with pytest.raises(UsageError, match=r"batch|chunk"):
         arm_spec(text, model="m", window=512, threads=None)
 
 
@@ -127,7 +133,7 @@ def test_descriptor_thresholds_cover_every_kind_with_a_reason() -> None:
     assert table["level"].kld_mean is not None and table["level"].top1_min is not None
     with pytest.raises(UnknownNameError):
         thresholds({"qualify": {"agreement": {"thresholds": {"levle": {"why": "x"}}}}})
-    with pytest.raises(ConfigError, match="thresholds.level"):
+    with pytest.raises(ConfigError, match=r"thresholds\.level"):
         thresholds({"qualify": {"agreement": {"thresholds": {"level": {"why": "x", "kld": 1}}}}})
 
 
@@ -161,7 +167,7 @@ def test_members_are_read_in_pin_order_and_verified(tmp_path: Path) -> None:
     archive = _sdist(tmp_path, {"pkg-1.0/b.txt": two, "pkg-1.0/a.txt": one})
     pins = {"pkg-1.0/a.txt": hashlib.sha256(one).hexdigest(), "pkg-1.0/b.txt": hashlib.sha256(two).hexdigest()}
     assert corpora.read_members(archive, pins) == "First text.\n\nSecond text.\n"
-    with pytest.raises(ChecksumError, match="a.txt"):
+    with pytest.raises(ChecksumError, match=r"a\.txt"):
         corpora.read_members(archive, {**pins, "pkg-1.0/a.txt": "0" * 64})
     with pytest.raises(SourceError, match="no member"):
         corpora.read_members(archive, {"pkg-1.0/c.txt": "0" * 64})

@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from harness.agree.stats import Accumulator, PositionStats, bootstrap, compare_window, kl_divergence, summarize
+from harness.agree.stats import (
+    Accumulator,
+    PositionStats,
+    bootstrap,
+    compare_window,
+    kl_divergence,
+    summarize,
+)
 
 
 def _logits(p: list[float], shift: float = 0.0) -> np.ndarray:
