@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from harness.core import inputs
 from harness.core.datafile import load_yaml
-from harness.core.errors import ChecksumError, ConfigError, SourceError, UnknownNameError
+from harness.core.errors import ChecksumError, ConfigError, SourceError, UnknownNameError, UsageError
 
 CORPORA_FILE = Path(__file__).with_name("corpora.yaml")
 
@@ -50,7 +51,7 @@ class Corpus:
 
 def load_pins(path: Path = CORPORA_FILE) -> tuple[dict[str, CorpusPin], str]:
     """(corpus name -> pin, the default corpus) from ``corpora.yaml``."""
-    raw = load_yaml(path.read_text())
+    raw = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError))
     if not isinstance(raw, dict) or not isinstance(raw.get("corpora"), dict):
         msg = f"{path}: expected a mapping with 'corpora'"
         raise ConfigError(msg)
@@ -123,8 +124,13 @@ def load_corpus(name: str | None = None, *, index: str | None = None) -> Corpus:
 
 def load_text_file(path: Path) -> Corpus:
     """A local text file as the corpus (``--corpus-file``): not pinned, its sha256 recorded."""
-    data = path.read_bytes()
+    data = inputs.read_bytes(path, kind="text", error=UsageError)
     digest = hashlib.sha256(data).hexdigest()
     pin = CorpusPin(name=path.name, doc=f"local file {path}", package="", version="", filename=path.name,
                     sha256=digest, members={})
-    return Corpus(name=path.name, text=data.decode("utf-8"), archive=path, pin=pin)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        msg = f"{path} is not UTF-8 text ({e}); expected a text corpus"
+        raise UsageError(msg) from e
+    return Corpus(name=path.name, text=text, archive=path, pin=pin)

@@ -68,7 +68,7 @@ def markdown(result: dict[str, Any]) -> str:
     if t.get("cost_ratio"):
         arms = t["arms"]
         lines += [f"Cost: {t['loop_s']:.1f} s for the agreement run against {arms['A']['decode_s']:.1f} s + "
-                  f"{arms['B']['decode_s']:.1f} s of corpus evaluation (llama_decode) in A and B: "
+                  f"{arms['B']['decode_s']:.1f} s of corpus evaluation (the engines' decode calls) in A and B: "
                   f"{t['cost_ratio']:.2f}x (comparison {t['compare_s']:.1f} s).", ""]
     return "\n".join(lines)
 

@@ -114,7 +114,7 @@ class ArmTiming:
     engine_s: float = 0.0
     """In the engine's evaluate (decodes and the log-softmax of every row)."""
     decode_s: float = 0.0
-    """In llama_decode only: the corpus evaluation itself."""
+    """In the engine's decode calls only: the corpus evaluation itself."""
 
     def add(self, reply: dict[str, Any]) -> ArmTiming:
         return ArmTiming(seconds=self.seconds + float(reply["seconds"]), engine_s=self.engine_s + float(reply["engine_s"]),

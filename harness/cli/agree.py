@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--threads", type=int, help="threads per arm (default: the host's physical cores)")
     p.add_argument("--kind", choices=("level", "batch", "variant", "pin"),
                    help="comparison kind: its thresholds from the engine descriptor are applied")
-    p.add_argument("--engine", default="llamacpp", help="engine whose descriptor holds the thresholds")
+    p.add_argument("--engine", help="engine whose descriptor holds the thresholds (default: the default text engine)")
     p.add_argument("--gate", action="store_true", help="exit 18 when a gated threshold of --kind is broken")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--out", type=Path, help="reports directory (default: reports/ in the checkout)")
@@ -86,9 +86,12 @@ def cmd_agree(args: argparse.Namespace) -> int:
         raise UsageError("--gate needs --kind (which thresholds to gate on)")
     threshold = None
     if args.kind:
-        table = for_engine(args.engine)
+        from harness.engine import registry
+
+        engine = args.engine or registry.default("text").name
+        table = for_engine(engine)
         if args.kind not in table:
-            raise UsageError(f"engines/{args.engine}/engine.yaml sets no agreement thresholds for {args.kind!r} "
+            raise UsageError(f"engines/{engine}/engine.yaml sets no agreement thresholds for {args.kind!r} "
                              f"(it sets: {', '.join(table) or 'none'})")
         threshold = table[args.kind]
     text = corpora.load_text_file(args.corpus_file) if args.corpus_file else corpora.load_corpus(args.corpus, index=args.index)
