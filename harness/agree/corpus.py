@@ -19,7 +19,13 @@ from typing import Any
 
 from harness.core import inputs
 from harness.core.datafile import load_yaml
-from harness.core.errors import ChecksumError, ConfigError, SourceError, UnknownNameError, UsageError
+from harness.core.errors import (
+    ChecksumError,
+    ConfigError,
+    SourceError,
+    UnknownNameError,
+    UsageError,
+)
 
 CORPORA_FILE = Path(__file__).with_name("corpora.yaml")
 
