@@ -275,6 +275,17 @@ def _measure(arm: Arm, spec: ArmSpec, role: str, pn: int, gn: int, concurrency: 
             "finished_at": finished, "peak_rss_bytes": peak_rss_bytes()}
 
 
+def _call_method(arm: Arm, spec: ArmSpec, role: str, method: str, kwargs: dict[str, Any]) -> Any:
+    """An arm method beyond the :class:`Arm` protocol (``harness agree`` calls ``tokenize`` and
+    ``evaluate``); an arm that lacks it says so by name."""
+    fn = getattr(arm, method, None) if not method.startswith("_") else None
+    if not callable(fn):
+        msg = (f"arm {role} ({spec.name!r}, kind {spec.kind}) has no method {method!r}; "
+               "this command needs an arm kind that provides it")
+        raise BenchError(msg)
+    return fn(**kwargs)
+
+
 # ---------------------------------------------------------------------------
 # handles the runner talks to
 # ---------------------------------------------------------------------------
@@ -292,6 +303,8 @@ class ArmHandle(Protocol):
     def warmup(self) -> None: ...
 
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]: ...
+
+    def call(self, method: str, **kwargs: Any) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -312,6 +325,10 @@ class InProcessArm:
 
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         return _measure(self._live(), self.spec, self.role, pn, gn, concurrency)
+
+    def call(self, method: str, **kwargs: Any) -> Any:
+        """Call an arm method beyond the protocol (``tokenize``, ``evaluate``)."""
+        return _call_method(self._live(), self.spec, self.role, method, kwargs)
 
     def close(self) -> None:
         if self._arm is not None:
@@ -356,6 +373,8 @@ def _worker_main(conn: Connection, spec: ArmSpec, role: str, extra_plugins: tupl
                     conn.send(("ok", None))
                 elif cmd == "measure":
                     conn.send(("ok", _measure(live, spec, role, **kwargs)))
+                elif cmd == "call":
+                    conn.send(("ok", _call_method(live, spec, role, kwargs["method"], kwargs["kwargs"])))
                 else:
                     conn.send(("error", "BenchError", f"unknown worker command {cmd!r}", ""))
             except Exception as e:
@@ -406,6 +425,10 @@ class ArmWorker:
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         result = self._call("measure", {"pn": pn, "gn": gn, "concurrency": concurrency})
         return dict(result)
+
+    def call(self, method: str, **kwargs: Any) -> Any:
+        """Call an arm method beyond the protocol (``tokenize``, ``evaluate``) in the worker."""
+        return self._call("call", {"method": method, "kwargs": kwargs})
 
     def close(self) -> None:
         """Ask the worker to close its arm; terminate it if it does not exit in time."""

@@ -39,6 +39,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.cli.config",
     "harness.cli.video",
     "harness.cli.bench",
+    "harness.cli.agree",
     "harness.cli.serve",
 )
 

@@ -209,3 +209,9 @@ class GateUndecidedError(BenchError):
     """
 
     exit_code = 18
+
+
+class AgreementError(HarnessError):
+    """Two arms disagree beyond a gated agreement threshold (harness agree --gate, qualification)."""
+
+    exit_code = 19

@@ -103,6 +103,15 @@ def _cross_variant(name: str, data: Mapping[str, Any]) -> list[str]:
         status = {"not-run": "audited (static), not run here"}.get(r.get("status", "ran"), r.get("status", "ran"))
         lines.append(f"| {r['label']} | {r['cpu_level'] or ''} | {status} | {'yes' if r['ok'] else 'NO'} | "
                      f"{div} | {r['error']} |")
+    agreement = data.get("agreement")
+    if agreement:
+        corpus = agreement["corpus"]
+        lines += ["", f"### Numerical agreement against {agreement['reference']}", "",
+                  f"KL(reference || row) of the next-token distributions, windows of {agreement['window']} tokens of "
+                  f"{corpus['name']} ({corpus.get('package')} {corpus.get('version')}); 95% intervals bootstrap "
+                  "over windows.", "", str(agreement["markdown"]).rstrip()]
+        for e in agreement.get("errors") or ():
+            lines.append(f"\n{e['label']} ({e['kind']}): not compared: {e['error']}")
     return lines
 
 

@@ -144,9 +144,17 @@ class BackendArm:
         if self.task not in TASKS:
             msg = f"backend arm option task={self.task!r}: expected one of {', '.join(TASKS)}"
             raise BenchError(msg)
+        self.level = _force_level(self.opts.get("level"))
+        sizes = {k: int(self.opts[k]) for k in ("n_batch", "n_ubatch") if k in self.opts}
         self.engine = Runtime.load(self.opts["model"], variant=self.variant, n_ctx=int(self.opts["n_ctx"]),
                                   threads=int(self.opts["threads"]), max_num_seqs=int(self.opts.get("max_num_seqs", 4)),
-                                  prefix_caching=False, **_spec_args(self.opts))
+                                  prefix_caching=False, **sizes, **_spec_args(self.opts))
+        got = self.engine.info()["cpu_variant"]
+        if self.level and got != self.level:
+            self.engine.close()
+            msg = (f"backend arm level={self.level}: the engine loaded CPU level {got!r} instead; "
+                   "this CPU cannot run that level (harness engine info lists the levels it runs)")
+            raise BenchError(msg)
         self.n_vocab = n_vocab_of(self.opts["model"])
 
     def _prompt(self, pn: int, salt: int) -> list[int]:
@@ -177,6 +185,36 @@ class BackendArm:
                 "cpu_variant": info["cpu_variant"], "abi_fingerprint": info["abi_fingerprint"],
                 "versions": {"harness": __version__}, "options": self.opts,
                 "model": _model_facts(self.opts["model"])}
+
+    # ------------------------------------------------------------ agreement (harness agree)
+    def tokenize(self, text: str) -> list[int]:
+        """The model's tokens of ``text``, no BOS: what ``harness agree`` cuts into windows."""
+        return [int(t) for t in self.engine.tokenize(text, add_special=False)]
+
+    def evaluate(self, windows: list[list[int]], batch: int, chunk: int, out: list[str]) -> dict[str, Any]:
+        """Next-token logits after every token of each window, written as raw float32 to ``out``
+        (raw logits: :func:`harness.agree.stats.compare_window` normalises them).
+
+        Windows go ``batch`` at a time into one evaluation (a short last group is filled with
+        companion copies of its first window, so every window sees the same batch shape), each
+        decode holding ``chunk`` tokens of every window. Returns the seconds spent in the engine
+        (``decode_s``: in llama_decode only) and the vocabulary size.
+        """
+        if len(out) != len(windows):
+            msg = f"evaluate: {len(windows)} windows but {len(out)} output paths"
+            raise BenchError(msg)
+        before = self.engine.stats()
+        t0 = time.perf_counter()
+        for lo in range(0, len(windows), batch):
+            group = windows[lo:lo + batch]
+            padded = group + [group[0]] * (batch - len(group))
+            arrays = self.engine.evaluate(padded, chunk=chunk, log_softmax=False)
+            for i in range(len(group)):
+                arrays[i].tofile(out[lo + i])
+        after = self.engine.stats()
+        return {"seconds": time.perf_counter() - t0, "n_vocab": self.n_vocab,
+                "decode_s": (after["eval_decode_us"] - before["eval_decode_us"]) / 1e6,
+                "engine_s": (after["eval_us"] - before["eval_us"]) / 1e6}
 
     def close(self) -> None:
         self.engine.close()
@@ -393,6 +431,20 @@ class LlamaBenchArm:
 
     def close(self) -> None:
         pass
+
+
+def _force_level(level: Any) -> str | None:
+    """``level=NAME``: this worker process loads only that CPU level (``$HARNESS_CPU_LEVEL``).
+
+    An arm runs in its own worker process, so setting the variable there forces the level for
+    the one engine it loads (an in-process arm, in tests, sets it for the whole process).
+    """
+    from harness.runtime import levels
+
+    if level is None or str(level) == "":
+        return os.environ.get(levels.LEVEL_ENV) or None
+    os.environ[levels.LEVEL_ENV] = str(level)
+    return str(level)
 
 
 def _llama_bench_at_level(artifact: Path, level: Any) -> tuple[str | None, Path]:

@@ -1,8 +1,12 @@
-"""Cross-variant check: the same greedy prompt on every built variant and forced CPU SIMD level.
+"""Cross-variant check: the same greedy prompt on every built variant and forced CPU SIMD level,
+then the numerical agreement of each with the reference level.
 
-Different kernels may legitimately round differently, so divergence is reported,
-not failed; a variant that cannot answer the Paris check on SmolLM2 is garbage
-and fails. Each run is a subprocess: ggml loads its backends once per process.
+Different kernels may legitimately round differently, so greedy divergence is reported, not
+failed; a variant that cannot answer the Paris check on SmolLM2 is garbage and fails. Whether a
+divergence is rounding or a broken kernel is the agreement rows' answer: KLD and top-1 of the
+next-token distributions over the pinned corpus against the reference level, gated by the
+thresholds of the engine descriptor. Each run is a subprocess: ggml loads its backends once per
+process.
 """
 
 from __future__ import annotations
@@ -66,12 +70,15 @@ def _run(model: Path, variant: str, lib_dir: Path | None, n: int, label: str, th
 
 
 def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
-                  variants: list[str] | None = None, threads: int | None = None) -> dict[str, Any]:
+                  variants: list[str] | None = None, threads: int | None = None,
+                  agreement: bool = True) -> dict[str, Any]:
     """Run every accepted installed variant, and each CPU level of ``cpu`` forced alone.
 
     A level this CPU cannot run is listed as not run here (the ISA audit covers it);
     a run that dies by a signal is reported as a crash with its signal and level.
     ``threads`` defaults to the host's physical cores (:func:`harness.core.host.default_threads`).
+    ``agreement``: also compare the next-token distributions of every level that ran (and every
+    other variant) with the reference level on the pinned corpus (:func:`agreement_rows`).
     """
     from harness.core.host import default_threads
 
@@ -123,5 +130,60 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
                        min(len(ref.tokens), len(r.tokens)))
         rows.append({"label": r.label, "variant": r.variant, "cpu_level": r.cpu_level, "ok": r.ok,
                      "status": r.status, "diverges_at": div, "text": r.text, "error": r.error})
-    return {"prompt": PROMPT, "expect": EXPECT, "threads": threads, "reference": ref.label if ref else None, "runs": rows,
-            "passed": all(r["ok"] for r in rows) and bool(rows)}
+    out: dict[str, Any] = {"prompt": PROMPT, "expect": EXPECT, "threads": threads,
+                           "reference": ref.label if ref else None, "runs": rows,
+                           "passed": all(r["ok"] for r in rows) and bool(rows)}
+    if agreement and ref is not None:
+        ref_level = next((r.cpu_level for r in runs if r.variant == "cpu" and r.status == "ran" and r.cpu_level), None)
+        ran_levels = [r.cpu_level for r in runs if r.variant == "cpu" and r.status == "ran" and r.cpu_level
+                      and r.label != "cpu"]
+        others = sorted({r.variant for r in runs if r.variant != "cpu" and r.status == "ran"})
+        if ref_level is not None:
+            out["agreement"] = agreement_rows(model, ref_level, ran_levels, others, threads=threads)
+    return out
+
+
+#: Tokens of the batch-invariance row (one token per sequence and decode is slow: ~250 tok/s alone).
+BATCH_ROW_TOKENS = 2048
+
+
+def agreement_rows(model: Path, ref_level: str, levels_ran: list[str], variants: list[str], *,
+                   threads: int) -> dict[str, Any]:
+    """KLD and top-1 of every other CPU level (and variant) against the reference level, on the pinned corpus.
+
+    Plus the batch-invariance row: the reference level with one sequence per decode against
+    four side by side, one token each (the shape of generation). Thresholds and sizes come from
+    ``qualify.agreement`` of the engine descriptor. A row that could not run (a crash: the greedy
+    check above names it) records its error.
+    """
+    from harness.agree.corpus import load_corpus
+    from harness.agree.report import rows_markdown
+    from harness.agree.run import DEFAULT_WINDOW, agree
+    from harness.agree.thresholds import agreement_settings, for_engine
+    from harness.core.errors import HarnessError
+
+    settings, table = agreement_settings("llamacpp"), for_engine("llamacpp")
+    window = int(settings.get("window", DEFAULT_WINDOW))
+    tokens = settings.get("tokens")
+    corpus = load_corpus()
+    ref = f"in-process:variant=cpu,level={ref_level}"
+    jobs: list[tuple[str, str, str, int | None]] = [
+        (f"cpu/{lvl}", f"in-process:variant=cpu,level={lvl}", "level", tokens) for lvl in dict.fromkeys(levels_ran)
+        if lvl != ref_level]
+    jobs += [(v, f"in-process:variant={v}", "variant", tokens) for v in variants]
+    batch_tokens = min(int(tokens), BATCH_ROW_TOKENS) if tokens else BATCH_ROW_TOKENS
+    jobs.append((f"cpu/{ref_level} batch 4 vs 1", "", "batch", batch_tokens))
+    results: list[dict[str, Any]] = []
+    errors: list[dict[str, str]] = []
+    for label, arm, kind, limit in jobs:
+        a, b = (f"{ref},batch=1,chunk=1", f"{ref},batch=4,chunk=1") if kind == "batch" else (ref, arm)
+        try:
+            r = agree(a, b, model=str(model), corpus=corpus, window=window, max_tokens=limit, threads=threads,
+                      kind=kind, threshold=table.get(kind), resamples=1000)
+        except HarnessError as e:
+            errors.append({"label": label, "kind": kind, "error": f"{type(e).__name__}: {e}"})
+            continue
+        results.append({"label": label, **r.as_dict()})
+    return {"reference": f"cpu/{ref_level}", "corpus": corpus.describe(), "window": window, "tokens": tokens,
+            "results": results, "errors": errors, "markdown": rows_markdown(results) if results else "",
+            "passed": all(x["passed"] for x in results)}

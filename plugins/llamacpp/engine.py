@@ -312,6 +312,33 @@ class Engine:
         except Exception as e:
             raise _translate(e) from e
 
+    def evaluate(self, sequences: Sequence[Sequence[int]], *, chunk: int | None = None,
+                 log_softmax: bool = True) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
+        """Log-probabilities of the next token after every token of each sequence (the raw
+        logits with ``log_softmax=False``: a caller that normalises them itself, as
+        :mod:`harness.agree.stats` does in vectorised float32, saves the engine's scalar pass).
+
+        The sequences are evaluated together, each in its own KV sequence from position 0: one
+        ``(len(seq), n_vocab)`` float32 array per sequence, row ``i`` the log-softmax of the
+        distribution after ``seq[: i + 1]``. Every ``llama_decode`` holds up to ``chunk`` tokens
+        (default: all) of each unfinished sequence, so the caller chooses the batch shape: one
+        sequence alone or several side by side, prompt-sized chunks or one token per sequence
+        and step (the shape of generation). Load with ``max_num_seqs`` >= the sequences,
+        ``n_ctx`` >= their total length and ``n_batch`` = ``n_ubatch`` >= sequences x chunk (a
+        smaller ``n_ubatch`` splits each decode). Needs an idle engine; drops the prefix cache.
+        """
+        self._check_open()
+        seqs = [list(requests.prompt(list(s), self._n_vocab)) for s in sequences]
+        if not seqs:
+            raise errors.InvalidRequestError("evaluate needs at least one token sequence")
+        step = max(len(s) for s in seqs) if chunk is None else chunk
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise errors.InvalidRequestError(f"chunk must be a positive number of tokens, got {chunk!r}")
+        try:
+            return list(self.core.evaluate(seqs, step, log_softmax))
+        except Exception as e:
+            raise _translate(e) from e
+
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
         if not isinstance(text, str):
             raise errors.InvalidRequestError(f"text must be a string, got {type(text).__name__}")

@@ -17,7 +17,7 @@ FLOORS: dict[str, int] = {
     "harness": 0, "harness._moved": 0, "harness.core": 0,
     "harness.engine": 1,
     **{f"harness.{p}": 2 for p in ("source", "abi", "build", "binding", "audit", "models", "config", "runtime",
-                                   "video", "bench", "serve")},
+                                   "video", "bench", "agree", "serve")},
     "harness.qualify": 3,
     "harness.cli": 4, "harness.__main__": 4,
 }

@@ -88,6 +88,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # caches of fetched files: opened non-blocking and fstat-checked where they are read
     ("harness/source/manifest.py", "sha256_file", "os.open"): "hashes cache files; O_NONBLOCK open and an fstat regular-file check of its own",
     ("harness/source/cache.py", "safe_extract", "tarfile.open"): "the pinned archive, read after its sha256 matched",
+    ("harness/agree/corpus.py", "_member_bytes", "tarfile.open"): "the pinned corpus archive, read after its sha256 matched",
     # the host's own files
     ("harness/core/host.py", "_cpu_model", "Path('/proc/cpuinfo').read_text"): "/proc/cpuinfo",
     ("harness/core/host.py", "vulkan_header_version", "core.read_text"): "the host's Vulkan SDK header",

@@ -221,3 +221,58 @@ def test_the_report_has_the_emulated_level_table() -> None:
     assert "## cpu-aarch64: every CPU level under qemu-user (aarch64-linux-gnu, qemu 7.2.22)" in md
     assert "38 used functions exported by the AArch64 libraries" in md
     assert "| armv8.2_2 | `cortex-a76` | yes | yes | (reference) | 0.50 |" in md
+
+
+def _agreement_row(label: str, kld: float, violations: list[str], passed: bool) -> dict[str, Any]:
+    return {"label": label, "kind": "level", "passed": passed, "violations": violations,
+            "arms": {"A": {"name": "in-process:cpu,level=sapphirerapids"}, "B": {"name": f"in-process:cpu,level={label}"}},
+            "summary": {"kld_mean": kld, "kld_p99": 4 * kld, "kld_p999": 9 * kld, "kld_max": 20 * kld,
+                        "kld_max_token": 2278, "kld_max_window": 4, "kld_max_position": 230, "top1": 0.96,
+                        "ppl_ratio": 1.0005, "ci": {"kld_mean": [0.9 * kld, 1.1 * kld]}}}
+
+
+def _cross_variant_data(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from harness.agree.report import rows_markdown
+
+    return {"prompt": "The capital of France is", "expect": "Paris", "threads": 2, "reference": "cpu", "passed": True,
+            "runs": [{"label": "cpu", "variant": "cpu", "cpu_level": "sapphirerapids", "ok": True, "status": "ran",
+                      "diverges_at": None, "text": " Paris", "error": ""}],
+            "agreement": {"reference": "cpu/sapphirerapids", "window": 512, "tokens": 4096,
+                          "corpus": {"name": "docutils-prose", "package": "docutils", "version": "0.21.2"},
+                          "results": rows, "errors": [{"label": "cpu/x64", "kind": "level", "error": "crashed"}],
+                          "markdown": rows_markdown(rows), "passed": all(r["passed"] for r in rows)}}
+
+
+def test_cross_variant_stage_reports_kld_per_level_and_gates_naming_level_and_worst_position(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    import pytest
+
+    from harness.core.errors import AgreementError
+    from harness.engine import registry
+    from harness.qualify.context import Models
+    from harness.qualify.stages.levels import cross_variant
+
+    good = _agreement_row("haswell", 0.0039, [], True)
+    bad = _agreement_row("zen4", 0.2, ["mean KLD 0.2 > 0.01"], False)
+    data = _cross_variant_data([good])
+
+    class Impl:
+        name = "llamacpp"
+
+        def cross_variant(self, model: Path, *, threads: int | None = None) -> dict[str, Any]:
+            return data
+
+    monkeypatch.setattr(registry, "get", lambda name: Impl())
+    ctx = _context(tmp_path).with_product("models", Models(env={"HARNESS_CHAT_MODEL": "/m.gguf"}))
+    r = cross_variant(ctx)
+    assert "agreement against cpu/sapphirerapids: haswell KLD 0.0039 top-1 96.0%" in r.summary
+    assert "could not compare: cpu/x64" in r.summary
+    data["agreement"] = _cross_variant_data([good, bad])["agreement"]
+    with pytest.raises(AgreementError, match=r"zen4 against cpu/sapphirerapids \(level\): mean KLD 0\.2 > 0\.01, "
+                                             r"worst position corpus token 2278 \(window 4, position 230"):
+        cross_variant(ctx)
+    md = render_markdown(_doc([{"name": "cross-variant", "status": "failed", "seconds": 60.0, "summary": "x",
+                                "data": data}]))
+    assert "### Numerical agreement against cpu/sapphirerapids" in md
+    assert "| `in-process:cpu,level=zen4` vs `in-process:cpu,level=sapphirerapids` | 0.2 [0.18, 0.22] |" in md
+    assert "FAIL: mean KLD 0.2 > 0.01" in md and "cpu/x64 (level): not compared: crashed" in md

@@ -4,8 +4,9 @@ every level, and the cross-variant greedy check (every level that runs here, aga
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from harness.core.errors import AuditError, EngineCrashError, HarnessError
+from harness.core.errors import AgreementError, AuditError, EngineCrashError, HarnessError
 from harness.qualify.context import Built, Models, QualifyContext
 from harness.qualify.result import SkippedStage, StageResult
 
@@ -67,6 +68,26 @@ def cross_variant(ctx: QualifyContext) -> StageResult:
     ran = [x for x in r["runs"] if x["status"] == "ran"]
     not_run = [x["cpu_level"] for x in r["runs"] if x["status"] == "not-run"]
     div = [x["label"] for x in ran if x["diverges_at"] is not None]
-    return StageResult(f"{len(ran)} runs answered '{r['expect']}'"
-                       + (f"; token sequences diverge on {', '.join(div)}" if div else "; identical token sequences")
-                       + (f"; audited (static), not run here: {', '.join(not_run)}" if not_run else ""), r)
+    summary = (f"{len(ran)} runs answered '{r['expect']}'"
+               + (f"; token sequences diverge on {', '.join(div)}" if div else "; identical token sequences")
+               + (f"; audited (static), not run here: {', '.join(not_run)}" if not_run else ""))
+    agreement = r.get("agreement")
+    if agreement:
+        summary += "; " + agreement_summary(agreement)
+        failed = [x for x in agreement["results"] if not x["passed"]]
+        if failed:
+            raise AgreementError(summary + ". Outside the thresholds: " + "; ".join(
+                f"{x['label']} against {agreement['reference']} ({x['kind']}): {', '.join(x['violations'])}, "
+                f"worst position corpus token {x['summary']['kld_max_token']} (window {x['summary']['kld_max_window']}, "
+                f"position {x['summary']['kld_max_position']}, KLD {x['summary']['kld_max']:.3g})" for x in failed))
+    return StageResult(summary, r)
+
+
+def agreement_summary(agreement: dict[str, Any]) -> str:
+    """One line: per comparison its mean KLD and top-1 against the reference, and the rows that could not run."""
+    parts = [f"{x['label']} KLD {x['summary']['kld_mean']:.2g} top-1 {100 * x['summary']['top1']:.1f}%"
+             + ("" if not x["violations"] else " (outside)") for x in agreement["results"]]
+    text = f"agreement against {agreement['reference']}: " + (", ".join(parts) or "no other level ran")
+    if agreement.get("errors"):
+        text += "; could not compare: " + ", ".join(e["label"] for e in agreement["errors"])
+    return text

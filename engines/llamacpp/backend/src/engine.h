@@ -168,6 +168,17 @@ public:
 
     std::vector<std::vector<float>> embed(const std::vector<std::string> & texts, bool normalize);
 
+    // Agreement statistics: evaluate token sequences together, each its own sequence in the KV
+    // cache from position 0, and return per sequence the next-token distribution after every
+    // token (row i: after seqs[k][0..i], n_vocab floats; rows x n_vocab): its log-softmax, or the
+    // raw logits with log_softmax false (a caller that normalises them itself, faster than here).
+    // Each llama_decode holds up to `chunk` tokens of every unfinished sequence, so the batch
+    // shape is the caller's: one sequence alone, or N sequences side by side; chunk 1 is the
+    // shape of generation (one row per sequence and step). Runs on the engine thread; needs an
+    // idle engine (no request running) and drops the prefix cache.
+    std::vector<std::vector<float>> evaluate(const std::vector<std::vector<llama_token>> & seqs, int32_t chunk,
+                                             bool log_softmax = true);
+
     std::map<std::string, std::string> info() const;
     std::map<std::string, int64_t> stats() const;
     std::vector<std::string> recent_log() const;
@@ -208,6 +219,9 @@ private:
     void loop();
     void task_loop();
     std::vector<std::vector<float>> embed_here(const std::vector<std::string> & texts, bool normalize);
+    std::vector<std::vector<float>> evaluate_here(const std::vector<std::vector<llama_token>> & seqs, int32_t chunk,
+                                                  bool log_softmax);
+    void run_tasks();  // the queued engine-thread jobs (embeddings, evaluations), in order
     bool admit_locked();
     void release(Slot & s, const std::string & reason);
     void on_token(Slot & s, llama_token tok);
@@ -255,6 +269,7 @@ private:
     std::atomic<int64_t> n_decode_calls_{0}, n_tokens_decoded_{0}, n_prefix_hits_{0}, n_completed_{0};
     std::atomic<int64_t> n_gen_steps_{0}, n_gen_tokens_{0}, n_spec_steps_{0}, n_drafted_{0}, n_accepted_{0},
         n_draft_decode_calls_{0};
+    std::atomic<int64_t> eval_decode_us_{0}, eval_us_{0};  // evaluate(): in llama_decode, in all of it
 };
 
 double now_seconds();

@@ -191,6 +191,27 @@ PYBIND11_MODULE(_core, m) {
                 for (size_t j = 0; j < d; ++j) buf(i, j) = out[i][j];
             return arr;
         }, py::arg("texts"), py::arg("normalize") = true)
+        .def("evaluate", [](Engine & e, const std::vector<std::vector<llama_token>> & seqs, int32_t chunk, bool log_softmax) {
+            std::vector<std::vector<float>> out;
+            {
+                py::gil_scoped_release nogil;
+                out = e.evaluate(seqs, chunk, log_softmax);
+            }
+            const auto n_vocab = (py::ssize_t) std::stoll(e.info().at("n_vocab"));
+            py::list arrays;
+            for (auto & rows : out) {
+                // the vector moves into the array's owner: 100 MB per window are not copied
+                auto * held = new std::vector<float>(std::move(rows));
+                py::capsule owner(held, [](void * p) { delete static_cast<std::vector<float> *>(p); });
+                const auto n = (py::ssize_t) (held->size() / (size_t) n_vocab);
+                arrays.append(py::array_t<float>({n, n_vocab}, {n_vocab * (py::ssize_t) sizeof(float), (py::ssize_t) sizeof(float)},
+                                                 held->data(), owner));
+            }
+            return arrays;
+        }, py::arg("sequences"), py::arg("chunk") = 512, py::arg("log_softmax") = true,
+           "Log-softmax (or with log_softmax=False the raw logits) of the next-token distribution after every "
+           "token of each sequence (one float32 array of tokens x n_vocab per sequence); every decode holds up "
+           "to `chunk` tokens of each sequence.")
         .def("info", &Engine::info)
         .def("stats", &Engine::stats)
         .def("recent_log", &Engine::recent_log)
