@@ -174,6 +174,18 @@ def bench_speculative(session: nox.Session) -> None:
                 "--concurrency", "1", "--pn", "512", "--gn", "128", *session.posargs, env=env)
 
 
+@nox.session(name="bench-error-rates", python=PYTHON, default=False)
+def bench_error_rates(session: nox.Session) -> None:
+    """The benchmark of the benchmark: false alarms (A/A) and detections (a real, calibrated 3% slowdown) of
+    --fail-on-slower 2 on the bandwidth model, 20 + 20 comparisons (about 45 minutes on 2 cores: run it on a
+    quiet host). Arguments after -- go to scripts/bench_error_rates.py (--runs, --blocks, --pn, --gn, ...)."""
+    _install(session, "all,test")
+    env = {"HARNESS_NO_PROGRESS": "1"}
+    e2e = _prepare_cpu(session, env, ["llamacpp"])
+    session.run("python", "scripts/bench_error_rates.py", "--model", e2e["HARNESS_BANDWIDTH_MODEL"],
+                *session.posargs, env=env)
+
+
 @nox.session(python=PYTHON, default=False)
 def qualify(session: nox.Session) -> None:
     """The main job: fetch, patch, ABI check, build, e2e, bench, report (posargs: [ENGINE] [--variant PAT] ...)."""
