@@ -15,7 +15,7 @@ its speed ratio against the floor ``1 - PCT/100``:
   exits with :class:`~harness.errors.GateUndecidedError`'s code and qualify's stage is ``undecided``.
 
 An interval around 1.0 passes a ``PCT`` gate only when its half-width is under ``PCT``
-(:func:`needed_halfwidth`); :func:`resolution_warning` says so before and after a run.
+(:func:`needed_halfwidth`); an undecided check says what the run resolved and what the gate needs.
 """
 
 from __future__ import annotations
@@ -178,15 +178,6 @@ def needed_halfwidth(pct: float) -> float:
     return pct
 
 
-def resolution_warning(label: str, pct: float, halfwidth: float | None) -> str:
-    """"" when a half-width of ``halfwidth`` percent resolves a ``pct`` gate, else why not."""
-    if halfwidth is not None and halfwidth < needed_halfwidth(pct):
-        return ""
-    have = "no interval" if halfwidth is None else f"±{halfwidth:.1f}%"
-    return (f"{label}: a {pct:g}% gate needs a 95% half-width under {needed_halfwidth(pct):g}%; this run has "
-            f"{have}: run more blocks (--blocks, or --until-halfwidth {max(pct / 2, 0.5):g} --max-blocks N)")
-
-
 @dataclass(frozen=True, kw_only=True)
 class GateCheck:
     key: str
@@ -266,8 +257,9 @@ def evaluate(thresholds: Mapping[str, float], analysis: Analysis, pn: int) -> Ga
         elif iv.lo >= floor:
             status, text = "passed", f"within the {pct:g}% gate (the whole interval is at or above {floor:.3f})"
         else:
-            status, text = "undecided", ("the interval straddles the floor " f"{floor:.3f}: "
-                                         + (resolution_warning("this run", pct, width) or "run more blocks"))
+            need = (f"a {pct:g}% gate needs a half-width under {needed_halfwidth(pct):g}%, this run has ±{width:.1f}%: "
+                    if width is not None and width >= needed_halfwidth(pct) else "")
+            status, text = "undecided", f"the interval straddles the floor {floor:.3f}: {need}run more blocks"
         checks.append(GateCheck(key=key, label=h.label, threshold_pct=pct, speed=iv, status=status,
                                 message=f"{h.label}: {ci}: {text}", halfwidth_pct=width))
     return GateResult(checks=tuple(checks))

@@ -216,9 +216,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                highlight=False)
         rc = BenchError.exit_code
     if verdict is not None and not verdict.passed:
-        progress.console.print(f"[bold red]{verdict.verdict()}[/]", highlight=False, soft_wrap=True)
-        for check in [*verdict.failures, *verdict.undecided]:
-            progress.console.print(f"  {check.message}", highlight=False, soft_wrap=True)
+        if args.json:  # the human summary above already said it otherwise
+            progress.console.print(f"[bold red]{verdict.verdict()}[/]", highlight=False, soft_wrap=True)
+            for check in [*verdict.failures, *verdict.undecided]:
+                progress.console.print(f"  {check.message}", highlight=False, soft_wrap=True)
         rc = rc or (BenchError.exit_code if verdict.failures else GateUndecidedError.exit_code)
     return rc
 
