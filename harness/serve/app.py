@@ -50,6 +50,8 @@ class ServedModel:
     embeddings: bool = False
     """an embedding model: /v1/embeddings only"""
     config: str = ""
+    context: int = 0
+    """the engine's context in tokens (prompt and completion of a sequence together); 0: unknown"""
     in_flight: int = 0
     created: int = field(default_factory=protocol.now)
 
@@ -121,19 +123,83 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
 
 
-async def _body(request: Request) -> Any:
+def _refuse_content_type(request: Request) -> None:
+    """A body sent as something else than JSON is refused (415); no Content-Type at all is read as JSON."""
+    ctype = request.headers.get("content-type")
+    if ctype is None:
+        return
+    media, _, params = ctype.partition(";")
+    media = media.strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise APIError(415, f"Content-Type {media or ctype!r} is not JSON: send the request body as application/json",
+                       code="unsupported_media_type")
+    charset = next((v.strip().strip('"').lower() for k, _, v in (p.partition("=") for p in params.split(";"))
+                    if k.strip().lower() == "charset"), "utf-8")
+    if charset not in ("utf-8", "utf8"):
+        raise APIError(415, f"Content-Type charset {charset!r}: the request body must be UTF-8 JSON",
+                       code="unsupported_media_type")
+
+
+async def _raw_body(request: Request) -> bytes:
+    """The body, refused (413) by its Content-Length before a byte is read, or as soon as the bytes
+    read pass :data:`protocol.MAX_BODY_BYTES` (a chunked body): never buffered past the bound."""
+    limit = protocol.MAX_BODY_BYTES
     size = request.headers.get("content-length")
-    if size is not None and size.isdigit() and int(size) > protocol.MAX_BODY_BYTES:
-        raise APIError(413, f"request body of {size} bytes is larger than {protocol.MAX_BODY_BYTES}")
-    raw = b""
+    if size is not None:
+        if not size.strip().isdigit():
+            raise APIError(400, f"Content-Length {size!r} is not a byte count")
+        if int(size) > limit:
+            raise APIError(413, f"request body of {int(size)} bytes is larger than the limit of {limit} bytes",
+                           code="request_too_large")
+    chunks: list[bytes] = []
+    n = 0
     async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > protocol.MAX_BODY_BYTES:
-            raise APIError(413, f"request body is larger than {protocol.MAX_BODY_BYTES} bytes")
+        n += len(chunk)
+        if n > limit:
+            raise APIError(413, f"request body is larger than the limit of {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays/objects more than ``limit`` deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return True
+        children = v.values() if isinstance(v, dict) else v
+        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+async def _body(request: Request) -> Any:
+    """The request's JSON body; each way it can be malformed is a 4xx naming the problem."""
+    _refuse_content_type(request)
+    raw = await _raw_body(request)
+    if not raw.strip():
+        raise protocol.invalid(None, "the request body is empty: send a JSON object")
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise protocol.invalid(None, f"the request body is not JSON: {e}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise protocol.invalid(None, f"the request body is not valid UTF-8: byte 0x{raw[e.start]:02x} at offset "
+                                     f"{e.start} ({e.reason})", code="invalid_utf8") from None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as e:
+        # the input ran out inside a value (a string never closed is one too)
+        if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
+            raise protocol.invalid(None, f"the request body is truncated JSON: it ends after {len(raw)} bytes "
+                                         f"before the value is complete ({e.msg})", code="invalid_json") from None
+        raise protocol.invalid(None, f"the request body is not JSON: {e}", code="invalid_json") from None
+    except RecursionError:
+        deep = True
+    else:
+        deep = _depth_over(body, protocol.MAX_JSON_DEPTH)
+    if deep:
+        raise protocol.invalid(None, f"the request body nests arrays/objects deeper than {protocol.MAX_JSON_DEPTH} "
+                                     "levels", code="too_deep")
+    return body
 
 
 def _model_name(body: Any) -> str:
@@ -173,6 +239,15 @@ class API:
             what = "an embedding model: use /v1/embeddings" if m.embeddings else "not an embedding model"
             raise APIError(400, f"model {name!r} is {what}", param="model", code="model_not_supported")
         return m
+
+    @staticmethod
+    def _fits(m: ServedModel, sampling: dict[str, Any]) -> None:
+        """A max_tokens the model's context cannot hold (with at least one prompt token) is refused."""
+        asked = sampling.get("max_tokens")
+        if m.context and isinstance(asked, int) and asked >= m.context:
+            raise APIError(400, f"max_tokens is too large: {asked}; model {m.name} has a context of {m.context} "
+                                f"tokens for the prompt and the completion together: ask for at most {m.context - 1}",
+                           param="max_tokens", code="context_length_exceeded")
 
     def _authorized(self, request: Request) -> None:
         if self.api_key is None:
@@ -221,6 +296,7 @@ class API:
         request.state.model = _model_name(body)
         req = protocol.chat_request(body)
         m = self._model(req.model, embeddings=False)
+        self._fits(m, req.sampling)
         release = m.admit()
         handed_over = False
         try:
@@ -272,6 +348,7 @@ class API:
         request.state.model = _model_name(body)
         req = protocol.completion_request(body)
         m = self._model(req.model, embeddings=False)
+        self._fits(m, req.sampling)
         release = m.admit()
         handed_over = False
         try:
