@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from harness.runtime.aio import AsyncRuntime, AsyncStream
-from harness.runtime.api import ChatDelta, Completion
+from harness.runtime.api import ChatDelta, Completion, coalesce
 from harness.serve import protocol
 from harness.serve.protocol import APIError
 
@@ -98,13 +98,16 @@ class Metrics:
                                      labels=["model"])
         capacity = GaugeMetricFamily("harness_capacity_requests", "requests the server admits at once",
                                      labels=["model"])
+        streams = GaugeMetricFamily("harness_open_streams", "streamed requests whose engine events are still read",
+                                    labels=["model"])
         for m in self._models.values():
+            streams.add_metric([m.name], float(getattr(m.engine, "open_streams", 0)))
             stats = m.engine.stats() if not m.embeddings else {}
             depth.add_metric([m.name], float(stats.get("pending", 0)))
             active.add_metric([m.name], float(stats.get("active", 0)))
             admitted.add_metric([m.name], float(m.in_flight))
             capacity.add_metric([m.name], float(m.capacity))
-        yield from (depth, active, admitted, capacity)
+        yield from (depth, active, admitted, capacity, streams)
 
     def done(self, model: str, c: Completion | None) -> None:
         if c is None:
@@ -117,6 +120,20 @@ class Metrics:
 
 def _error_response(e: APIError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
+
+
+class _EventStream(StreamingResponse):
+    """A streamed answer whose events are closed when it ends however it ends (a client gone
+    mid-write included): the engine request is cancelled then, not when the generator is
+    garbage collected."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
 
 
 def _sse(data: dict[str, Any]) -> bytes:
@@ -306,7 +323,7 @@ class API:
                 except Exception as e:
                     raise protocol.from_engine_error(e) from e
                 handed_over = True  # the stream releases its place when it ends
-                return StreamingResponse(self._chat_chunks(m, req, stream, release), media_type="text/event-stream",
+                return _EventStream(self._chat_chunks(m, req, stream, release), media_type="text/event-stream",
                                          background=BackgroundTask(release))
             try:
                 work = m.engine.chat(req.messages, **req.engine_kwargs())
@@ -339,7 +356,7 @@ class API:
             reason = getattr(stream.stream, "finish_reason", None) or (result.finish_reason if result else "stop")
             return chunk({}, protocol.finish_reason(reason))
         async for event in self._events(m, stream, release, opening=chunk({"role": "assistant", "content": ""}, None),
-                                        each=lambda d: chunk(d.as_openai(), None), last=last,
+                                        each=lambda ds: [chunk(d.as_openai(), None) for d in coalesce(ds)], last=last,
                                         usage=(cid, created, "chat.completion.chunk") if req.include_usage else None):
             yield event
 
@@ -358,7 +375,7 @@ class API:
                 except Exception as e:
                     raise protocol.from_engine_error(e) from e
                 handed_over = True
-                return StreamingResponse(self._completion_chunks(m, req, stream, release),
+                return _EventStream(self._completion_chunks(m, req, stream, release),
                                          media_type="text/event-stream", background=BackgroundTask(release))
             try:
                 c = await _until_done_or_gone(request, m.engine.complete(req.prompt, req.sampling))
@@ -383,23 +400,25 @@ class API:
         def chunk(text: str, finish: str | None) -> dict[str, Any]:
             return {"id": cid, "object": "text_completion", "created": created, "model": m.name,
                     "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
-        async for event in self._events(m, stream, release, opening=None, each=lambda d: chunk(d, None),
+        async for event in self._events(m, stream, release, opening=None, each=lambda ds: [chunk("".join(ds), None)],
                                         last=lambda r: chunk("", protocol.finish_reason(r.finish_reason if r else "stop")),
                                         usage=(cid, created, "text_completion") if req.include_usage else None):
             yield event
 
     async def _events(self, m: ServedModel, stream: AsyncStream[Any], release: Callable[[], None], *,
-                      opening: dict[str, Any] | None, each: Callable[[Any], dict[str, Any]],
+                      opening: dict[str, Any] | None, each: Callable[[list[Any]], list[dict[str, Any]]],
                       last: Callable[[Any], dict[str, Any]], usage: tuple[str, int, str] | None) -> AsyncIterator[bytes]:
-        """The SSE events of one streamed request: ``opening``, a chunk per delta, an engine error as an
-        OpenAI error event (and the end), else the finishing chunk, the usage chunk when asked
-        (``usage``: id, created, object) and ``[DONE]``; the stream closed and the place released always."""
+        """The SSE events of one streamed request: ``opening``, the chunks of each batch of deltas (all
+        that arrived while the previous write was under way: one write, the deltas coalesced), an
+        engine error as an OpenAI error event (and the end), else the finishing chunk, the usage chunk
+        when asked (``usage``: id, created, object) and ``[DONE]``; the stream closed and the place
+        released always."""
         try:
             if opening is not None:
                 yield _sse(opening)
             try:
-                async for d in stream:
-                    yield _sse(each(d))
+                async for batch in stream.batches():
+                    yield b"".join(_sse(c) for c in each(batch))
             except Exception as e:
                 yield _sse(protocol.from_engine_error(e).body())
                 return
