@@ -362,3 +362,22 @@ class _pool:
 
     def __exit__(self, *exc: object) -> None:
         self.pool.shutdown(wait=True)
+
+
+def test_a_consumer_that_stops_taking_is_cancelled_after_the_stall_timeout() -> None:
+    fake = FakeStream(list(range(10**6)), gate=lambda i: time.sleep(0.005))
+    fake._stall_timeout = 0.2  # type: ignore[attr-defined]
+
+    async def read() -> AsyncStream[int]:
+        s = AsyncStream[int](fake, pool)  # type: ignore[arg-type]
+        batches = s.batches()
+        got = list(await batches.__anext__())
+        await asyncio.sleep(1.0)  # takes nothing more, without leaving
+        assert fake.cancelled.is_set() and fake.stalled
+        got += [t for b in [b async for b in batches] for t in b]
+        assert got == list(range(len(got))) and len(got) < 10**6  # what came before the cancel, in order
+        return s
+
+    with _pool() as pool:
+        s = asyncio.run(read())
+        assert fake.ended.wait(WAIT_S) and _until(lambda: s.pumped)
