@@ -140,3 +140,12 @@ def test_bad_content_length(served: dict[str, Any]) -> None:  # noqa: F811
     status, body, asked = _post_asgi(create_app(served), [(b"content-type", b"application/json"),
                                                           (b"content-length", b"-5")], chunks=1, chunk_size=2)
     assert status == 400 and "Content-Length" in body["error"]["message"] and asked == 0
+
+
+def test_lone_surrogates_escaped_in_json_are_named(client: TestClient) -> None:  # noqa: F811
+    for path, body, param in (
+            (CHAT, b'{"model": "chat", "messages": [{"role": "user", "content": "a\\ud800b"}]}', "messages"),
+            ("/v1/completions", b'{"model": "chat", "prompt": "a\\ud800b"}', "prompt"),
+            ("/v1/completions", b'{"model": "chat", "prompt": "x", "stop": ["\\udfff"]}', "stop")):
+        err = _error(client.post(path, content=body, headers={"content-type": "application/json"}), 400)
+        assert err["param"] == param and "Unicode" in err["message"], err
