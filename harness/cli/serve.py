@@ -121,7 +121,8 @@ def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | 
             queue = max_queue if max_queue is not None else 4 * parallel
             capacity = parallel + queue
             models[name] = ServedModel(name=name, engine=AsyncRuntime(eng, max_concurrency=capacity), capacity=capacity,
-                                       embeddings=bool(info.get("embedding_only")), config=str(path))
+                                       embeddings=bool(info.get("embedding_only")), config=str(path),
+                                       context=int(info.get("n_ctx") or 0))
             progress.info(f"{name}: {info.get('desc', '')}, {parallel} parallel + {queue} queued, "
                           f"variant {info.get('variant')} ({info.get('cpu_variant') or '-'})")
     except BaseException:

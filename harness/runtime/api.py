@@ -149,6 +149,44 @@ class ChatDelta:
         return out
 
 
+def _tool_fragment(d: ChatDelta) -> dict[str, Any] | None:
+    """The one tool-call delta of ``d`` when that is all it holds, else None."""
+    if d.content or d.reasoning_content or len(d.tool_calls) != 1:
+        return None
+    return d.tool_calls[0]
+
+
+def _merged(a: ChatDelta, b: ChatDelta) -> ChatDelta | None:
+    """``a`` then ``b`` as one delta, or None where one delta could not say the same in the same order."""
+    if not a.tool_calls and not b.tool_calls:
+        if a.content and b.reasoning_content:  # reasoning after content: two deltas keep the order
+            return None
+        return ChatDelta(content=a.content + b.content, reasoning_content=a.reasoning_content + b.reasoning_content)
+    ta, tb = _tool_fragment(a), _tool_fragment(b)
+    if ta is None or tb is None or ta.get("index") != tb.get("index"):
+        return None
+    fn_b = tb.get("function") or {}
+    if set(tb) - {"index", "function"} or set(fn_b) - {"arguments"}:  # b opens a call (id, name): its own delta
+        return None
+    fn_a = dict(ta.get("function") or {})
+    fn_a["arguments"] = str(fn_a.get("arguments") or "") + str(fn_b.get("arguments") or "")
+    return ChatDelta(tool_calls=({**ta, "function": fn_a},))
+
+
+def coalesce(deltas: list[ChatDelta]) -> list[ChatDelta]:
+    """Fewer deltas saying the same, in the same order: runs of text (content, reasoning) join,
+    and argument fragments of one tool call join the delta before them; a new tool call, or text
+    after a tool call, starts a new delta."""
+    out: list[ChatDelta] = []
+    for d in deltas:
+        m = _merged(out[-1], d) if out else None
+        if m is None:
+            out.append(d)
+        else:
+            out[-1] = m
+    return out
+
+
 _CORE_ERRORS = {
     "ContextOverflowError": errors.ContextOverflowError,
     "KVCacheFullError": errors.KVCacheFullError,

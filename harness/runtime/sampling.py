@@ -38,6 +38,15 @@ def _type_problems(s: Sampling) -> list[str]:
     return out
 
 
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` can go to the engine as UTF-8 (JSON's \\ud800 escapes make lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
 @dataclass(frozen=True, kw_only=True)
 class Sampling:
     """How to pick tokens. Defaults follow llama.cpp's."""
@@ -98,6 +107,10 @@ class Sampling:
             problems.append("stop must be a sequence of non-empty strings")
         elif len(self.stop) > LIMITS.stop_strings or any(len(s) > LIMITS.stop_chars for s in self.stop):
             problems.append(f"stop takes at most {LIMITS.stop_strings} strings of at most {LIMITS.stop_chars} characters")
+        elif not all(_is_utf8(s) for s in self.stop):
+            problems.append("stop is not valid Unicode text (a lone surrogate)")
+        if self.grammar is not None and not _is_utf8(self.grammar):
+            problems.append("grammar is not valid Unicode text (a lone surrogate)")
         if self.grammar is not None and len(self.grammar) > LIMITS.grammar_chars:
             problems.append(f"grammar is longer than {LIMITS.grammar_chars} characters")
         if problems:

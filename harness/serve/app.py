@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from harness.runtime.aio import AsyncRuntime, AsyncStream
-from harness.runtime.api import ChatDelta, Completion
+from harness.runtime.api import ChatDelta, Completion, coalesce
 from harness.serve import protocol
 from harness.serve.protocol import APIError
 
@@ -50,6 +50,8 @@ class ServedModel:
     embeddings: bool = False
     """an embedding model: /v1/embeddings only"""
     config: str = ""
+    context: int = 0
+    """the engine's context in tokens (prompt and completion of a sequence together); 0: unknown"""
     in_flight: int = 0
     created: int = field(default_factory=protocol.now)
 
@@ -96,13 +98,16 @@ class Metrics:
                                      labels=["model"])
         capacity = GaugeMetricFamily("harness_capacity_requests", "requests the server admits at once",
                                      labels=["model"])
+        streams = GaugeMetricFamily("harness_open_streams", "streamed requests whose engine events are still read",
+                                    labels=["model"])
         for m in self._models.values():
+            streams.add_metric([m.name], float(getattr(m.engine, "open_streams", 0)))
             stats = m.engine.stats() if not m.embeddings else {}
             depth.add_metric([m.name], float(stats.get("pending", 0)))
             active.add_metric([m.name], float(stats.get("active", 0)))
             admitted.add_metric([m.name], float(m.in_flight))
             capacity.add_metric([m.name], float(m.capacity))
-        yield from (depth, active, admitted, capacity)
+        yield from (depth, active, admitted, capacity, streams)
 
     def done(self, model: str, c: Completion | None) -> None:
         if c is None:
@@ -117,23 +122,101 @@ def _error_response(e: APIError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers)
 
 
+class _EventStream(StreamingResponse):
+    """A streamed answer whose events are closed when it ends however it ends (a client gone
+    mid-write included): the engine request is cancelled then, not when the generator is
+    garbage collected."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()
+
+
 def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
 
 
-async def _body(request: Request) -> Any:
+def _refuse_content_type(request: Request) -> None:
+    """A body sent as something else than JSON is refused (415); no Content-Type at all is read as JSON."""
+    ctype = request.headers.get("content-type")
+    if ctype is None:
+        return
+    media, _, params = ctype.partition(";")
+    media = media.strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise APIError(415, f"Content-Type {media or ctype!r} is not JSON: send the request body as application/json",
+                       code="unsupported_media_type")
+    charset = next((v.strip().strip('"').lower() for k, _, v in (p.partition("=") for p in params.split(";"))
+                    if k.strip().lower() == "charset"), "utf-8")
+    if charset not in ("utf-8", "utf8"):
+        raise APIError(415, f"Content-Type charset {charset!r}: the request body must be UTF-8 JSON",
+                       code="unsupported_media_type")
+
+
+async def _raw_body(request: Request) -> bytes:
+    """The body, refused (413) by its Content-Length before a byte is read, or as soon as the bytes
+    read pass :data:`protocol.MAX_BODY_BYTES` (a chunked body): never buffered past the bound."""
+    limit = protocol.MAX_BODY_BYTES
     size = request.headers.get("content-length")
-    if size is not None and size.isdigit() and int(size) > protocol.MAX_BODY_BYTES:
-        raise APIError(413, f"request body of {size} bytes is larger than {protocol.MAX_BODY_BYTES}")
-    raw = b""
+    if size is not None:
+        if not size.strip().isdigit():
+            raise APIError(400, f"Content-Length {size!r} is not a byte count")
+        if int(size) > limit:
+            raise APIError(413, f"request body of {int(size)} bytes is larger than the limit of {limit} bytes",
+                           code="request_too_large")
+    chunks: list[bytes] = []
+    n = 0
     async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > protocol.MAX_BODY_BYTES:
-            raise APIError(413, f"request body is larger than {protocol.MAX_BODY_BYTES} bytes")
+        n += len(chunk)
+        if n > limit:
+            raise APIError(413, f"request body is larger than the limit of {limit} bytes", code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays/objects more than ``limit`` deep (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return True
+        children = v.values() if isinstance(v, dict) else v
+        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+async def _body(request: Request) -> Any:
+    """The request's JSON body; each way it can be malformed is a 4xx naming the problem."""
+    _refuse_content_type(request)
+    raw = await _raw_body(request)
+    if not raw.strip():
+        raise protocol.invalid(None, "the request body is empty: send a JSON object")
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise protocol.invalid(None, f"the request body is not JSON: {e}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise protocol.invalid(None, f"the request body is not valid UTF-8: byte 0x{raw[e.start]:02x} at offset "
+                                     f"{e.start} ({e.reason})", code="invalid_utf8") from None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as e:
+        # the input ran out inside a value (a string never closed is one too)
+        if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
+            raise protocol.invalid(None, f"the request body is truncated JSON: it ends after {len(raw)} bytes "
+                                         f"before the value is complete ({e.msg})", code="invalid_json") from None
+        raise protocol.invalid(None, f"the request body is not JSON: {e}", code="invalid_json") from None
+    except RecursionError:
+        deep = True
+    else:
+        deep = _depth_over(body, protocol.MAX_JSON_DEPTH)
+    if deep:
+        raise protocol.invalid(None, f"the request body nests arrays/objects deeper than {protocol.MAX_JSON_DEPTH} "
+                                     "levels", code="too_deep")
+    return body
 
 
 def _model_name(body: Any) -> str:
@@ -173,6 +256,15 @@ class API:
             what = "an embedding model: use /v1/embeddings" if m.embeddings else "not an embedding model"
             raise APIError(400, f"model {name!r} is {what}", param="model", code="model_not_supported")
         return m
+
+    @staticmethod
+    def _fits(m: ServedModel, sampling: dict[str, Any]) -> None:
+        """A max_tokens the model's context cannot hold (with at least one prompt token) is refused."""
+        asked = sampling.get("max_tokens")
+        if m.context and isinstance(asked, int) and asked >= m.context:
+            raise APIError(400, f"max_tokens is too large: {asked}; model {m.name} has a context of {m.context} "
+                                f"tokens for the prompt and the completion together: ask for at most {m.context - 1}",
+                           param="max_tokens", code="context_length_exceeded")
 
     def _authorized(self, request: Request) -> None:
         if self.api_key is None:
@@ -221,6 +313,7 @@ class API:
         request.state.model = _model_name(body)
         req = protocol.chat_request(body)
         m = self._model(req.model, embeddings=False)
+        self._fits(m, req.sampling)
         release = m.admit()
         handed_over = False
         try:
@@ -230,7 +323,7 @@ class API:
                 except Exception as e:
                     raise protocol.from_engine_error(e) from e
                 handed_over = True  # the stream releases its place when it ends
-                return StreamingResponse(self._chat_chunks(m, req, stream, release), media_type="text/event-stream",
+                return _EventStream(self._chat_chunks(m, req, stream, release), media_type="text/event-stream",
                                          background=BackgroundTask(release))
             try:
                 work = m.engine.chat(req.messages, **req.engine_kwargs())
@@ -263,7 +356,7 @@ class API:
             reason = getattr(stream.stream, "finish_reason", None) or (result.finish_reason if result else "stop")
             return chunk({}, protocol.finish_reason(reason))
         async for event in self._events(m, stream, release, opening=chunk({"role": "assistant", "content": ""}, None),
-                                        each=lambda d: chunk(d.as_openai(), None), last=last,
+                                        each=lambda ds: [chunk(d.as_openai(), None) for d in coalesce(ds)], last=last,
                                         usage=(cid, created, "chat.completion.chunk") if req.include_usage else None):
             yield event
 
@@ -272,6 +365,7 @@ class API:
         request.state.model = _model_name(body)
         req = protocol.completion_request(body)
         m = self._model(req.model, embeddings=False)
+        self._fits(m, req.sampling)
         release = m.admit()
         handed_over = False
         try:
@@ -281,7 +375,7 @@ class API:
                 except Exception as e:
                     raise protocol.from_engine_error(e) from e
                 handed_over = True
-                return StreamingResponse(self._completion_chunks(m, req, stream, release),
+                return _EventStream(self._completion_chunks(m, req, stream, release),
                                          media_type="text/event-stream", background=BackgroundTask(release))
             try:
                 c = await _until_done_or_gone(request, m.engine.complete(req.prompt, req.sampling))
@@ -306,23 +400,25 @@ class API:
         def chunk(text: str, finish: str | None) -> dict[str, Any]:
             return {"id": cid, "object": "text_completion", "created": created, "model": m.name,
                     "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
-        async for event in self._events(m, stream, release, opening=None, each=lambda d: chunk(d, None),
+        async for event in self._events(m, stream, release, opening=None, each=lambda ds: [chunk("".join(ds), None)],
                                         last=lambda r: chunk("", protocol.finish_reason(r.finish_reason if r else "stop")),
                                         usage=(cid, created, "text_completion") if req.include_usage else None):
             yield event
 
     async def _events(self, m: ServedModel, stream: AsyncStream[Any], release: Callable[[], None], *,
-                      opening: dict[str, Any] | None, each: Callable[[Any], dict[str, Any]],
+                      opening: dict[str, Any] | None, each: Callable[[list[Any]], list[dict[str, Any]]],
                       last: Callable[[Any], dict[str, Any]], usage: tuple[str, int, str] | None) -> AsyncIterator[bytes]:
-        """The SSE events of one streamed request: ``opening``, a chunk per delta, an engine error as an
-        OpenAI error event (and the end), else the finishing chunk, the usage chunk when asked
-        (``usage``: id, created, object) and ``[DONE]``; the stream closed and the place released always."""
+        """The SSE events of one streamed request: ``opening``, the chunks of each batch of deltas (all
+        that arrived while the previous write was under way: one write, the deltas coalesced), an
+        engine error as an OpenAI error event (and the end), else the finishing chunk, the usage chunk
+        when asked (``usage``: id, created, object) and ``[DONE]``; the stream closed and the place
+        released always."""
         try:
             if opening is not None:
                 yield _sse(opening)
             try:
-                async for d in stream:
-                    yield _sse(each(d))
+                async for batch in stream.batches():
+                    yield b"".join(_sse(c) for c in each(batch))
             except Exception as e:
                 yield _sse(protocol.from_engine_error(e).body())
                 return

@@ -19,6 +19,8 @@ from harness.runtime.sampling import Sampling
 
 #: Request bodies larger than this are refused before they are parsed.
 MAX_BODY_BYTES = 32 << 20
+#: Request bodies nesting arrays/objects deeper than this are refused (a JSON schema of 30 levels fits).
+MAX_JSON_DEPTH = 100
 
 
 @dataclass(frozen=True)
