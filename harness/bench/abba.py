@@ -11,9 +11,10 @@ arm differ by a steady offset that lasts as long as they do (where the kernel
 put their pages, the stack and heap layout): measured here at 1-3% between
 two workers of the same binding. One worker per arm for a whole run measures
 that offset once and reports it as a difference between the arms, with an
-interval that cannot see it. So by default (``fresh_process``) every block
-starts a new worker per arm (both start together, before either is measured),
-with a random environment size (:data:`harness.bench.arms.ENV_PAD`); each
+interval that cannot see it. So by default (``fresh_process``) every arm's turn
+in every block runs in a new worker, started right before the turn and closed
+after it (so no worker idles through the other arm's turn), with a random
+environment size (:data:`harness.bench.arms.ENV_PAD`); each
 block's B/A ratio then carries an independent draw of both arms' process
 offsets, and the per-block statistics (:mod:`harness.bench.stats`: a bootstrap
 and a t interval over blocks) are a block bootstrap over processes. In each new
@@ -275,23 +276,27 @@ def run_abba(
     with _steps(f"bench {run_name}", total) as step, contextlib.ExitStack() as reused:
         arms: dict[str, ArmHandle] | None = None
         for block in range(limit):
-            with contextlib.ExitStack() as per_block:
-                if arms is None or config.fresh_process:
-                    step(f"block {block + 1}/{of}: starting the arms' processes", False)
-                    where = per_block if config.fresh_process else reused
-                    arms = where.enter_context(started_arms(specs, isolate=isolate, extra_plugins=extra_plugins,
-                                                            process=block if config.fresh_process else 0))
-                    describe = describe or {role: json_value(h.describe()) for role, h in arms.items()}
-                    fresh = True
-                else:
-                    fresh = False
-                for position, role in enumerate(ROLES if block % 2 == 0 else ROLES[::-1]):
-                    if fresh and config.warmup:  # right before its own measurements, as the other arm's are
+            for position, role in enumerate(ROLES if block % 2 == 0 else ROLES[::-1]):
+                with contextlib.ExitStack() as per_turn:
+                    if config.fresh_process:
+                        # this arm's own process, started right before its turn and closed after it: no
+                        # process sits idle through the other arm's turn (an idle process's memory may be
+                        # reclaimed or demoted by the host, which once made the second arm of every block slower)
+                        step(f"block {block + 1}/{of}: starting {role}'s process", False)
+                        arm = per_turn.enter_context(started_arms({role: specs[role]}, isolate=isolate,
+                                                                  extra_plugins=extra_plugins, process=block))[role]
+                    else:
+                        if arms is None:
+                            arms = reused.enter_context(started_arms(specs, isolate=isolate,
+                                                                     extra_plugins=extra_plugins))
+                        arm = arms[role]
+                    describe.setdefault(role, json_value(arm.describe()))
+                    if config.warmup and (config.fresh_process or block == 0):
                         step(f"block {block + 1}/{of}: warm-up {role} ({specs[role].name})", False)
-                        warm[role].append(_warm(arms[role], config))
+                        warm[role].append(_warm(arm, config))
                     for c in config.concurrency:
                         step(f"block {block + 1}/{of} {role} c={c}", True)
-                        sample = _take(arms[role], block=block, position=position, sequence=2 * block + position,
+                        sample = _take(arm, block=block, position=position, sequence=2 * block + position,
                                        concurrency=c, config=config)
                         samples.append(sample)
                         if on_sample is not None:
