@@ -18,46 +18,16 @@ from typing import Any
 
 import pytest
 
-import harness.cli
-import harness.cli.config as config_cli
-import harness.config
-import harness.engine.plugin
 from harness.config.effective import effective
 from harness.config.loader import load_text
 from harness.config.localai import vocabulary
 from harness.config.validate import Validated, Validator
 from harness.core.types import HostInfo
-from harness.engine.plugin import make_manager
-
-ROOT = Path(__file__).resolve().parents[2]
-CORPUS = ROOT / "tests" / "data" / "localai"
-ENGINES = frozenset({"llamacpp", "stable-diffusion.cpp"})
-PM = make_manager(autoload=False)
-HOST = HostInfo(os="linux", arch="x86_64", cpu_model="t", microarch="x", simd=(), cores=4,
-                memory_bytes=1 << 30)
+from tests.unit.test_config_localai import CORPUS, ENGINES, PM, ROOT, cli, run, wired  # noqa: F401 (wired: a fixture)
 
 
 def items(text: str, *, template: bool | None = None) -> list[Any]:
     return Validator(engines=ENGINES, pm=PM, template=template).validate_text(textwrap.dedent(text), "m.yaml")
-
-
-def run(text: str, *, template: bool | None = None) -> list[str]:
-    out: list[str] = []
-    for item in items(text, template=template):
-        out += [str(d) for d in (item.diagnostics if isinstance(item, Validated) else [item])]
-    return out
-
-
-@pytest.fixture
-def wired(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(harness.cli, "COMMAND_MODULES", ("harness.cli.config",))
-    monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: PM)
-    monkeypatch.setattr(config_cli, "probe_host", lambda: HOST)
-    monkeypatch.delenv(harness.config.MODELS_DIR_ENV, raising=False)
-
-
-def cli(*argv: str | Path) -> int:
-    return harness.cli.main([str(a) for a in argv])
 
 
 # -- parsing as yaml.v3 -------------------------------------------------------------------
@@ -131,7 +101,8 @@ def test_template_flags_force_it() -> None:
         "the config is missing the required key 'name'", "the config is missing the required key 'parameters'"]
 
 
-def test_config_show_and_select_take_the_flags(tmp_path: Path, wired: None,
+@pytest.mark.usefixtures("wired")
+def test_config_show_and_select_take_the_flags(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "body.yaml"
     f.write_text(textwrap.dedent(BODY))
@@ -226,7 +197,8 @@ def test_chat_guessed_from_templates_and_declared_kept() -> None:
 # -- severities and provenance --------------------------------------------------------------
 
 
-def test_strict_fails_on_warnings_never_on_notes(tmp_path: Path, wired: None) -> None:
+@pytest.mark.usefixtures("wired")
+def test_strict_fails_on_warnings_never_on_notes(tmp_path: Path) -> None:
     f = tmp_path / "m.yaml"
     f.write_text("name: m\nbackend: whisper\nparameters: {model: m.bin, language: auto}\nroles: {user: 'U:'}\n")
     assert cli("validate", "--strict", f) == 0  # notes only
@@ -242,7 +214,8 @@ def test_defaults_say_whose() -> None:
     assert e.params["mmap"].source == "default (LocalAI default)"
 
 
-def test_localai_backend_options_are_labelled_as_such(tmp_path: Path, wired: None,
+@pytest.mark.usefixtures("wired")
+def test_localai_backend_options_are_labelled_as_such(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "flux.yaml"
     f.write_text((CORPUS / "image-flux-ggml.yaml").read_text())
@@ -276,7 +249,6 @@ def test_validate_1000_configs_under_half_a_second(benchmark: Any) -> None:
 
 def test_llamacpp_does_not_accept_a_config_for_images_or_transcription() -> None:
     """select showed llama.cpp "ok" for an SD-1.5 checkpoint: it serves text, and LocalAI guesses image."""
-    from harness.core.types import HostInfo
     from harness_plugins.llamacpp import match
 
     host = HostInfo(os="linux", arch="x86_64", cpu_model="x", microarch="x", cores=2, memory_bytes=1 << 30,
