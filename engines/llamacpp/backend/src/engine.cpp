@@ -1371,16 +1371,7 @@ llama_token Engine::argmax_ctx(llama_context * ctx, int32_t i_batch) const {
 
 std::vector<std::vector<float>> Engine::embed(const std::vector<std::string> & texts, bool normalize) {
     if (!embd_ctx_) throw std::invalid_argument("model architecture '" + arch_ + "' was not loaded for embeddings (load with embeddings=True)");
-    // computed on the engine thread, like everything else (see engine.h: one OpenMP team)
-    std::packaged_task<std::vector<std::vector<float>>()> task([&] { return embed_here(texts, normalize); });
-    auto result = task.get_future();
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (stopping_) throw EngineClosedError("engine is closed");
-        tasks_.emplace_back([&task] { task(); });
-    }
-    cv_.notify_all();
-    return result.get();
+    return on_engine_thread([&] { return embed_here(texts, normalize); });
 }
 
 std::vector<std::vector<float>> Engine::embed_here(const std::vector<std::string> & texts, bool normalize) {
@@ -1465,16 +1456,7 @@ std::vector<std::vector<float>> Engine::evaluate(const std::vector<std::vector<l
         throw std::invalid_argument(std::to_string(n_seq) + " sequences x chunk " + std::to_string(chunk) + " tokens exceed n_batch " +
                                     std::to_string(n_batch) + " (raise n_batch or lower chunk)");
     }
-    // computed on the engine thread, like every decode (see engine.h: one OpenMP team)
-    std::packaged_task<std::vector<std::vector<float>>()> task([&] { return evaluate_here(seqs, chunk, log_softmax); });
-    auto result = task.get_future();
-    {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (stopping_) throw EngineClosedError("engine is closed");
-        tasks_.emplace_back([&task] { task(); });
-    }
-    cv_.notify_all();
-    return result.get();
+    return on_engine_thread([&] { return evaluate_here(seqs, chunk, log_softmax); });
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -261,7 +262,20 @@ private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<std::shared_ptr<Request>> pending_;
-    std::deque<std::function<void()>> tasks_;  // work for the engine thread (embeddings)
+    std::deque<std::function<void()>> tasks_;  // work for the engine thread (embeddings, evaluate)
+
+    // Run fn on the engine thread (every decode there: one OpenMP team) and wait for its result.
+    template <class F> auto on_engine_thread(F && fn) -> decltype(fn()) {
+        std::packaged_task<decltype(fn())()> task(std::forward<F>(fn));
+        auto result = task.get_future();
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            if (stopping_) throw EngineClosedError("engine is closed");
+            tasks_.emplace_back([&task] { task(); });
+        }
+        cv_.notify_all();
+        return result.get();
+    }
     bool stopping_ = false;
     int next_id_ = 1;
     uint64_t tick_ = 0;
