@@ -87,6 +87,53 @@ def table(rows: list[dict[str, Any]], runs: int, gate: float, slowdown: float) -
     ]
 
 
+def scaling(rows: list[dict[str, Any]], *, blocks: int, slowdown: float, gate: float) -> list[str]:
+    """What the measured spread means for other block counts: the per-block spread of the B/A ratio
+    from the A/A runs' half-widths (half-width = t(0.975, n-1) x sd / sqrt(n)), then the blocks a
+    comparison needs for 95% power against a ``slowdown`` % regression at a ``gate`` % gate (the
+    whole interval below 1 - gate/100 in 95% of runs: t(0.975) x se + 1.645 x se <= slowdown - gate)."""
+    from scipy import stats
+
+    aa = sorted(r["halfwidth_pct"] for r in rows if r["kind"] == "aa")
+    if not aa:
+        return []
+    hw = statistics.median(aa)
+    sd_block = hw * blocks ** 0.5 / float(stats.t.ppf(0.975, blocks - 1))
+    per_block_s = statistics.median(r["wall_s"] for r in rows) / blocks
+    margin = slowdown - gate  # percent between the true ratio and the gate's floor
+    need = blocks
+    while need < 100_000:
+        se = sd_block / need ** 0.5
+        if float(stats.t.ppf(0.975, need - 1)) * se + 1.645 * se <= margin:
+            break
+        need += 2
+    lines = [f"Scaling (from the A/A runs' median 95% half-width ±{hw:.2f}% at {blocks} blocks): the B/A ratio of "
+             f"one block (one fresh process per arm) varies by sd {sd_block:.2f}%; a block costs {per_block_s:.1f} s "
+             "here.", "", "| blocks | expected 95% half-width | wall-clock per comparison |", "|---:|---:|---:|"]
+    for n in sorted({blocks, 2 * blocks, 4 * blocks, need}):
+        width = float(stats.t.ppf(0.975, n - 1)) * sd_block / n ** 0.5
+        lines.append(f"| {n} | ±{width:.2f}% | {n * per_block_s / 60:.1f} min |")
+    lines += ["", f"For 95% power against a real {slowdown:g}% slowdown at a {gate:g}% gate a comparison needs about "
+              f"**{need} blocks ({need * per_block_s / 60:.0f} min)** at this shape on this host; a {gate:g}% gate "
+              f"passes a clean run only when the half-width is under {gate:g}%."]
+    return lines
+
+
+def render(doc: dict[str, Any]) -> list[str]:
+    rows = doc["rows"]
+    cal = doc["calibration"]
+    return [f"# --fail-on-slower error rates: {Path(doc['model']).name}, p{doc['pn']} g{doc['gn']}, {doc['blocks']} "
+            f"blocks, {doc['threads']} threads", "", *table(rows, doc["runs"], doc["gate_pct"], doc["slowdown_pct"]), "",
+            f"calibration: {cal['decode_tps']:.2f} tok/s ({cal['token_ms']:.2f} ms/token); B sleeps "
+            f"{cal['delay_us']} us per generating step", "",
+            *scaling(rows, blocks=doc["blocks"], slowdown=doc["slowdown_pct"], gate=doc["gate_pct"]), "",
+            f"load average before {doc['load_before']}, after {doc['load_after']}; study wall-clock "
+            f"{doc['wall_s'] / 60:.1f} min", f"command: `{doc['command']}`", "",
+            "Per comparison (kind, run, verdict, B/A decode ratio, 95% half-width, wall s, 1-min load before):", "",
+            *(f"- {r['kind']} {r['run']}: {r['status']}, {r['ratio']:.4f}, ±{r['halfwidth_pct']:.2f}%, "
+              f"{r['wall_s']:.0f} s, load {r['load_1min_before']:.2f}" for r in rows)]
+
+
 @contextlib.contextmanager
 def _locked(path: Path | None) -> Iterator[None]:
     if path is None:
@@ -117,7 +164,14 @@ def main() -> int:
     p.add_argument("--lock", type=Path, default=None,
                    help="hold this lock file (flock) during each comparison, so other heavy work on a shared "
                    "host runs between comparisons, never during one")
+    p.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
+                   help="only re-render report.md beside an earlier run's results.json")
     args = p.parse_args()
+    if args.render is not None:
+        lines = render(json.loads(args.render.read_text()))
+        (args.render.parent / "report.md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return 0
     if not args.model:
         p.error("no model: pass --model or set HARNESS_BANDWIDTH_MODEL (eval \"$(harness models env)\")")
     from harness.core.host import resolve_threads
@@ -149,11 +203,7 @@ def main() -> int:
            "load_before": load_before, "load_after": load_after, "wall_s": time.time() - t0, "rows": rows,
            "command": " ".join([os.path.basename(sys.executable), *sys.argv])}
     (out / "results.json").write_text(json.dumps(doc, indent=2) + "\n")
-    lines = [f"# --fail-on-slower error rates: {Path(args.model).name}, p{args.pn} g{args.gn}, {args.blocks} blocks, "
-             f"{threads} threads", "", *table(rows, args.runs, args.gate, args.slowdown), "",
-             f"calibration: {cal['decode_tps']:.2f} tok/s ({cal['token_ms']:.2f} ms/token); B sleeps "
-             f"{cal['delay_us']} us per generating step", f"load average before {load_before}, after {load_after}; "
-             f"study wall-clock {doc['wall_s'] / 60:.1f} min", f"command: `{doc['command']}`"]
+    lines = render(doc)
     (out / "report.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"report: {out}")

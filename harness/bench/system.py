@@ -28,6 +28,7 @@ from harness.bench.stats import Finding, Level
 from harness.core.host import physical_cores
 
 CPU_SYSFS = Path("/sys/devices/system/cpu")
+MM_SYSFS = Path("/sys/kernel/mm")
 #: Seconds the "before" sample watches the other processes.
 BUSY_WINDOW_S = 0.2
 #: A process using at least this many CPUs (on average over a window) counts as busy.
@@ -82,6 +83,10 @@ class SystemState:
     """``isolcpus`` (CPUs the scheduler leaves alone), as the kernel lists them."""
     smt: str | None = None
     """SMT control: on, off, notsupported, ..."""
+    thp: str | None = None
+    """Transparent hugepages mode (always, madvise, never); None when not exposed."""
+    reclaim: tuple[str, ...] = ()
+    """Proactive reclaim running on the host (DAMON ``pageout`` schemes), one line each: what it pages out."""
     threads: int | None = None
     """Compute threads each arm runs with."""
     threads_source: str = ""
@@ -109,7 +114,8 @@ class SystemState:
                    governors={str(k): int(v) for k, v in dict(data.get("governors") or {}).items()},
                    cpufreq_driver=data.get("cpufreq_driver"), turbo=data.get("turbo"),
                    turbo_control=str(data.get("turbo_control", "")), isolated=str(data.get("isolated", "")),
-                   smt=data.get("smt"), threads=data.get("threads"), threads_source=str(data.get("threads_source", "")),
+                   smt=data.get("smt"), thp=data.get("thp"), reclaim=tuple(str(r) for r in data.get("reclaim") or ()),
+                   threads=data.get("threads"), threads_source=str(data.get("threads_source", "")),
                    before=sample(data.get("before")), during=sample(data.get("during")),
                    load_after=_triple(data.get("load_after")))
 
@@ -135,8 +141,51 @@ def _load_avg() -> tuple[float, float, float] | None:
         return None
 
 
-def static_state(root: Path = CPU_SYSFS) -> dict[str, Any]:
-    """Governor, driver, turbo, isolated CPUs and SMT from ``root`` (Linux sysfs; empty elsewhere)."""
+def _bracketed(text: str | None) -> str | None:
+    """``always [madvise] never`` -> ``madvise``."""
+    if not text:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else text.strip()
+
+
+def memory_policy(mm: Path = MM_SYSFS) -> dict[str, Any]:
+    """Transparent hugepages mode and the proactive reclaim (DAMON ``pageout``) the kernel runs.
+
+    A VM host may run DAMON with a pageout scheme (Firecracker guests do): it pages out memory
+    that was not accessed for a while, so a model file's page cache that no process maps is
+    read from disk again on the next load. Each running pageout scheme is described in one line.
+    """
+    thp = _bracketed(_read(mm / "transparent_hugepage" / "enabled"))
+    reclaim: list[str] = []
+    for kd in sorted((mm / "damon" / "admin" / "kdamonds").glob("[0-9]*")):
+        if _read(kd / "state") != "on":
+            continue
+        for ctx in sorted((kd / "contexts").glob("[0-9]*")):
+            aggr_us = _read(ctx / "monitoring_attrs" / "intervals" / "aggr_us")
+            for scheme in sorted((ctx / "schemes").glob("[0-9]*")):
+                if _read(scheme / "action") != "pageout":
+                    continue
+                age = _read(scheme / "access_pattern" / "age" / "min")
+                cold = (f" not accessed for >= {int(age) * int(aggr_us) / 1e6:g} s"
+                        if age and aggr_us and age.isdigit() and aggr_us.isdigit() else "")
+                kinds = []
+                for f in sorted((scheme / "ops_filters").glob("[0-9]*")) + sorted((scheme / "filters").glob("[0-9]*")):
+                    kind, allow = _read(f / "type"), _read(f / "allow")
+                    if kind:
+                        kinds.append(f"{'only' if allow == 'Y' else 'not'} {kind}")
+                space = _read(ctx / "operations") or "?"
+                quota = _read(scheme / "quotas" / "bytes")
+                rate = (f", up to {int(quota) // 2**20} MiB per {_read(scheme / 'quotas' / 'reset_interval_ms') or '?'} ms"
+                        if quota and quota.isdigit() and int(quota) else "")
+                reclaim.append(f"DAMON pageout ({space}) of memory{cold}"
+                               + (f" ({', '.join(kinds)} pages)" if kinds else "") + rate)
+    return {"thp": thp, "reclaim": tuple(reclaim)}
+
+
+def static_state(root: Path = CPU_SYSFS, mm: Path = MM_SYSFS) -> dict[str, Any]:
+    """Governor, driver, turbo, isolated CPUs, SMT (from ``root``), hugepages and reclaim (``mm``);
+    Linux sysfs, empty elsewhere."""
     governors: dict[str, int] = {}
     for gov_file in sorted(root.glob("cpu[0-9]*/cpufreq/scaling_governor")):
         gov = _read(gov_file)
@@ -152,7 +201,8 @@ def static_state(root: Path = CPU_SYSFS) -> dict[str, Any]:
     elif boost in ("0", "1"):
         turbo, control = boost == "1", str(root / "cpufreq" / "boost")
     return {"governors": governors, "cpufreq_driver": driver, "turbo": turbo, "turbo_control": control,
-            "isolated": _read(root / "isolated") or "", "smt": _read(root / "smt" / "control")}
+            "isolated": _read(root / "isolated") or "", "smt": _read(root / "smt" / "control"),
+            **memory_policy(mm)}
 
 
 def _affinity() -> tuple[int, ...] | None:
@@ -210,8 +260,8 @@ class Recorder:
     """Samples the machine before and after a run: ``Recorder(threads=..)``, then ``.finish()``."""
 
     def __init__(self, *, threads: int | None = None, threads_source: str = "", window_s: float = BUSY_WINDOW_S,
-                 root: Path = CPU_SYSFS) -> None:
-        self._static = static_state(root)
+                 root: Path = CPU_SYSFS, mm: Path = MM_SYSFS) -> None:
+        self._static = static_state(root, mm)
         self._threads, self._threads_source = threads, threads_source
         exclude = own_pids()
         t0, start = _cpu_table(), time.monotonic()
@@ -290,6 +340,10 @@ def findings(state: SystemState) -> list[Finding]:
         elif threads > state.physical_cores:
             add("warning", f"{threads} threads on {state.physical_cores} physical cores: hyper-threads share a "
                 f"core's units and slow a matmul-bound engine down; fix: `--threads {state.physical_cores}`")
+    for scheme in state.reclaim:
+        add("note", f"the kernel runs proactive reclaim: {scheme}. A model file's page cache that no process "
+            "maps is read from disk again after such a pause; each fresh worker's discarded warm-up measurement "
+            "absorbs that first touch (a VM's memory balloon policy; nothing to fix inside the guest)")
     if state.affinity is not None and usable < state.logical_cpus:
         add("note", f"the run was limited to {usable} of {state.logical_cpus} CPUs by its affinity mask")
     return out
@@ -303,7 +357,9 @@ def summary_lines(state: SystemState) -> list[str]:
     lines = [f"- kernel {state.kernel} ({state.os}); {state.physical_cores} physical cores, {state.logical_cpus} "
              f"logical CPUs, {usable} usable (affinity); SMT {state.smt or 'unknown'}",
              f"- governor: {gov}" + (f", driver {state.cpufreq_driver}" if state.cpufreq_driver else "")
-             + f"; turbo/boost: {turbo}" + (f"; isolated CPUs: {state.isolated}" if state.isolated else "")]
+             + f"; turbo/boost: {turbo}" + (f"; isolated CPUs: {state.isolated}" if state.isolated else ""),
+             f"- transparent hugepages: {state.thp or 'not exposed'}; proactive reclaim: "
+             + ("; ".join(state.reclaim) if state.reclaim else "none seen")]
     if state.threads is not None:
         lines.append(f"- threads per arm: {state.threads}" + (f" ({state.threads_source})" if state.threads_source else ""))
     b, d = state.before, state.during

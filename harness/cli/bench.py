@@ -36,6 +36,11 @@ arms are KIND[:key=value,...]; A is the baseline, B the candidate:
       old pin vs new pin through an engine's own benchmark tool arm: each pin's recipe (descriptor,
       patches, ABI surface) comes from the newest commit of any branch or tag that pinned it (or
       rev=GITREV); missing artifacts are built first
+what a gate can promise is measured, not assumed (reports/reference-20261201-bench-error-rates, a 2-core
+Sapphire Rapids VM, 0.7B Q4_0, decode p128 g64, 8 fresh-process blocks, ~70 s per comparison): a 95%
+half-width of about +-2.7%; --fail-on-slower 2 raised 0 false alarms in 20 A/A runs and caught 5 of 20
+real 3% slowdowns (the other 15 undecided, exit 18); 95% power against 3% at a 2% gate needs ~138 blocks
+there. Rerun it on your host: nox -s bench-error-rates
 an arm's display name is name=LABEL in its spec (default: the kind and what sets it apart, e.g.
 in-process:cpu); the full spec stays in results.json. Arms get threads=N (the host's physical cores,
 or --threads) unless their spec sets threads.

@@ -41,6 +41,33 @@ def test_static_state_reads_governor_driver_turbo_smt(tmp_path: Path) -> None:
     assert vm["governors"] == {} and vm["turbo"] is None and vm["cpufreq_driver"] is None
 
 
+def test_memory_policy_reads_hugepages_and_a_damon_pageout_scheme(tmp_path: Path) -> None:
+    # the layout and values of a Firecracker guest's DAMON sysfs tree (kernel 6.18): page out
+    # unmapped, non-anonymous memory not accessed for 12 aggregations of 5 s
+    ctx = "damon/admin/kdamonds/0/contexts/0"
+    scheme = f"{ctx}/schemes/0"
+    mm = _sysfs(tmp_path / "mm", {
+        "transparent_hugepage/enabled": "always [madvise] never",
+        "damon/admin/kdamonds/nr_kdamonds": "1", "damon/admin/kdamonds/0/state": "on",
+        f"{ctx}/operations": "paddr", f"{ctx}/monitoring_attrs/intervals/aggr_us": "5000000",
+        f"{scheme}/action": "pageout", f"{scheme}/access_pattern/age/min": "12",
+        f"{scheme}/ops_filters/0/type": "anon", f"{scheme}/ops_filters/0/allow": "N",
+        f"{scheme}/ops_filters/1/type": "unmapped", f"{scheme}/ops_filters/1/allow": "Y",
+        f"{scheme}/quotas/bytes": "134217728", f"{scheme}/quotas/reset_interval_ms": "1000",
+    })
+    policy = system.memory_policy(mm)
+    assert policy["thp"] == "madvise"
+    assert policy["reclaim"] == ("DAMON pageout (paddr) of memory not accessed for >= 60 s (not anon, only unmapped "
+                                 "pages), up to 128 MiB per 1000 ms",)
+    notes = [f.message for f in findings(_state(**policy))]
+    assert len(notes) == 1 and "proactive reclaim" in notes[0] and ">= 60 s" in notes[0]
+    assert any("transparent hugepages: madvise" in line for line in system.summary_lines(_state(**policy)))
+    # a stopped kdamond or another action is no reclaim; no sysfs at all is "not exposed"
+    (mm / "damon/admin/kdamonds/0/state").write_text("off\n")
+    assert system.memory_policy(mm)["reclaim"] == ()
+    assert system.memory_policy(tmp_path / "none") == {"thp": None, "reclaim": ()}
+
+
 def _state(**kw: object) -> SystemState:
     base: dict[str, object] = {"kernel": "6.1", "os": "linux", "logical_cpus": 16, "physical_cores": 8,
                                "affinity": tuple(range(16)), "governors": {"performance": 16}, "turbo": False,
