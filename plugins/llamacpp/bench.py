@@ -225,6 +225,7 @@ class BackendArm:
     def describe(self) -> dict[str, Any]:
         info = self.engine.info()
         return {"kind": IN_PROCESS, "engine": "llamacpp", "pin": info["pin"], "variant": info["variant"],
+                "binding": str(self.engine.candidate.location),
                 "cpu_variant": info["cpu_variant"], "abi_fingerprint": info["abi_fingerprint"],
                 "versions": {"harness": __version__}, "options": self.opts,
                 "model": _model_facts(self.opts["model"])}

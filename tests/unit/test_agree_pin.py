@@ -226,3 +226,35 @@ def test_an_in_process_arm_naming_another_pin_builds_its_recipe(monkeypatch: pyt
     spec = prepare_arm(ArmSpec.parse("in-process:variant=cpu,rev=main,model=m"))
     assert spec.options["_backend_path"] == str(tmp_path / "site" / "aaaa")
     assert "_backend_path" not in spec.spec
+
+
+def test_the_table_of_a_recorded_pin_comparison() -> None:
+    """Recorded on this project's host: ``harness agree in-process:rev=main in-process: --kind pin``
+    (main's recipe of the same pin, its own artifact and unpacked binding, against the installed
+    one): the arm really ran another binding, and the same source computes the same function."""
+    from harness.agree.report import markdown
+
+    data = json.loads((Path(__file__).parent / "data" / "agree-pin-rev-main.json").read_text())
+    a, b = data["arms"]["A"]["describe"], data["arms"]["B"]["describe"]
+    assert "/backend/llamacpp-0.3.36-cpu@" in a["binding"] and a["binding"].endswith("/site/harness_llamacpp_cpu")
+    assert "site-packages" in b["binding"] and a["cpu_variant"] == b["cpu_variant"]
+    data.update(markdown=markdown(data), old="main", report="agree-old-pin")
+    assert agreement.summary(data) == (
+        "llamacpp 0.3.36 against llamacpp main: mean KLD 0 [0, 0], p99 0, top-1 100.00%, perplexity ratio "
+        "1.0000 over 4096 positions; within the pin thresholds")
+    md = "\n".join(_old_pin_section(data))
+    assert "## Numerical agreement: this pin (B) against the old pin main (A)" in md
+    assert "#### Agreement: `llamacpp 0.3.36` against `llamacpp main` (reference)" in md
+    assert "4096 positions in 8 windows of 512 tokens of docutils-prose (docutils 0.21.2)" in md
+    for row in ("| mean KLD (nats) | 0 | [0, 0] |", "| top-1 agreement | 100.00% | [100.00%, 100.00%] |",
+                "| perplexity A | 19.6191 | [16.1315, 24.2889] |",
+                "| perplexity ratio B/A | 1.000000 | [1.000000, 1.000000] |"):
+        assert row in md
+    assert "Thresholds for `pin` (reported only: kld_mean 0.01, top1_min 0.93, ppl_ratio_max 1.01): " \
+           "**within the thresholds**" in md
+
+
+def _old_pin_section(data: dict[str, Any]) -> list[str]:
+    from harness.qualify.report import SECTIONS
+
+    return [ln for section in SECTIONS for ln in section("old-pin-agreement", data)]
