@@ -13,7 +13,8 @@ Batch shape options of an arm: ``batch=N`` evaluates N windows side by side (eac
 tokens of all N; a window is "alone" at batch=1), ``chunk=K`` feeds K tokens of each window per
 decode (default: the whole window, like prompt processing; ``chunk=1`` is the shape of
 generation, one row per sequence and step). ``level=NAME`` forces a CPU level in that arm's
-worker (``$HARNESS_CPU_LEVEL``).
+worker (``$HARNESS_CPU_LEVEL``); ``pin=VERSION`` or ``rev=GITREV`` runs that recipe's build and
+binding (built once, when the plugin prepares the arm).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 from harness.agree.corpus import Corpus
 from harness.agree.stats import BOOTSTRAP_RESAMPLES, Accumulator, Summary, compare_window
 from harness.agree.thresholds import Threshold
-from harness.bench.arms import ArmHandle, ArmSpec, started_arms
+from harness.bench.arms import ArmHandle, ArmSpec, prepare_arm, started_arms
 from harness.core.errors import UsageError
 
 #: Tokens per window (positions compared per window).
@@ -53,8 +54,10 @@ class Shape:
 
 
 def arm_spec(text: str, *, model: str, window: int, threads: int | None) -> tuple[ArmSpec, Shape]:
-    """The arm of ``text`` (bench arm syntax) with the engine sizes its batch shape needs."""
-    spec = ArmSpec.parse(text)
+    """The arm of ``text`` (bench arm syntax) with the engine sizes its batch shape needs, prepared
+    by its plugin first (an arm naming another pin or revision gets that recipe's artifact and
+    binding built: ``harness_bench_arm_prepare``)."""
+    spec = prepare_arm(ArmSpec.parse(text))
     opts = dict(spec.options)
     batch = _positive(opts.get("batch", 1), "batch", text)
     chunk = _positive(opts.get("chunk", window), "chunk", text)

@@ -200,6 +200,15 @@ class Sample:
 # ---------------------------------------------------------------------------
 
 
+def prepare_arm(spec: ArmSpec) -> ArmSpec:
+    """Let the arm's plugin prepare it here, in the parent (builds show progress), before workers
+    start (``harness_bench_arm_prepare``: e.g. build the pin an arm names)."""
+    from harness.engine.plugin import get_manager
+
+    options = get_manager().hook.harness_bench_arm_prepare(kind=spec.kind, options=dict(spec.options))
+    return spec if options is None else dataclasses.replace(spec, options=options)
+
+
 def create_arm(spec: ArmSpec, role: str, extra_plugins: Sequence[str] = (), process: int = 0) -> Arm:
     """Build the plugin manager and ask ``harness_bench_arm`` for ``spec``'s arm."""
     import importlib

@@ -38,6 +38,8 @@ class BindingBuild:
     built: bool
     installed: bool
     seconds: float
+    key: str = ""
+    """What the wheel was built from (module source, artifact, Python, ABI): its identity's ``key``."""
 
 
 def package_name(engine: str, variant: str) -> str:
@@ -136,7 +138,7 @@ def build_binding(engine: EngineSpec, artifact: Path, *, install: bool = True, f
     key = hashlib.sha256(json.dumps({"src": _tree_hash(source_dir), "shared": _tree_hash(engine.root.parent / "_shared"), "artifact": manifest["build_key"],
                                      "py": sys.version_info[:2], "abi": manifest.get("abi_fingerprint")},
                                     sort_keys=True).encode()).hexdigest()
-    root = paths.cache_root() / "backend" / f"{engine.name}-{engine.pin}-{variant}"
+    root = binding_root(engine, variant)
     wheels = root / "wheels"
     identity = {"engine": engine.name, "pin": engine.pin, "variant": variant, "backend": manifest.get("backend"),
                 "abi_fingerprint": manifest.get("abi_fingerprint"), "build_number": engine.upstream.get("build"),
@@ -190,7 +192,48 @@ def build_binding(engine: EngineSpec, artifact: Path, *, install: bool = True, f
             raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
         installed = True
     return BindingBuild(wheel=wheel, package=package, built=built, installed=installed,
-                        seconds=time.perf_counter() - t0)
+                        seconds=time.perf_counter() - t0, key=key)
+
+
+def binding_root(engine: EngineSpec, variant: str) -> Path:
+    """``<cache>/backend/<engine>-<pin>-<variant>``; a recipe from history adds ``@<commit12>`` (as
+    its artifact does), so building it never replaces the working tree's wheel."""
+    suffix = f"@{engine.recipe_commit[:12]}" if engine.recipe_commit else ""
+    return paths.cache_root() / "backend" / f"{engine.name}-{engine.pin}-{variant}{suffix}"
+
+
+UNPACKED_STAMP = ".harness-unpacked.json"
+
+
+def unpacked_binding(engine: EngineSpec, artifact: Path) -> Path:
+    """The binding of ``artifact`` built from ``engine``'s recipe and unpacked, not installed: a
+    directory for ``$HARNESS_BACKEND_PATH`` (``<root>/site/<package>/``). How a worker process runs
+    another pin's binding while this environment keeps its own installed (one package name per
+    process: :func:`harness.runtime.discovery.import_core`). Unpacked once per wheel key."""
+    import zipfile
+
+    b = build_binding(engine, artifact, install=False)
+    root = b.wheel.parent.parent
+    site = root / "site"
+    with FileLock(str(paths.locks_dir() / f"unpack-{root.name}.lock")):
+        stamp = site / UNPACKED_STAMP
+        if stamp.is_file() and json.loads(stamp.read_text()).get("key") == b.key and (site / b.package).is_dir():
+            return site
+        tmp = root / ".site-staging"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        with zipfile.ZipFile(b.wheel) as zf:
+            members = [m for m in zf.namelist() if m.startswith(f"{b.package}/")]
+            if not members:
+                msg = f"{b.wheel} holds no package {b.package}/; rebuild it (harness build-binding)"
+                raise BackendError(msg)
+            zf.extractall(tmp, members)
+        for lib in tmp.rglob("*.so*"):
+            lib.chmod(0o755)
+        (tmp / UNPACKED_STAMP).write_text(json.dumps({"key": b.key, "wheel": str(b.wheel)}) + "\n")
+        shutil.rmtree(site, ignore_errors=True)
+        tmp.rename(site)
+    return site
 
 
 #: The names before issue 28 ("backend" also meant a GPU kind, a LocalAI backend and a bench arm),

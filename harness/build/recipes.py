@@ -8,8 +8,10 @@ recipe at an older commit (usually main), and the harness builds it from there i
 guessing options, patches and build numbers for a version nobody reviewed.
 
 ``recipe_at(engine, rev)`` materializes ``engines/<e>``, ``patches/<e>`` and ``abi/<e>`` of
-``rev`` into ``<cache>/recipes/<e>-<commit12>/`` (once, stamped) and loads the descriptor
-from there; :attr:`EngineSpec.patches_dir` and the ABI check follow that root.
+``rev`` (and ``engines/_shared``, the headers every engine's backend module source includes, so
+the recipe's own binding can be built) into ``<cache>/recipes/<e>-<commit12>/`` (once, stamped)
+and loads the descriptor from there; :attr:`EngineSpec.patches_dir` and the ABI check follow
+that root.
 ``recipe_for_pin(engine, pin)`` picks the working tree's recipe when it pins ``pin``, else
 the newest commit (of any branch or tag) whose descriptor pins it.
 """
@@ -37,6 +39,10 @@ from harness.engine.descriptor import DESCRIPTOR, load_engine, parse_engine
 
 STAMP = ".harness-recipe.json"
 RECIPE_DIRS = ("engines", "patches", "abi")
+#: Folders a recipe carries beside its engine's own (when the commit has them).
+SHARED_DIRS = ("engines/_shared",)
+#: Bumped when a recipe carries more: an older materialization is made again.
+LAYOUT = 2
 
 
 class RecipeError(ConfigError):
@@ -98,9 +104,9 @@ def recipe_at(engine: str, rev: str) -> EngineSpec:
     root = recipe_root(engine, commit)
     stamp = root / STAMP
     with FileLock(str(paths.locks_dir() / f"recipe-{root.name}.lock")):
-        if not stamp.is_file():
-            present = [f"{d}/{engine}" for d in RECIPE_DIRS
-                       if _git("ls-tree", "-d", "--name-only", commit, f"{d}/{engine}").strip()]
+        if _stamp_layout(stamp) != LAYOUT:
+            present = [path for path in (*(f"{d}/{engine}" for d in RECIPE_DIRS), *SHARED_DIRS)
+                       if _git("ls-tree", "-d", "--name-only", commit, path).strip()]
             if f"engines/{engine}" not in present:
                 msg = f"commit {commit[:12]} ({rev}) has no engines/{engine}/: no recipe for {engine} there"
                 raise RecipeError(msg)
@@ -116,9 +122,19 @@ def recipe_at(engine: str, rev: str) -> EngineSpec:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
             stamp.write_text(json.dumps({"engine": engine, "rev": rev, "commit": commit, "dirs": present,
-                                         "materialized_at": time.time()}, indent=2))
+                                         "layout": LAYOUT, "materialized_at": time.time()}, indent=2))
     spec = parse_engine(root / "engines" / engine / DESCRIPTOR)
     return dataclasses.replace(spec, recipe_commit=commit)
+
+
+def _stamp_layout(stamp: Path) -> int | None:
+    """The layout a materialized recipe was made with (1 before ``layout`` was recorded); None: none."""
+    if not stamp.is_file():
+        return None
+    try:
+        return int(json.loads(stamp.read_text()).get("layout", 1))
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def recipe_for_pin(engine: str, pin: str) -> EngineSpec:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -144,10 +143,9 @@ def parse_concurrency(text: str) -> tuple[int, ...]:
 
 def prepare_arm(spec: ArmSpec) -> ArmSpec:
     """Let the arm's plugin prepare it here, in the parent (builds show progress), before workers start."""
-    from harness.engine.plugin import get_manager
+    from harness.bench.arms import prepare_arm as prepare
 
-    options = get_manager().hook.harness_bench_arm_prepare(kind=spec.kind, options=dict(spec.options))
-    return spec if options is None else dataclasses.replace(spec, options=options)
+    return prepare(spec)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -154,9 +154,20 @@ def _old_pin_abi(name: str, data: Mapping[str, Any]) -> list[str]:
     return ["", *data["markdown"].splitlines()]
 
 
+def _old_pin_agreement(name: str, data: Mapping[str, Any]) -> list[str]:
+    """The pin move's agreement table for the pull request (harness.qualify.stages.agreement), and its plot."""
+    if name != "old-pin-agreement" or not data.get("markdown"):
+        return []
+    rel = data.get("report") or "agree-old-pin"
+    body = [("#" + ln if ln.startswith("### ") else ln) for ln in str(data["markdown"]).rstrip().splitlines()]
+    return ["", f"## Numerical agreement: this pin (B) against the old pin {data.get('old', '')} (A)", "",
+            f"Files: [{rel}/agree.md]({rel}/agree.md), [{rel}/agree.json]({rel}/agree.json)", "",
+            *body, "", f"![KLD per position and its histogram]({rel}/kld.png)"]
+
+
 #: The sections a stage's record may add below the stage table, in this order.
 SECTIONS: tuple[Callable[[str, Mapping[str, Any]], list[str]], ...] = (
-    _e2e, _isa_audit, _cross_variant, _emulated, _ceiling, _bench, _old_pin_abi)
+    _e2e, _isa_audit, _cross_variant, _emulated, _ceiling, _bench, _old_pin_abi, _old_pin_agreement)
 
 
 def bench_section(title: str, data: Mapping[str, Any]) -> list[str]:

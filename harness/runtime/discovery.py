@@ -199,10 +199,14 @@ def import_core(c: Candidate) -> Any:
 
 
 def committed_fingerprint(engine: str) -> str | None:
-    """The ABI fingerprint of ``abi/<engine>/surface.json``: what a backend must have been built against."""
+    """The ABI fingerprint of ``abi/<engine>/surface.json`` beside the engine's descriptor (the
+    checkout's, or a recipe's on ``$HARNESS_ENGINES_PATH``): what a backend must have been built against."""
     from harness.core.paths import project_root
+    from harness.engine.descriptor import descriptor_path
 
-    p = project_root() / "abi" / engine / "surface.json"
+    found = descriptor_path(engine)
+    root = found.parent.parent.parent if found is not None else project_root()
+    p = root / "abi" / engine / "surface.json"
     try:
         return str(json.loads(p.read_text())["fingerprint"])
     except (OSError, KeyError, ValueError):

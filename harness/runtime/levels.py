@@ -10,7 +10,10 @@ crashes is excluded with its reason and the probe runs again on the rest, until 
 passes. The verdict is cached per host CPU fingerprint and artifact (its manifest's hash).
 
 ``$HARNESS_CPU_LEVEL`` forces one level (tests, and users who know better);
-``$HARNESS_BACKEND_LIB_DIR`` bypasses the selection altogether (the probe child uses it).
+``$HARNESS_BACKEND_LIB_DIR`` replaces the artifact's plugin dir: alone it bypasses the selection
+altogether (the probe child and the cross-variant runs use it), with ``$HARNESS_CPU_LEVEL`` the
+forced level comes from that dir (another build's CPU levels of the same pin on the installed
+binding, e.g. an artifact built with a temporary patch): :func:`backend_dir`.
 """
 
 from __future__ import annotations
@@ -242,6 +245,20 @@ def verdict(lib: Path, *, refresh: bool = False) -> Verdict:
             tmp.write_text(json.dumps(v.as_dict(), indent=2))
             tmp.replace(path)
         return v
+
+
+def backend_dir(lib: Path, *, probe: bool = True) -> Path:
+    """The plugin dir an engine hands ggml for its artifact's ``lib``.
+
+    ``$HARNESS_BACKEND_LIB_DIR`` alone is used as it is (ggml loads every level in it and keeps its
+    own pick); with ``$HARNESS_CPU_LEVEL`` too, that level of that dir; else :func:`select` on
+    ``lib``. The dir's levels must be of the binding's pin (ggml refuses a plugin of another
+    backend API version).
+    """
+    override = os.environ.get(LIB_DIR_ENV, "").strip()
+    if override and not os.environ.get(LEVEL_ENV, "").strip():
+        return Path(override)
+    return select(Path(override) if override else lib, probe=probe).lib_dir
 
 
 def select(lib: Path, *, probe: bool = True) -> Selection:

@@ -125,8 +125,50 @@ def _spec_args(opts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Options :func:`prepare_in_process` adds for another recipe's binding: the folders the worker puts
+#: on ``$HARNESS_ENGINES_PATH`` (that recipe's descriptor and ABI surface) and ``$HARNESS_BACKEND_PATH``.
+RECIPE_OPTIONS = {"_engines_path": "HARNESS_ENGINES_PATH", "_backend_path": "HARNESS_BACKEND_PATH"}
+
+
+def prepare_in_process(options: dict[str, Any]) -> dict[str, Any] | None:
+    """``pin=VERSION`` / ``rev=GITREV`` on an in-process arm: that recipe's binding, built here.
+
+    The recipe (descriptor, patches, ABI surface and backend module source of the commit that
+    pins it: :mod:`harness.build.recipes`) builds its artifact and its binding wheel, which is
+    unpacked (not installed) into the cache; the arm's worker then finds that recipe's descriptor
+    and that binding first (:data:`RECIPE_OPTIONS`), so it loads the old pin while this
+    environment keeps its own binding. The working tree's own pin is the installed binding. Each
+    step is stamped: a second run costs seconds. None: an arm without pin/rev (nothing to do).
+    """
+    if "pin" not in options and "rev" not in options:
+        return None
+    from harness.binding.wheel import unpacked_binding
+    from harness.build import pipeline, recipes
+
+    engine = str(options.get("engine", "llamacpp"))
+    variant = str(options.get("variant", "cpu"))
+    spec = recipes.resolve(engine, pin=str(options["pin"]) if "pin" in options else None,
+                           rev=str(options["rev"]) if "rev" in options else None)
+    if not spec.recipe_commit:
+        return dict(options)
+    progress.info(f"in-process arm: {engine} {spec.pin} {variant}, recipe from commit {spec.recipe_commit[:12]}")
+    result = pipeline.build_variant(spec, variant)
+    if result.built:
+        progress.info(f"built {result.artifact} in {result.seconds:.0f} s")
+    site = unpacked_binding(spec, result.artifact)
+    return {**options, "_engines_path": str(spec.root.parent), "_backend_path": str(site)}
+
+
+def _use_recipe(options: dict[str, Any]) -> None:
+    """In the arm's worker: find the prepared recipe's descriptor and binding first (one engine per worker)."""
+    for key, env in RECIPE_OPTIONS.items():
+        if key in options:
+            os.environ[env] = str(options[key])
+
+
 class BackendArm:
-    """Our engine (harness.runtime) on one installed variant.
+    """Our engine (harness.runtime) on one installed variant, or another pin's binding (``pin=`` /
+    ``rev=``: :func:`prepare_in_process`).
 
     Options beyond model/threads/n_ctx: ``max_num_seqs``; ``task`` (synthetic, copy, free: see
     :mod:`harness_plugins.llamacpp.bench_tasks`); the speculative settings ``spec_type``
@@ -138,6 +180,7 @@ class BackendArm:
     def __init__(self, options: dict[str, Any]) -> None:
         from harness.runtime import Runtime
 
+        _use_recipe(options)
         self.opts = _opts(options)
         self.variant = self.opts.get("variant")
         self.task = str(self.opts.get("task", "synthetic"))
@@ -182,6 +225,7 @@ class BackendArm:
     def describe(self) -> dict[str, Any]:
         info = self.engine.info()
         return {"kind": IN_PROCESS, "engine": "llamacpp", "pin": info["pin"], "variant": info["variant"],
+                "binding": str(self.engine.candidate.location),
                 "cpu_variant": info["cpu_variant"], "abi_fingerprint": info["abi_fingerprint"],
                 "versions": {"harness": __version__}, "options": self.opts,
                 "model": _model_facts(self.opts["model"])}

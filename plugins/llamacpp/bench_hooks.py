@@ -41,4 +41,8 @@ def harness_bench_arm_prepare(kind: str, options: dict[str, Any]) -> dict[str, A
         from harness_plugins.llamacpp.bench import prepare_llama_bench
 
         return prepare_llama_bench(options)
+    if kind == IN_PROCESS:
+        from harness_plugins.llamacpp.bench import prepare_in_process
+
+        return prepare_in_process(options)
     return None

@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ def _run(model: Path, variant: str, lib_dir: Path | None, n: int, label: str, th
 
 def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
                   variants: list[str] | None = None, threads: int | None = None,
-                  agreement: bool = True) -> dict[str, Any]:
+                  agreement: bool = True, only_levels: Collection[str] | None = None) -> dict[str, Any]:
     """Run every accepted installed variant, and each CPU level of ``cpu`` forced alone.
 
     A level this CPU cannot run is listed as not run here (the ISA audit covers it);
@@ -79,6 +80,9 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
     ``threads`` defaults to the host's physical cores (:func:`harness.core.host.default_threads`).
     ``agreement``: also compare the next-token distributions of every level that ran (and every
     other variant) with the reference level on the pinned corpus (:func:`agreement_rows`).
+    ``only_levels``: force just these CPU levels (the variant's own pick, the reference, runs
+    anyway). With ``$HARNESS_BACKEND_LIB_DIR`` set, the levels are that directory's, not the
+    installed variant's (:func:`harness.runtime.levels.backend_dir`: another build of this pin).
     """
     from harness.core.host import default_threads
 
@@ -94,8 +98,10 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
         for c in cands:
             jobs: list[tuple[str, Path | None, str | None]] = [(c.variant, None, None)]
             if levels_too and c.identity.get("backend") == "cpu":
-                lib = c.location / "lib"
+                lib = Path(os.environ.get(levels.LIB_DIR_ENV, "").strip() or c.location / "lib")
                 for name in levels.cpu_levels(lib):
+                    if only_levels is not None and name not in only_levels:
+                        continue
                     jobs.append((f"{c.variant}/{name}", levels.level_dir(lib, [name], Path(tmp) / name), name))
             for label, lib_dir, level in jobs:
                 out = _run(model, c.variant, lib_dir, n_tokens, label, threads)

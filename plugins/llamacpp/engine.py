@@ -210,10 +210,9 @@ class Engine:
         _admit_cpu_type_devices(cand)
         module = discovery.import_core(cand)
         handshake(module, cand)
-        # HARNESS_BACKEND_LIB_DIR points ggml at another plugin dir (e.g. one CPU level only);
-        # otherwise the CPU levels that passed this host's smoke probe (levels.select).
-        lib_dir = os.environ.get(levels.LIB_DIR_ENV)
-        params["backend_dir"] = lib_dir or str(levels.select(cand.location / "lib").lib_dir)
+        # the CPU levels that passed this host's smoke probe, a forced level, or the plugin dir
+        # $HARNESS_BACKEND_LIB_DIR names (levels.backend_dir)
+        params["backend_dir"] = str(levels.backend_dir(cand.location / "lib"))
         try:
             core = module.Engine(str(path), params)
         except Exception as e:
@@ -328,6 +327,10 @@ class Engine:
         smaller ``n_ubatch`` splits each decode). Needs an idle engine; drops the prefix cache.
         """
         self._check_open()
+        if not hasattr(self.core, "evaluate"):
+            raise errors.BackendError(f"the backend module of pin {self.module.PIN} has no evaluate(): it was "
+                                      "built from a recipe older than `harness agree`; rebuild it from a recipe "
+                                      "that has it (its engines/llamacpp/backend)")
         seqs = [list(requests.prompt(list(s), self._n_vocab)) for s in sequences]
         if not seqs:
             raise errors.InvalidRequestError("evaluate needs at least one token sequence")

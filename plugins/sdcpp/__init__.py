@@ -160,7 +160,7 @@ def load_backend() -> ModuleType:
         lib_dir = str(getattr(pkg, "LIB_DIR", ""))
         if lib_dir:
             # $HARNESS_CPU_LEVEL forces one CPU level here too (no smoke probe for video yet).
-            lib_dir = os.environ.get(levels.LIB_DIR_ENV) or str(levels.select(Path(lib_dir), probe=False).lib_dir)
+            lib_dir = str(levels.backend_dir(Path(lib_dir), probe=False))
         with _lock:
             if lib_dir and lib_dir not in _loaded_backends:
                 core.load_backends(lib_dir)

@@ -69,9 +69,12 @@ class Engine:
         self.path = path
         self.params = params
         self.submitted: list[dict[str, Any]] = []
+        # a plugin dir holding one CPU level (a forced level) loads that one, as ggml would
+        found = sorted(Path(str(params.get("backend_dir") or ".")).glob("libggml-cpu-*.so"))
+        self.level = found[0].name[len("libggml-cpu-"):-len(".so")] if len(found) == 1 else LEVEL
 
     def info(self) -> dict[str, Any]:
-        return {"arch": "llama", "desc": "fake", "devices": ["CPU"], "cpu_variant": LEVEL, "chat_template": "",
+        return {"arch": "llama", "desc": "fake", "devices": ["CPU"], "cpu_variant": self.level, "chat_template": "",
                 "n_params": 1, "size_bytes": 1, "n_ctx": 256, "n_ctx_train": 256, "n_embd": 8, "n_vocab": 359,
                 "max_num_seqs": 1, "embedding_only": "0", "prefix_caching": "0"}
 

@@ -93,3 +93,25 @@ def test_single_level_build_needs_no_probe(tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "libllama.so").write_bytes(b"")
     sel = levels.select(tmp_path)
     assert sel.lib_dir == tmp_path and sel.level is None and calls == []
+
+
+def test_backend_dir_takes_another_builds_levels(lib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$HARNESS_BACKEND_LIB_DIR alone is used as given (the probe child, cross-variant runs); with a
+    forced level, that level of that dir (another build's levels on the installed binding)."""
+    calls = _fake_probe(monkeypatch, set(), ["sapphirerapids", "zen4", "x64"])
+    other = tmp_path / "other-build" / "lib"
+    other.mkdir(parents=True)
+    for name in ("libggml-base.so", "libggml-cpu-x64.so", "libggml-cpu-zen4.so"):
+        (other / name).write_bytes(b"patched " + name.encode())
+    monkeypatch.delenv(levels.LIB_DIR_ENV, raising=False)
+    assert levels.backend_dir(lib) == lib  # the probe passed ggml's pick: the artifact's own dir
+    monkeypatch.setenv(levels.LIB_DIR_ENV, str(other))
+    assert levels.backend_dir(lib) == other
+    monkeypatch.setenv(levels.LEVEL_ENV, "zen4")
+    forced = levels.backend_dir(lib)
+    assert levels.cpu_levels(forced) == ["zen4"]
+    assert (forced / "libggml-cpu-zen4.so").read_bytes() == b"patched libggml-cpu-zen4.so"
+    assert len(calls) == 1  # the other dir's forced level needs no probe
+    monkeypatch.setenv(levels.LEVEL_ENV, "sapphirerapids")
+    with pytest.raises(BackendError, match=r"not a CPU level of .*other-build"):
+        levels.backend_dir(lib)

@@ -97,6 +97,26 @@ def test_cross_variant_reports_crash_and_keeps_others(fake_env: dict[str, str]) 
     assert not r["passed"]
 
 
+def test_cross_variant_checks_the_levels_of_another_build(fake_env: dict[str, str], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """$HARNESS_BACKEND_LIB_DIR: the levels checked are that build's (a patched artifact of this pin);
+    only_levels narrows them, the variant's own pick runs anyway."""
+    from harness.runtime import levels
+    from harness_plugins.llamacpp.crossvariant import cross_variant
+
+    other = tmp_path / "patched" / "lib"
+    other.mkdir(parents=True)
+    for name in ("x64", "haswell", "zen4"):
+        (other / f"libggml-cpu-{name}.so").write_bytes(name.encode())
+    monkeypatch.setenv(levels.LIB_DIR_ENV, str(other))
+    r = cross_variant(Path(fake_env["FAKE_MODEL"]), variants=["steady"], threads=1, agreement=False,
+                      only_levels=["haswell", "zen4"])
+    rows = {x["label"]: x for x in r["runs"]}
+    assert list(rows) == ["steady", "steady/haswell", "steady/zen4"]
+    assert rows["steady/haswell"]["cpu_level"] == "haswell" and rows["steady/haswell"]["ok"]
+    assert rows["steady"]["cpu_level"] == "fakelevel" and r["passed"]
+
+
 def test_bench_worker_death_names_the_signal(fake_env: dict[str, str]) -> None:
     from harness.bench.arms import ArmSpec, ArmWorker
 

@@ -50,6 +50,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/audit/isa.py", "audit_library", "lib.open"): "a CPU-level library of a built artifact",
     ("harness/binding/wheel.py", "installed_identity", "ident.read_text"): "the identity file the backend build wrote",
     ("harness/binding/wheel.py", "build_binding", "stamp.read_text"): "the binding build's own stamp",
+    ("harness/binding/wheel.py", "unpacked_binding", "stamp.read_text"): "the unpacked binding's own stamp",
+    ("harness/build/recipes.py", "_stamp_layout", "stamp.read_text"): "the materialized recipe's own stamp",
     ("harness/cli/bench.py", "cmd_report_merge", "(out / 'merged.md').read_text"): "the report merge just wrote",
     ("harness/bench/markdown.py", "_plots_lines", "p.read_bytes"): "plots the report just rendered",
     ("harness/bench/roofline.py", "measure_host", "path.read_text"): "the harness's own roofline cache",

@@ -137,3 +137,27 @@ def test_llama_bench_arm_builds_the_pin_it_names(repo: dict[str, Any], tmp_path:
     assert real.prepare_llama_bench({"artifact": "/x", "model": "m"}) == {"artifact": "/x", "model": "m"}
     with pytest.raises(BenchError, match="needs artifact=DIR, pin=VERSION or rev=GITREV"):
         real.prepare_llama_bench({"model": "m"})
+
+
+def test_a_recipe_carries_the_shared_backend_headers(repo: dict[str, Any]) -> None:
+    """The recipe's own binding includes engines/_shared: it must come along, or no old binding builds."""
+    import json
+
+    root = repo["root"]
+    (root / "engines/_shared").mkdir()
+    (root / "engines/_shared/harness_pydict.h").write_text("// shared\n")
+    _git(root, "add", "engines/_shared")
+    _git(root, "commit", "-q", "-m", "shared headers")
+    spec = recipes.recipe_at("llamacpp", "main")
+    assert (spec.root.parent / "_shared" / "harness_pydict.h").read_text() == "// shared\n"
+    # a recipe materialized before recipes carried them (no layout in its stamp) is made again
+    stamp = spec.root.parent.parent / recipes.STAMP
+    data = json.loads(stamp.read_text())
+    assert data["layout"] == recipes.LAYOUT and "engines/_shared" in data["dirs"]
+    del data["layout"]
+    stamp.write_text(json.dumps(data))
+    shutil.rmtree(spec.root.parent / "_shared")
+    again = recipes.recipe_at("llamacpp", "main")
+    assert (again.root.parent / "_shared" / "harness_pydict.h").is_file()
+    # a commit without them: the recipe has its engine's folders only
+    assert not (recipes.recipe_at("llamacpp", repo["old"]).root.parent / "_shared").exists()

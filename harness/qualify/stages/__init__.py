@@ -11,13 +11,24 @@ import functools
 from harness.qualify.bench_plan import ceiling_stage_name, stage_name
 from harness.qualify.context import QualifyContext
 from harness.qualify.runner import Stage
-from harness.qualify.stages import abi, bench, build, ceiling, e2e, emulated, levels, models, source
+from harness.qualify.stages import (
+    abi,
+    agreement,
+    bench,
+    build,
+    ceiling,
+    e2e,
+    emulated,
+    levels,
+    models,
+    source,
+)
 
 
 def stages_for(ctx: QualifyContext) -> list[Stage]:
     """fetch -> patch -> ABI check -> build -> backend, the models, the checks of what was built,
     the emulated cross rows, per bench model the engine ceiling then the peer benchmark, and the
-    pin move's ABI diff and benchmark."""
+    pin move's ABI diff, benchmark and numerical agreement."""
     return [
         Stage(name="fetch", run=source.fetch),
         Stage(name="patch", run=source.patch, needs=("fetch",)),
@@ -33,6 +44,7 @@ def stages_for(ctx: QualifyContext) -> list[Stage]:
         *bench_stages(ctx),
         Stage(name="old-pin-abi", run=abi.old_pin, needs=("patch",)),
         Stage(name="old-pin-bench", run=bench.old_pin, needs=("build", "models")),
+        Stage(name="old-pin-agreement", run=agreement.old_pin, needs=("backend", "models")),
     ]
 
 

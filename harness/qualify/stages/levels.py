@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import AgreementError, AuditError, EngineCrashError, HarnessError
+from harness.core.errors import AuditError, EngineCrashError, HarnessError
 from harness.qualify.context import Built, Models, QualifyContext
-from harness.qualify.result import SkippedStage, StageResult
+from harness.qualify.result import SkippedStage, StageFailed, StageResult
 
 NO_CPU_ROW = "the cpu variant (the one with CPU levels) was not built"
 
@@ -61,6 +61,13 @@ def cross_variant(ctx: QualifyContext) -> StageResult:
     if impl.cross_variant is None:
         raise SkippedStage(f"engine {engine.name} provides no cross-variant check")
     r = impl.cross_variant(Path(ctx.product("models", Models).env["HARNESS_CHAT_MODEL"]), threads=ctx.plan.threads)
+    return cross_variant_result(r)
+
+
+def cross_variant_result(r: dict[str, Any]) -> StageResult:
+    """The stage's verdict on an engine's cross-variant result: a level or variant that failed the
+    greedy check (garbage, a crash) fails it; then one outside its agreement thresholds, named with
+    its worst position; else the summary."""
     if not r["passed"]:
         bad = [f"{x['label']}: {x['error']}" if x["status"] in ("crashed", "failed")
                else f"{x['label']}: garbage output (no '{r['expect']}')" for x in r["runs"] if not x["ok"]]
@@ -76,10 +83,11 @@ def cross_variant(ctx: QualifyContext) -> StageResult:
         summary += "; " + agreement_summary(agreement)
         failed = [x for x in agreement["results"] if not x["passed"]]
         if failed:
-            raise AgreementError(summary + ". Outside the thresholds: " + "; ".join(
+            # StageFailed keeps the figures: the report shows the table with the failing rows
+            raise StageFailed(StageResult(summary + ". Outside the agreement thresholds: " + "; ".join(
                 f"{x['label']} against {agreement['reference']} ({x['kind']}): {', '.join(x['violations'])}, "
                 f"worst position corpus token {x['summary']['kld_max_token']} (window {x['summary']['kld_max_window']}, "
-                f"position {x['summary']['kld_max_position']}, KLD {x['summary']['kld_max']:.3g})" for x in failed))
+                f"position {x['summary']['kld_max_position']}, KLD {x['summary']['kld_max']:.3g})" for x in failed), r))
     return StageResult(summary, r)
 
 
