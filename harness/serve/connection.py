@@ -12,8 +12,10 @@ here is uvicorn's own (:class:`uvicorn.protocols.http.h11_impl.H11Protocol`) wit
   each an OpenAI-shaped JSON error, and the connection is closed;
 - a response whose unsent bytes stay above the high-water mark (``write_buffer_bytes``) for
   ``write_timeout_s`` (the client took less than three quarters of that buffer in that time)
-  is aborted: the connection is dropped, the app sees a disconnect (the engine request is
-  cancelled, its place freed), and the log says which client and how much was left unsent.
+  is reset: the connection is dropped, the app sees a disconnect (the engine request is
+  cancelled, its place freed), and the log says which client and how much was left unsent;
+  the kernel's send buffer is capped too (``socket_buffer_bytes``), so a connection holds at
+  most about the high-water mark, one write of the app and that buffer.
 
 The body is the app's to read, so its bound (``body_timeout_s``) is applied there
 (:func:`harness.serve.app.create_app`). Nothing here runs per token: the timers move only when
@@ -23,8 +25,11 @@ the transport pauses or resumes writing, and when a request head starts or ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import socket
+import struct
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -50,6 +55,10 @@ class ClientLimits:
     """an unfinished request head beyond this is refused (431)"""
     write_buffer_bytes: int = 64 << 10
     """unsent response bytes a connection holds before the app's writes wait (the high-water mark)"""
+    socket_buffer_bytes: int = 128 << 10
+    """the kernel's send buffer per connection (SO_SNDBUF; Linux books twice this). Left to
+    autotuning, it grows to tcp_wmem's maximum (4 MiB) on loopback and holds a whole answer for
+    a client that does not read, out of reach of the write timeout"""
 
     def __post_init__(self) -> None:
         for name in ("header_timeout_s", "body_timeout_s", "write_timeout_s"):
@@ -81,6 +90,10 @@ class BoundedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         transport.set_write_buffer_limits(high=self.limits.write_buffer_bytes)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.limits.socket_buffer_bytes)
         self._arm_head_timer()
 
     def _arm_head_timer(self) -> None:
@@ -151,9 +164,16 @@ class BoundedH11Protocol(H11Protocol):
         self._write_timer = None
         if self.transport.is_closing() or not self.flow.write_paused:
             return
-        log.warning("%s read too slowly: %d response bytes unsent after %g s above %d: connection dropped "
+        log.warning("%s read too slowly: %d response bytes unsent after %g s above %d: connection reset "
                     "(write timeout)", _peer(self.client), self.transport.get_write_buffer_size(),
                     self.limits.write_timeout_s, self.limits.write_buffer_bytes)
+        # a reset, not a close: a close would leave what the kernel still holds to be sent to a client
+        # that does not read (the socket orphaned in FIN-WAIT-1 for minutes); as nginx's
+        # reset_timedout_connection, linger 0 drops it and tells the client at once
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
