@@ -11,6 +11,8 @@ Default sessions: lint, tests. Others are opt-in (``default=False``):
   under its QEMU CPU model (tiny model, SmolLM2 "Paris", a short llama-bench); the level table.
 - ``vulkan``: build the vulkan row and its backend, run its e2e specs on it (tiny model, SmolLM2
   short shape; lavapipe here); spec files in posargs are added (``-- tests/e2e/llamacpp/test_text.py``).
+- ``serve-load``: ``harness serve`` under load and abuse at full size with a 10-minute soak (``-- --hour``: an
+  hour): requests/s, TTFT and inter-token p50/p99, RSS slope; a leak or an unbounded client fails it.
 - ``bench_speculative``: ABBA runs of speculative decoding on SmolLM2 (copy-heavy and free
   generation, speculation off vs on, and n-gram speculation vs the artifact's llama-bench).
 - ``localai_corpus``: validate a held-out corpus of real LocalAI model configs (errors fail).
@@ -183,6 +185,19 @@ def bench_error_rates(session: nox.Session) -> None:
     env = {"HARNESS_NO_PROGRESS": "1"}
     e2e = _prepare_cpu(session, env, ["llamacpp"])
     session.run("python", "scripts/bench_error_rates.py", "--model", e2e["HARNESS_BANDWIDTH_MODEL"],
+                *session.posargs, env=env)
+
+
+@nox.session(name="serve-load", python=PYTHON, default=False)
+def serve_load(session: nox.Session) -> None:
+    """`harness serve` under load and abuse at full size: 256 streaming clients on a 4-slot tiny model, 1,000
+    random disconnects, slowloris, slow readers and bodies, malformed input, a 10-minute soak (-- --hour: an
+    hour); requests/s, TTFT and inter-token p50/p99, the RSS slope (a leak fails). More after --: --soak-minutes,
+    --out (tests/e2e/llamacpp/serve_load.py)."""
+    _install(session, "all,test")
+    env = {"HARNESS_NO_PROGRESS": "1"}
+    e2e = _prepare_cpu(session, env, ["llamacpp"])
+    session.run("python", "-m", "tests.e2e.llamacpp.serve_load", "--model", e2e["HARNESS_TINY_MODEL"],
                 *session.posargs, env=env)
 
 

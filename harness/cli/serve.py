@@ -7,9 +7,8 @@ import ipaddress
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from harness.core.errors import ConfigError, UsageError
+from harness.core.errors import UsageError
 
 #: The environment variable ``--api-key`` falls back to (a key on the command line shows in ``ps``).
 API_KEY_ENV = "HARNESS_API_KEY"
@@ -26,9 +25,22 @@ The API (OpenAI's; point the openai client's base_url at http://HOST:PORT/v1):
                                stream_options.include_usage; extensions top_k, min_p, repeat_penalty,
                                ignore_eos
   POST /v1/completions         prompt (text or token ids), stream, grammar (GBNF)
+  POST /v1/responses           the Responses API: input items (messages, function_call,
+                               function_call_output), instructions, function tools, tool_choice,
+                               text.format json_schema, max_output_tokens, stream (its events)
   POST /v1/embeddings          configs with embeddings: true
   GET  /health                 models with requests in flight, capacity, active and queued
   GET  /metrics                Prometheus: requests, tokens, queue depth, time to first token
+
+Slow clients are bounded: request headers within --header-timeout (a head still coming past
+16 KiB is 431), the body within --body-timeout, and a client that reads its answer too slowly
+(64 KiB left unread for --write-timeout) is disconnected, its request cancelled and its place
+freed.
+
+Each model runs in an engine worker process. An engine that crashes (a signal in native code)
+ends the requests in flight on it with an error (503 engine_crashed, or that error as an event
+of the stream), the log names the signal, the CPU level and those requests, and the server
+exits with code 16.
 
 Each config's sampling values (temperature, max_tokens, stop, ...) are the request defaults; a
 request's own values win. A model takes as many requests as its engine runs in parallel
@@ -51,6 +63,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="where the configs' model paths resolve (default $HARNESS_MODELS_DIR, else beside the config)")
     p.add_argument("--max-queue", type=int, default=None,
                    help="requests that may wait per model beyond its parallel sequences (default 4 x n_parallel)")
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
+                   help="a request's line and headers arrive within S seconds, else 408 and the connection "
+                        "is closed (default 10)")
+    p.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
+                   help="a request's body arrives within S seconds of its headers, else 408 (default 30)")
+    p.add_argument("--write-timeout", type=float, default=30.0, metavar="S",
+                   help="a client that leaves 64 KiB of its answer unread for S seconds is disconnected and "
+                        "its request cancelled (default 30)")
     p.add_argument("--variant", default=None, help="backend variant (default: the best installed here)")
     p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
                    help="uvicorn's log level (default warning)")
@@ -63,10 +83,17 @@ class ServeOptions:
     port: int
     api_key: str | None
     max_queue: int | None
+    timeouts: tuple[float, float, float] = (10.0, 30.0, 30.0)
+    """header, body and write timeouts in seconds"""
 
 
-def check_options(host: str, port: int, api_key: str | None, max_queue: int | None) -> ServeOptions:
+def check_options(host: str, port: int, api_key: str | None, max_queue: int | None,
+                  timeouts: tuple[float, float, float] = (10.0, 30.0, 30.0)) -> ServeOptions:
     """The serve options, refused with the reason when unsafe or out of range."""
+    for name, value in zip(("--header-timeout", "--body-timeout", "--write-timeout"), timeouts, strict=True):
+        if not 0 < value <= 3600:
+            msg = f"{name} must be in (0, 3600] seconds, got {value:g}"
+            raise UsageError(msg)
     if not 0 <= port <= 65535:
         msg = f"--port must be in [0, 65535], got {port}"
         raise UsageError(msg)
@@ -80,7 +107,7 @@ def check_options(host: str, port: int, api_key: str | None, max_queue: int | No
         msg = (f"--host {host} is reachable from other machines: give --api-key KEY (or ${API_KEY_ENV}) so that "
                "only clients with the key are served, or bind 127.0.0.1")
         raise UsageError(msg)
-    return ServeOptions(host=host, port=port, api_key=api_key, max_queue=max_queue)
+    return ServeOptions(host=host, port=port, api_key=api_key, max_queue=max_queue, timeouts=timeouts)
 
 
 def _is_loopback(host: str) -> bool:
@@ -92,81 +119,22 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | None,
-                max_queue: int | None) -> dict[str, Any]:
-    """name -> :class:`~harness.serve.app.ServedModel` for each config, loaded as ``Runtime.load(config=...)``."""
-    from harness.config.effective import load_config_file
-    from harness.core import progress
-    from harness.runtime import Runtime
-    from harness.runtime.aio import AsyncRuntime
-    from harness.serve.app import ServedModel
-
-    models: dict[str, ServedModel] = {}
-    try:
-        for path in configs:
-            effective = load_config_file(path, models_dir=models_dir).resolve()
-            name = effective.name if effective is not None else None
-            if effective is not None and not name:
-                msg = f"model config {path} has no name: the API serves a config under its name: key"
-                raise ConfigError(msg)
-            if name is not None and name in models:
-                msg = f"two configs are named {name!r} ({models[name].config} and {path}): a model id must be unique"
-                raise UsageError(msg)
-            with progress.spinner(f"load {name} ({path})"):
-                # an invalid config is refused here, every diagnostic listed
-                eng = Runtime.load(config=path, models_dir=models_dir, variant=variant)
-            assert name is not None  # a config that loads has a resolved name
-            info = eng.info()
-            parallel = int(info.get("max_num_seqs", 1))
-            queue = max_queue if max_queue is not None else 4 * parallel
-            capacity = parallel + queue
-            models[name] = ServedModel(name=name, engine=AsyncRuntime(eng, max_concurrency=capacity), capacity=capacity,
-                                       embeddings=bool(info.get("embedding_only")), config=str(path),
-                                       context=int(info.get("n_ctx") or 0))
-            progress.info(f"{name}: {info.get('desc', '')}, {parallel} parallel + {queue} queued, "
-                          f"variant {info.get('variant')} ({info.get('cpu_variant') or '-'})")
-    except BaseException:
-        for m in models.values():
-            m.engine.engine.close()
-        raise
-    return models
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
-    import signal
-
-    from harness.core import crash
-
-    # the engines run in a child: a crash in one is reported by signal and CPU level (exit 16)
-    code = crash.supervise(getattr(args, "argv", None), "harness serve")
-    if code is not None:
-        return code
-
-    import uvicorn
-
     from harness.core import progress
-    from harness.serve.app import create_app
+    from harness.serve.connection import ClientLimits
+    from harness.serve.server import load_models, serve
 
     # an empty $HARNESS_API_KEY is unset; an empty --api-key is a mistake check_options names
     key = args.api_key if args.api_key is not None else (os.environ.get(API_KEY_ENV) or None)
-    opts = check_options(args.host, args.port, key, args.max_queue)
+    opts = check_options(args.host, args.port, key, args.max_queue,
+                         (args.header_timeout, args.body_timeout, args.write_timeout))
+    limits = ClientLimits(header_timeout_s=opts.timeouts[0], body_timeout_s=opts.timeouts[1],
+                          write_timeout_s=opts.timeouts[2])
+    # each model runs in an engine worker: a crash there is reported by signal, CPU level and the
+    # requests in flight (exit 16), and those requests are answered with an error, not cut off
     models = load_models(list(args.configs), models_dir=args.models_dir, variant=args.variant,
                          max_queue=opts.max_queue)
-    app = create_app(models, api_key=opts.api_key)
-    config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level=args.log_level, access_log=False,
-                            timeout_graceful_shutdown=5, lifespan="off")
-    server = uvicorn.Server(config)
     progress.info(f"serving {', '.join(models)} on http://{opts.host}:{opts.port}/v1"
                   + (" (bearer key required)" if opts.api_key else ""))
-    # uvicorn re-raises the signal that stopped it once it has shut down: SIGTERM's default action
-    # would then kill this process before the engines close, a clean stop looking like a death
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
-    try:
-        import asyncio
-
-        asyncio.run(server.serve())
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        for m in models.values():
-            m.engine.engine.close()
+    serve(models, host=opts.host, port=opts.port, api_key=opts.api_key, limits=limits, log_level=args.log_level)
     return 0

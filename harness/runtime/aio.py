@@ -164,6 +164,12 @@ class AsyncStream(Generic[T]):
     def result(self) -> Completion | None:
         return self.stream.result
 
+    @property
+    def finish_reason(self) -> str | None:
+        """The stream's own finish reason once it ended (a chat stream's ``tool_calls``), else None."""
+        reason = getattr(self.stream, "finish_reason", None)
+        return reason if isinstance(reason, str) else None
+
     async def aclose(self) -> None:
         self.stream.close()
 

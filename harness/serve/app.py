@@ -5,6 +5,11 @@ plus a waiting queue); one more is answered 429 with ``Retry-After`` at once, ne
 hanging. Admitted requests go straight into the engine's continuous batching. A client that
 goes away cancels its request: a stream when its response is torn down, a non-streaming
 request when the disconnect is noticed while it waits (checked every quarter second).
+
+The engine is an :class:`~harness.runtime.aio.AsyncRuntime` (in this process) or a
+:class:`~harness.serve.remote.WorkerRuntime` (in a worker process: ``harness serve``); an
+engine that crashes ends each request in flight on it with an error (a 503, or an error event
+in a stream), never a connection cut mid-answer.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import base64
 import contextlib
 import hmac
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -23,20 +28,28 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from harness.runtime.aio import AsyncRuntime, AsyncStream
-from harness.runtime.api import ChatDelta, Completion, coalesce
-from harness.serve import protocol
+from harness.runtime.api import ChatDelta, ChatResult, Completion, coalesce
+from harness.serve import protocol, responses
+from harness.serve.body import BODY_TIMEOUT_S, read_json
 from harness.serve.protocol import APIError
+from harness.serve.remote import RemoteStream, WorkerRuntime
+
+#: A stream of engine deltas, in this process or from a worker.
+EngineStream = AsyncStream[Any] | RemoteStream
 
 T = TypeVar("T")
 
 #: A non-streaming request checks for a vanished client this often while it waits.
 DISCONNECT_POLL_S = 0.25
+#: SSE events go out in writes of at most about this many bytes: a client far behind gets its
+#: backlog in pieces, each waiting for the transport to drain (a connection never holds much more
+#: than its high-water mark plus one write).
+WRITE_BYTES = 64 << 10
 
 
 @dataclass(kw_only=True)
@@ -44,7 +57,7 @@ class ServedModel:
     """One loaded config: its name (``model`` in requests), engine and admission bound."""
 
     name: str
-    engine: AsyncRuntime
+    engine: AsyncRuntime | WorkerRuntime
     capacity: int
     """requests admitted at once: the engine's parallel sequences plus the waiting queue"""
     embeddings: bool = False
@@ -54,14 +67,21 @@ class ServedModel:
     """the engine's context in tokens (prompt and completion of a sequence together); 0: unknown"""
     in_flight: int = 0
     created: int = field(default_factory=protocol.now)
+    requests: dict[int, str] = field(default_factory=dict, repr=False)
+    """the admitted requests, by admission: what a crash report names"""
+    _admitted: int = field(default=0, repr=False)
 
-    def admit(self) -> Callable[[], None]:
-        """Take a place (or raise 429); returns the release, safe to call more than once."""
+    def admit(self, label: str = "") -> Callable[[], None]:
+        """Take a place (or raise 429) for the request ``label`` names; returns the release, safe to
+        call more than once."""
         if self.in_flight >= self.capacity:
             raise APIError(429, f"model {self.name} is at capacity ({self.capacity} requests running or queued); "
                                 "retry after a second", type="server_error", code="rate_limit_exceeded",
                            headers={"Retry-After": "1"})
         self.in_flight += 1
+        self._admitted += 1
+        key = self._admitted
+        self.requests[key] = label
         released = False
 
         def release() -> None:
@@ -69,6 +89,7 @@ class ServedModel:
             if not released:
                 released = True
                 self.in_flight -= 1
+                self.requests.pop(key, None)
         return release
 
 
@@ -124,104 +145,51 @@ def _error_response(e: APIError) -> JSONResponse:
 
 class _EventStream(StreamingResponse):
     """A streamed answer whose events are closed when it ends however it ends (a client gone
-    mid-write included): the engine request is cancelled then, not when the generator is
-    garbage collected."""
+    mid-write included, or before the first event): ``on_close`` then cancels the engine request
+    and gives its place back, not the garbage collector some time later."""
+
+    def __init__(self, content: AsyncIterator[bytes], *, on_close: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self._on_close = on_close
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             close = getattr(self.body_iterator, "aclose", None)
-            if close is not None:
-                await close()
+            try:
+                if close is not None:
+                    await close()
+            finally:
+                await self._on_close()
 
 
 def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
 
 
-def _refuse_content_type(request: Request) -> None:
-    """A body sent as something else than JSON is refused (415); no Content-Type at all is read as JSON."""
-    ctype = request.headers.get("content-type")
-    if ctype is None:
+def _size(delta: Any) -> int:
+    if isinstance(delta, str):
+        return len(delta)
+    if isinstance(delta, ChatDelta):
+        return len(delta.content) + len(delta.reasoning_content) + sum(
+            len(str((c.get("function") or {}).get("arguments") or "")) for c in delta.tool_calls)
+    return 0
+
+
+def _parts(batch: list[Any]) -> Iterator[list[Any]]:
+    """``batch`` in consecutive pieces of about :data:`WRITE_BYTES` of text each (one write each)."""
+    if len(batch) == 1:
+        yield batch
         return
-    media, _, params = ctype.partition(";")
-    media = media.strip().lower()
-    if media != "application/json" and not media.endswith("+json"):
-        raise APIError(415, f"Content-Type {media or ctype!r} is not JSON: send the request body as application/json",
-                       code="unsupported_media_type")
-    charset = next((v.strip().strip('"').lower() for k, _, v in (p.partition("=") for p in params.split(";"))
-                    if k.strip().lower() == "charset"), "utf-8")
-    if charset not in ("utf-8", "utf8"):
-        raise APIError(415, f"Content-Type charset {charset!r}: the request body must be UTF-8 JSON",
-                       code="unsupported_media_type")
-
-
-async def _raw_body(request: Request) -> bytes:
-    """The body, refused (413) by its Content-Length before a byte is read, or as soon as the bytes
-    read pass :data:`protocol.MAX_BODY_BYTES` (a chunked body): never buffered past the bound."""
-    limit = protocol.MAX_BODY_BYTES
-    size = request.headers.get("content-length")
-    if size is not None:
-        if not size.strip().isdigit():
-            raise APIError(400, f"Content-Length {size!r} is not a byte count")
-        if int(size) > limit:
-            raise APIError(413, f"request body of {int(size)} bytes is larger than the limit of {limit} bytes",
-                           code="request_too_large")
-    chunks: list[bytes] = []
-    n = 0
-    async for chunk in request.stream():
-        n += len(chunk)
-        if n > limit:
-            raise APIError(413, f"request body is larger than the limit of {limit} bytes", code="request_too_large")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _depth_over(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests arrays/objects more than ``limit`` deep (iterative: no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        v, d = stack.pop()
-        if d > limit:
-            return True
-        children = v.values() if isinstance(v, dict) else v
-        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
-    return False
-
-
-async def _body(request: Request) -> Any:
-    """The request's JSON body; each way it can be malformed is a 4xx naming the problem."""
-    _refuse_content_type(request)
-    raw = await _raw_body(request)
-    if not raw.strip():
-        raise protocol.invalid(None, "the request body is empty: send a JSON object")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise protocol.invalid(None, f"the request body is not valid UTF-8: byte 0x{raw[e.start]:02x} at offset "
-                                     f"{e.start} ({e.reason})", code="invalid_utf8") from None
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as e:
-        # the input ran out inside a value (a string never closed is one too)
-        if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
-            raise protocol.invalid(None, f"the request body is truncated JSON: it ends after {len(raw)} bytes "
-                                         f"before the value is complete ({e.msg})", code="invalid_json") from None
-        raise protocol.invalid(None, f"the request body is not JSON: {e}", code="invalid_json") from None
-    except RecursionError:
-        deep = True
-    else:
-        deep = _depth_over(body, protocol.MAX_JSON_DEPTH)
-    if deep:
-        raise protocol.invalid(None, f"the request body nests arrays/objects deeper than {protocol.MAX_JSON_DEPTH} "
-                                     "levels", code="too_deep")
-    return body
-
-
-def _model_name(body: Any) -> str:
-    m = body.get("model") if isinstance(body, dict) else None
-    return m if isinstance(m, str) else ""
+    start, n = 0, 0
+    for i, d in enumerate(batch):
+        n += _size(d)
+        if n >= WRITE_BYTES:
+            yield batch[start:i + 1]
+            start, n = i + 1, 0
+    if start < len(batch):
+        yield batch[start:]
 
 
 async def _until_done_or_gone(request: Request, work: Awaitable[T]) -> T:
@@ -241,9 +209,10 @@ async def _until_done_or_gone(request: Request, work: Awaitable[T]) -> T:
 class API:
     """Route handlers over the served models."""
 
-    def __init__(self, models: dict[str, ServedModel], api_key: str | None) -> None:
+    def __init__(self, models: dict[str, ServedModel], api_key: str | None, body_timeout_s: float) -> None:
         self.models = models
         self.api_key = api_key
+        self.body_timeout_s = body_timeout_s
         self.metrics = Metrics(models)
 
     # ------------------------------------------------------------ plumbing
@@ -258,13 +227,13 @@ class API:
         return m
 
     @staticmethod
-    def _fits(m: ServedModel, sampling: dict[str, Any]) -> None:
+    def _fits(m: ServedModel, sampling: dict[str, Any], param: str = "max_tokens") -> None:
         """A max_tokens the model's context cannot hold (with at least one prompt token) is refused."""
         asked = sampling.get("max_tokens")
         if m.context and isinstance(asked, int) and asked >= m.context:
-            raise APIError(400, f"max_tokens is too large: {asked}; model {m.name} has a context of {m.context} "
+            raise APIError(400, f"{param} is too large: {asked}; model {m.name} has a context of {m.context} "
                                 f"tokens for the prompt and the completion together: ask for at most {m.context - 1}",
-                           param="max_tokens", code="context_length_exceeded")
+                           param=param, code="context_length_exceeded")
 
     def _authorized(self, request: Request) -> None:
         if self.api_key is None:
@@ -291,6 +260,44 @@ class API:
             return response
         return wrapped
 
+    async def _body(self, request: Request) -> Any:
+        body = await read_json(request, self.body_timeout_s)
+        m = body.get("model") if isinstance(body, dict) else None
+        request.state.model = m if isinstance(m, str) else ""
+        return body
+
+    async def _answer(self, request: Request, m: ServedModel, label: str, *, stream: bool,
+                      open_stream: Callable[[], Awaitable[EngineStream]],
+                      events: Callable[[EngineStream, Callable[[], None]], AsyncIterator[bytes]],
+                      run: Callable[[], Awaitable[T]], answer: Callable[[T], dict[str, Any]]) -> Response:
+        """Admit the request (``label`` names it while it runs), then stream its ``events`` or wait for
+        the result of ``run`` (cancelled if the client leaves) and send ``answer(result)``; an
+        engine error is the OpenAI error it maps to."""
+        release = m.admit(label)
+        handed_over = False
+        try:
+            if stream:
+                try:
+                    s = await open_stream()
+                except Exception as e:
+                    raise protocol.from_engine_error(e) from e
+                handed_over = True  # the stream releases its place when it ends
+
+                async def close() -> None:
+                    await s.aclose()
+                    release()
+                return _EventStream(events(s, release), on_close=close)
+            try:
+                result = await _until_done_or_gone(request, run())
+            except APIError:
+                raise
+            except Exception as e:
+                raise protocol.from_engine_error(e) from e
+        finally:
+            if not handed_over:
+                release()
+        return JSONResponse(answer(result))
+
     # ------------------------------------------------------------ routes
     async def health(self, request: Request) -> Response:
         models = {}
@@ -309,137 +316,122 @@ class API:
         return JSONResponse({"object": "list", "data": data})
 
     async def chat(self, request: Request) -> Response:
-        body = await _body(request)
-        request.state.model = _model_name(body)
-        req = protocol.chat_request(body)
+        req = protocol.chat_request(await self._body(request))
         m = self._model(req.model, embeddings=False)
         self._fits(m, req.sampling)
-        release = m.admit()
-        handed_over = False
-        try:
-            if req.stream:
-                try:
-                    stream = await m.engine.chat_stream(req.messages, **req.engine_kwargs())
-                except Exception as e:
-                    raise protocol.from_engine_error(e) from e
-                handed_over = True  # the stream releases its place when it ends
-                return _EventStream(self._chat_chunks(m, req, stream, release), media_type="text/event-stream",
-                                         background=BackgroundTask(release))
-            try:
-                work = m.engine.chat(req.messages, **req.engine_kwargs())
-                result = await _until_done_or_gone(request, work)
-            except APIError:
-                raise
-            except Exception as e:
-                raise protocol.from_engine_error(e) from e
-        finally:
-            if not handed_over:
-                release()
-        self.metrics.done(m.name, result.completion)
-        message = {k: v for k, v in result.message.items() if k in ("role", "content", "tool_calls", "reasoning_content")}
-        message.setdefault("content", None)
-        body = {"id": protocol.new_id("chatcmpl"), "object": "chat.completion", "created": protocol.now(),
-                "model": m.name, "choices": [{"index": 0, "message": message, "logprobs": None,
-                                              "finish_reason": protocol.finish_reason(result.finish_reason)}],
-                "usage": result.usage.as_openai()}
-        return JSONResponse(body)
-
-    async def _chat_chunks(self, m: ServedModel, req: protocol.ChatRequest, stream: AsyncStream[ChatDelta],
-                           release: Callable[[], None]) -> AsyncIterator[bytes]:
         cid, created = protocol.new_id("chatcmpl"), protocol.now()
 
-        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": m.name,
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+        def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+            return _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": m.name,
+                         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
 
-        def last(result: Any) -> dict[str, Any]:
-            reason = getattr(stream.stream, "finish_reason", None) or (result.finish_reason if result else "stop")
-            return chunk({}, protocol.finish_reason(reason))
-        async for event in self._events(m, stream, release, opening=chunk({"role": "assistant", "content": ""}, None),
-                                        each=lambda ds: [chunk(d.as_openai(), None) for d in coalesce(ds)], last=last,
-                                        usage=(cid, created, "chat.completion.chunk") if req.include_usage else None):
-            yield event
+        def last(s: EngineStream) -> bytes:
+            result = s.result
+            reason = s.finish_reason or (result.finish_reason if result else "stop")
+            out = chunk({}, protocol.finish_reason(reason))
+            if req.include_usage and result is not None:
+                out += _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": m.name,
+                             "choices": [], "usage": result.usage.as_openai()})
+            return out + b"data: [DONE]\n\n"
+
+        def answer(result: ChatResult) -> dict[str, Any]:
+            self.metrics.done(m.name, result.completion)
+            message = {k: v for k, v in result.message.items()
+                       if k in ("role", "content", "tool_calls", "reasoning_content")}
+            message.setdefault("content", None)
+            return {"id": cid, "object": "chat.completion", "created": created, "model": m.name,
+                    "choices": [{"index": 0, "message": message, "logprobs": None,
+                                 "finish_reason": protocol.finish_reason(result.finish_reason)}],
+                    "usage": result.usage.as_openai()}
+
+        def events(s: EngineStream, release: Callable[[], None]) -> AsyncIterator[bytes]:
+            return self._events(m, s, release, opening=chunk({"role": "assistant", "content": ""}, None),
+                                each=lambda ds: b"".join(chunk(d.as_openai(), None) for d in coalesce(ds)),
+                                last=last, fail=lambda e: _sse(e.body()))
+        return await self._answer(
+            request, m, _label(cid, "/v1/chat/completions", req.stream, req.messages), stream=req.stream,
+            open_stream=lambda: m.engine.chat_stream(req.messages, **req.engine_kwargs()), events=events,
+            run=lambda: m.engine.chat(req.messages, **req.engine_kwargs()), answer=answer)
 
     async def completions(self, request: Request) -> Response:
-        body = await _body(request)
-        request.state.model = _model_name(body)
-        req = protocol.completion_request(body)
+        req = protocol.completion_request(await self._body(request))
         m = self._model(req.model, embeddings=False)
         self._fits(m, req.sampling)
-        release = m.admit()
-        handed_over = False
-        try:
-            if req.stream:
-                try:
-                    stream = await m.engine.stream(req.prompt, req.sampling)
-                except Exception as e:
-                    raise protocol.from_engine_error(e) from e
-                handed_over = True
-                return _EventStream(self._completion_chunks(m, req, stream, release),
-                                         media_type="text/event-stream", background=BackgroundTask(release))
-            try:
-                c = await _until_done_or_gone(request, m.engine.complete(req.prompt, req.sampling))
-            except APIError:
-                raise
-            except Exception as e:
-                raise protocol.from_engine_error(e) from e
-        finally:
-            if not handed_over:
-                release()
-        self.metrics.done(m.name, c)
-        body = {"id": protocol.new_id("cmpl"), "object": "text_completion", "created": protocol.now(),
-                "model": m.name, "choices": [{"index": 0, "text": c.text, "logprobs": None,
-                                              "finish_reason": protocol.finish_reason(c.finish_reason)}],
-                "usage": c.usage.as_openai()}
-        return JSONResponse(body)
-
-    async def _completion_chunks(self, m: ServedModel, req: protocol.CompletionRequest, stream: AsyncStream[str],
-                                 release: Callable[[], None]) -> AsyncIterator[bytes]:
         cid, created = protocol.new_id("cmpl"), protocol.now()
 
-        def chunk(text: str, finish: str | None) -> dict[str, Any]:
-            return {"id": cid, "object": "text_completion", "created": created, "model": m.name,
-                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
-        async for event in self._events(m, stream, release, opening=None, each=lambda ds: [chunk("".join(ds), None)],
-                                        last=lambda r: chunk("", protocol.finish_reason(r.finish_reason if r else "stop")),
-                                        usage=(cid, created, "text_completion") if req.include_usage else None):
-            yield event
+        def chunk(text: str, finish: str | None) -> bytes:
+            return _sse({"id": cid, "object": "text_completion", "created": created, "model": m.name,
+                         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]})
 
-    async def _events(self, m: ServedModel, stream: AsyncStream[Any], release: Callable[[], None], *,
-                      opening: dict[str, Any] | None, each: Callable[[list[Any]], list[dict[str, Any]]],
-                      last: Callable[[Any], dict[str, Any]], usage: tuple[str, int, str] | None) -> AsyncIterator[bytes]:
-        """The SSE events of one streamed request: ``opening``, the chunks of each batch of deltas (all
-        that arrived while the previous write was under way: one write, the deltas coalesced), an
-        engine error as an OpenAI error event (and the end), else the finishing chunk, the usage chunk
-        when asked (``usage``: id, created, object) and ``[DONE]``; the stream closed and the place
-        released always."""
+        def last(s: EngineStream) -> bytes:
+            result = s.result
+            out = chunk("", protocol.finish_reason(result.finish_reason if result else "stop"))
+            if req.include_usage and result is not None:
+                out += _sse({"id": cid, "object": "text_completion", "created": created, "model": m.name,
+                             "choices": [], "usage": result.usage.as_openai()})
+            return out + b"data: [DONE]\n\n"
+
+        def answer(c: Completion) -> dict[str, Any]:
+            self.metrics.done(m.name, c)
+            return {"id": cid, "object": "text_completion", "created": created, "model": m.name,
+                    "choices": [{"index": 0, "text": c.text, "logprobs": None,
+                                 "finish_reason": protocol.finish_reason(c.finish_reason)}],
+                    "usage": c.usage.as_openai()}
+
+        def events(s: EngineStream, release: Callable[[], None]) -> AsyncIterator[bytes]:
+            return self._events(m, s, release, opening=b"", each=lambda ds: chunk("".join(ds), None), last=last,
+                                fail=lambda e: _sse(e.body()))
+        return await self._answer(
+            request, m, _label(cid, "/v1/completions", req.stream, req.prompt), stream=req.stream,
+            open_stream=lambda: m.engine.stream(req.prompt, req.sampling), events=events,
+            run=lambda: m.engine.complete(req.prompt, req.sampling), answer=answer)
+
+    async def responses(self, request: Request) -> Response:
+        req = responses.responses_request(await self._body(request))
+        chat = req.chat
+        m = self._model(chat.model, embeddings=False)
+        self._fits(m, chat.sampling, param="max_output_tokens")
+        out = responses.ResponseEvents(responses.new_id("resp"), m.name, req)
+
+        def answer(result: ChatResult) -> dict[str, Any]:
+            self.metrics.done(m.name, result.completion)
+            return out.complete(result)
+
+        def events(s: EngineStream, release: Callable[[], None]) -> AsyncIterator[bytes]:
+            return self._events(m, s, release, opening=out.opening(), each=out.feed,
+                                last=lambda s: out.finish(s.result, s.finish_reason), fail=out.fail)
+        return await self._answer(
+            request, m, _label(out.id, "/v1/responses", chat.stream, chat.messages), stream=chat.stream,
+            open_stream=lambda: m.engine.chat_stream(chat.messages, **chat.engine_kwargs()), events=events,
+            run=lambda: m.engine.chat(chat.messages, **chat.engine_kwargs()), answer=answer)
+
+    async def _events(self, m: ServedModel, stream: EngineStream, release: Callable[[], None], *,
+                      opening: bytes, each: Callable[[list[Any]], bytes], last: Callable[[EngineStream], bytes],
+                      fail: Callable[[APIError], bytes]) -> AsyncIterator[bytes]:
+        """The SSE events of one streamed request: ``opening``, the events of each batch of deltas (all
+        that arrived while the previous write was under way: one write, the deltas coalesced, in
+        pieces of about :data:`WRITE_BYTES`), an engine error as ``fail`` says (and the end), else
+        ``last``; the stream closed and the place released always."""
         try:
-            if opening is not None:
-                yield _sse(opening)
+            if opening:
+                yield opening
             try:
                 async for batch in stream.batches():
-                    yield b"".join(_sse(c) for c in each(batch))
+                    for part in _parts(batch):
+                        yield each(part)
             except Exception as e:
-                yield _sse(protocol.from_engine_error(e).body())
+                yield fail(protocol.from_engine_error(e))
                 return
-            result = stream.result
-            self.metrics.done(m.name, result)
-            yield _sse(last(result))
-            if usage is not None and result is not None:
-                cid, created, obj = usage
-                yield _sse({"id": cid, "object": obj, "created": created, "model": m.name,
-                            "choices": [], "usage": result.usage.as_openai()})
-            yield b"data: [DONE]\n\n"
+            self.metrics.done(m.name, stream.result)
+            yield last(stream)
         finally:
             await stream.aclose()
             release()
 
     async def embeddings(self, request: Request) -> Response:
-        body = await _body(request)
-        request.state.model = _model_name(body)
-        req = protocol.embedding_request(body)
+        req = protocol.embedding_request(await self._body(request))
         m = self._model(req.model, embeddings=True)
-        release = m.admit()
+        release = m.admit(_label(protocol.new_id("embd"), "/v1/embeddings", False, req.inputs))
         try:
             try:
                 vectors = await m.engine.embed(req.inputs)
@@ -459,21 +451,39 @@ class API:
                              "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}})
 
 
-def create_app(models: dict[str, ServedModel], *, api_key: str | None = None) -> Starlette:
-    """The ASGI app serving ``models`` (name -> loaded model); ``api_key`` requires a bearer token."""
-    api = API(models, api_key)
+def _label(rid: str, endpoint: str, stream: bool, prompt: Any) -> str:
+    """How a crash report names a request: its id (the one its client sees), endpoint and size."""
+    n = len(prompt)
+    if isinstance(prompt, str):
+        unit = "character"
+    elif prompt and isinstance(prompt[0], dict):
+        unit = "message"
+    elif prompt and isinstance(prompt[0], int):
+        unit = "token"
+    else:
+        unit = "input"
+    return f"{rid} (POST {endpoint}{', streamed' if stream else ''}, {n} {unit}{'' if n == 1 else 's'})"
+
+
+def create_app(models: dict[str, ServedModel], *, api_key: str | None = None,
+               body_timeout_s: float = BODY_TIMEOUT_S) -> Starlette:
+    """The ASGI app serving ``models`` (name -> loaded model); ``api_key`` requires a bearer token; a
+    request body that has not all arrived ``body_timeout_s`` after its headers is answered 408."""
+    api = API(models, api_key, body_timeout_s)
     routes = [
         Route("/health", api.route("health", api.health, auth=False), methods=["GET"]),
         Route("/metrics", api.route("metrics", api.metrics_route), methods=["GET"]),
         Route("/v1/models", api.route("models", api.list_models), methods=["GET"]),
         Route("/v1/chat/completions", api.route("chat", api.chat), methods=["POST"]),
         Route("/v1/completions", api.route("completions", api.completions), methods=["POST"]),
+        Route("/v1/responses", api.route("responses", api.responses), methods=["POST"]),
         Route("/v1/embeddings", api.route("embeddings", api.embeddings), methods=["POST"]),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error_response(APIError(404, f"no route {request.method} {request.url.path}: the API has /v1/models, "
-                                             "/v1/chat/completions, /v1/completions, /v1/embeddings, /health, /metrics",
+                                             "/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /health, "
+                                             "/metrics",
                                         code="not_found"))
 
     async def not_allowed(request: Request, exc: Exception) -> Response:

@@ -58,6 +58,9 @@ def from_engine_error(e: BaseException) -> APIError:
                         headers={"Retry-After": "1"})
     if isinstance(e, errors.EngineClosedError):
         return APIError(503, str(e), type="server_error", code="engine_closed")
+    if isinstance(e, errors.EngineCrashError):
+        return APIError(503, f"{e}; the server is stopping: retry once it is back", type="server_error",
+                        code="engine_crashed")
     return APIError(500, f"{type(e).__name__}: {e}", type="server_error")
 
 

@@ -3,7 +3,9 @@
 Copied into ``<pkg>/_core.py`` of a fake backend package on ``$HARNESS_BACKEND_PATH``.
 The package's variant decides what it does: ``crashy`` kills its own process with
 SIGILL (or the signal ``$FAKE_CRASH_SIGNAL`` names, e.g. SIGSEGV) when a request is
-submitted, as a miscompiled CPU level does; ``steady`` answers "Paris". An engine records
+submitted, as a miscompiled CPU level does (with ``$FAKE_CRASH_AFTER=N``: when a streamed
+request has handed out N deltas, mid-stream); ``steady`` answers "Paris". With
+``$FAKE_WAIT_S`` a non-streaming request takes that long (a request in flight). An engine records
 what it was given (``path``, ``params``, and each request's ``sampling`` in ``submitted``),
 so tests can assert what reached the core.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,14 @@ LEVEL = "fakelevel"
 
 def library_build_number() -> int:
     return 1
+
+
+def _crash() -> None:
+    """Die by the signal on this thread, as a fault in native code does: a signal sent to the process
+    (os.kill) may be taken by another thread while this one runs on for a while."""
+    signal.pthread_kill(threading.get_ident(), signal.Signals[os.environ.get("FAKE_CRASH_SIGNAL", "SIGILL")])
+    while True:  # the signal is taken on the way back from the call; nothing here runs on
+        time.sleep(1)
 
 
 #: What every request generates, as the deltas a streaming request hands out one by one.
@@ -42,10 +53,14 @@ class _Req:
         self.reported = ""
 
     def wait(self) -> tuple[str, str, str]:
+        time.sleep(float(os.environ.get("FAKE_WAIT_S") or 0))
         self._events = []
         return ("done", "length", "")
 
     def next(self) -> tuple[str, str, str] | None:
+        after = os.environ.get("FAKE_CRASH_AFTER")
+        if _IDENT["variant"] == "crashy" and after and self._sent >= int(after):
+            _crash()
         if not self._events:
             return None
         kind, text, etype = self._events.pop(0)
@@ -80,8 +95,8 @@ class Engine:
 
     def submit(self, prompt: Any, sampling: Any, stream: bool) -> _Req:
         self.submitted.append({"prompt": prompt, "sampling": sampling, "stream": stream})
-        if _IDENT["variant"] == "crashy":
-            os.kill(os.getpid(), signal.Signals[os.environ.get("FAKE_CRASH_SIGNAL", "SIGILL")])
+        if _IDENT["variant"] == "crashy" and not os.environ.get("FAKE_CRASH_AFTER"):
+            _crash()
         return _Req()
 
     def submit_chat(self, messages: str, tools: str, choice: str, schema: str, sampling: Any, stream: bool) -> _Req:

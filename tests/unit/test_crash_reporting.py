@@ -8,7 +8,6 @@ place that runs engine code in a child must name the signal and keep the other r
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import re
@@ -17,9 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -182,7 +183,8 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _start_serve(fake_env: dict[str, str], tmp_path: Path, variant: str) -> tuple[subprocess.Popen[bytes], str, Path]:
+def _start_serve(fake_env: dict[str, str], tmp_path: Path, variant: str,
+                 *extra: str) -> tuple[subprocess.Popen[bytes], str, Path]:
     """``harness serve`` of the tiny model on a fake backend, in a session of its own (no terminal),
     returned once it answers /health: the process, the base URL, the file its stderr goes to."""
     config = tmp_path / "serve.yaml"
@@ -192,7 +194,8 @@ def _start_serve(fake_env: dict[str, str], tmp_path: Path, variant: str) -> tupl
     log = tmp_path / f"serve-{variant}.log"
     with log.open("wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "harness", "serve", str(config), "--variant", variant,
-                                 "--models-dir", str(model.parent), "--port", str(port), "--log-level", "info"],
+                                 "--models-dir", str(model.parent), "--port", str(port), "--log-level", "info",
+                                 *extra],
                                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
                                 # SIGINT as a shell leaves it for a foreground command: a test run in the
                                 # background (CI under nohup, `cmd &`) inherits it ignored, and Python and
@@ -211,28 +214,66 @@ def _start_serve(fake_env: dict[str, str], tmp_path: Path, variant: str) -> tupl
     pytest.fail(f"harness serve did not answer /health in 60 s: {log.read_text()}")
 
 
-def test_serve_crash_is_reported_by_signal(fake_env: dict[str, str], tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def _health(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{url}/health", timeout=5) as r:
+        return dict(json.loads(r.read())["models"]["tiny"])
+
+
+def test_serve_crash_is_answered_reported_by_signal_and_request(fake_env: dict[str, str], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
     monkeypatch.setenv("FAKE_CRASH_SIGNAL", "SIGSEGV")
-    proc, url, log = _start_serve(fake_env, tmp_path, "crashy")
-    body = json.dumps({"model": "tiny", "prompt": "The capital", "max_tokens": 4}).encode()
-    req = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
-    with pytest.raises((OSError, http.client.HTTPException)):  # the server died mid-request
-        urllib.request.urlopen(req, timeout=30)
-    assert proc.wait(timeout=30) == EngineCrashError.exit_code, log.read_text()
+    monkeypatch.setenv("FAKE_CRASH_AFTER", "2")  # a stream dies after two deltas
+    monkeypatch.setenv("FAKE_WAIT_S", "60")  # a non-streaming request is still running then
+    proc, url, log = _start_serve(fake_env, tmp_path, "crashy", "--max-queue", "4")
+    try:
+        waiting: dict[str, httpx.Response] = {}
+
+        def blocking() -> None:
+            waiting["r"] = httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": "The capital"},
+                                      timeout=60)
+
+        t = threading.Thread(target=blocking)
+        t.start()
+        deadline = time.monotonic() + 30
+        while _health(url)["in_flight"] < 1:
+            assert time.monotonic() < deadline, "the blocking request never got in"
+            time.sleep(0.05)
+        # a stream in flight when the engine dies: its deltas, then an error event, then a proper end
+        # (no connection cut mid-answer: httpx would raise RemoteProtocolError)
+        with httpx.stream("POST", f"{url}/v1/chat/completions", timeout=60,
+                          json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": True}) as r:
+            assert r.status_code == 200
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        t.join(60)
+        assert proc.wait(timeout=30) == EngineCrashError.exit_code, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    *chunks, error = events
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == " Paris, and"
+    assert error["error"]["code"] == "engine_crashed", error
+    assert "crashed: SIGSEGV (segmentation fault), CPU level fakelevel" in error["error"]["message"]
+    # the request that was waiting is answered too
+    assert waiting["r"].status_code == 503 and waiting["r"].json()["error"]["code"] == "engine_crashed"
     out = " ".join(log.read_text().split())
-    assert "harness serve crashed: SIGSEGV (segmentation fault), CPU level fakelevel" in out
+    assert ("harness serve: the engine of model tiny crashed: SIGSEGV (segmentation fault), CPU level fakelevel, "
+            "while serving 2 requests:") in out, out
+    assert f"{chunks[0]['id']} (POST /v1/chat/completions, streamed, 1 message)" in out
+    assert "(POST /v1/completions, 11 characters)" in out
+    assert "error: EngineCrashError" in out
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
-def test_serve_stops_cleanly_on_a_signal_to_the_parent(fake_env: dict[str, str], tmp_path: Path,
-                                                       sig: signal.Signals, code: int) -> None:
+def test_serve_stops_cleanly_on_a_signal(fake_env: dict[str, str], tmp_path: Path, sig: signal.Signals,
+                                         code: int) -> None:
     proc, _, log = _start_serve(fake_env, tmp_path, "steady")
-    child = int(re.findall(r"Started server process \[(\d+)\]", log.read_text())[-1])
-    assert child != proc.pid, "the server runs in a supervised child"
-    proc.send_signal(sig)  # to the parent alone, as kill or a service manager sends it
+    worker = int(re.findall(r"engine worker pid (\d+)", " ".join(log.read_text().split()))[-1])
+    assert worker != proc.pid, "the engine runs in a worker process"
+    proc.send_signal(sig)  # to the server alone, as kill or a service manager sends it
     assert proc.wait(timeout=30) == code, log.read_text()
     with pytest.raises(ProcessLookupError):
-        os.kill(child, 0)  # the child stopped (and was reaped) before the parent exited
+        os.kill(worker, 0)  # the worker stopped (and was reaped) before the server exited
     text = log.read_text()
     assert "crashed" not in text and "Traceback" not in text, text

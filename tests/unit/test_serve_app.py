@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from harness.cli.serve import load_models
 from harness.serve.app import create_app
+from harness.serve.server import load_models
 from tests.fakes import install_backend
 from tests.unit.test_config_validate import tiny_gguf
 
@@ -44,7 +44,8 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     tiny_gguf(tmp_path / "models" / "m.gguf")
     (tmp_path / "chat.yaml").write_text(CHAT)
-    models = load_models([tmp_path / "chat.yaml"], models_dir=tmp_path / "models", variant=None, max_queue=1)
+    models = load_models([tmp_path / "chat.yaml"], models_dir=tmp_path / "models", variant=None, max_queue=1,
+                         isolate=False)
     yield models
     for m in models.values():
         m.engine.engine.close()

@@ -178,3 +178,19 @@ def test_loopback_by_default_and_a_key_for_anything_else() -> None:
 def test_bad_serve_options(host: str, port: int, key: str | None, queue: int | None, match: str) -> None:
     with pytest.raises(UsageError, match=match):
         check_options(host, port, key, queue)
+
+
+@pytest.mark.parametrize(("timeouts", "match"), [
+    ((0.0, 30.0, 30.0), "--header-timeout"),
+    ((10.0, float("nan"), 30.0), "--body-timeout"),
+    ((10.0, 30.0, 1e9), "--write-timeout"),
+])
+def test_client_timeouts_are_positive_and_bounded(timeouts: tuple[float, float, float], match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        check_options("127.0.0.1", 8080, None, None, timeouts)
+    assert check_options("127.0.0.1", 8080, None, None, (0.5, 1, 2)).timeouts == (0.5, 1, 2)
+
+
+def test_an_engine_crash_is_a_503_naming_it() -> None:
+    e = protocol.from_engine_error(errors.EngineCrashError("the engine of model m crashed: SIGSEGV"))
+    assert e.status == 503 and e.code == "engine_crashed" and "SIGSEGV" in e.message

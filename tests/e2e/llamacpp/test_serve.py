@@ -1,5 +1,5 @@
 """``harness serve`` answers the official ``openai`` client: chat, streams, tools, JSON schema,
-embeddings, concurrency, disconnects, overload and bad requests.
+the Responses API, embeddings, concurrency, disconnects, overload and bad requests.
 
 Each server is a child process on 127.0.0.1 at a free port, stopped by the fixture's finalizer
 whatever the test did; every wait is bounded.
@@ -274,6 +274,42 @@ def test_sixteen_concurrent_streams_all_finish(client: Any) -> None:
     assert not failures, failures
     assert sorted(results) == list(range(16))
     assert all(text and finish in ("stop", "length") for text, finish in results.values()), results
+
+
+RESPONSES_WEATHER = {"type": "function", "name": "get_weather", "description": "Get the weather for a city",
+                     "parameters": WEATHER["function"]["parameters"]}
+
+
+def test_responses_answer_streamed_and_not(client: Any) -> None:
+    r = client.responses.create(model="smol", input=GEO[1:], instructions=GEO[0]["content"], max_output_tokens=32)
+    assert r.status in ("completed", "incomplete") and "Paris" in r.output_text, r
+    assert r.usage.input_tokens > 10 and r.usage.output_tokens > 0
+    events = list(client.responses.create(model="smol", input=GEO[1:], instructions=GEO[0]["content"],
+                                          max_output_tokens=32, stream=True))
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == r.output_text and len(deltas) > 2, "streamed in pieces, the same greedy text"
+    assert events[0].type == "response.created" and events[-1].type in ("response.completed", "response.incomplete")
+    assert events[-1].response.output_text == r.output_text
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_responses_tool_call_and_its_result(client: Any) -> None:
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    with client.responses.stream(model="smol", input=ask, tools=[RESPONSES_WEATHER], tool_choice="required",
+                                 max_output_tokens=64) as s:
+        events = list(s)
+        final = s.get_final_response()
+    calls = [o for o in final.output if o.type == "function_call"]
+    assert calls and calls[0].name == "get_weather" and calls[0].call_id, final.output
+    assert "city" in json.loads(calls[0].arguments)
+    fragments = [e for e in events if e.type == "response.function_call_arguments.delta"]
+    assert len(fragments) > 2, "the arguments arrive in several deltas"
+    # the call's result goes back as input items; the model answers in text
+    r = client.responses.create(model="smol", tools=[RESPONSES_WEATHER], tool_choice="none", max_output_tokens=48,
+                                input=[*ask, calls[0].model_dump(exclude_none=True),
+                                       {"type": "function_call_output", "call_id": calls[0].call_id,
+                                        "output": "18 degrees and sunny"}])
+    assert r.output and r.output[0].type == "message" and r.output_text.strip(), r.output
 
 
 def test_api_key_is_required(server: Server) -> None:

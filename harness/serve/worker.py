@@ -1,0 +1,280 @@
+"""The engine worker: one process per served model, so that an engine that dies by a signal
+(a SIGSEGV in native code, a SIGILL from a miscompiled CPU level) takes no HTTP connection with it.
+
+``harness serve`` starts ``python -m harness.serve.worker FD`` with one end of a socket pair as
+``FD`` and a crash note (:mod:`harness.core.crash`) in its environment; the server's side is
+:class:`harness.serve.remote.WorkerRuntime`. The worker loads the model config, answers
+``("ready", info)`` (or ``("failed", error class, message)``), then runs each call it is sent on
+a thread of its own, the engine blocking in C++ with the GIL released as in-process:
+
+- ``("call", id, method, args, kwargs)``: ``start`` / ``start_chat`` (a request, answered when it
+  is done), ``embed``, ``tokenize``: answered ``("ok", id, value)`` or ``("err", id, class, message)``;
+- ``("stream", id, method, args, kwargs)``: ``stream`` / ``chat_stream``: ``("started", id)`` once
+  submitted, then ``("d", id, delta)`` per delta as the engine hands it out, and ``("end", id,
+  completion, finish_reason, message)`` (or ``err``) at the end;
+- ``("cancel", id)`` cancels a request (its slot frees within one token); ``("close",)`` closes
+  the engine and ends the worker, as does the server going away (end of file).
+
+The worker pushes the engine's scheduler counters (``("stats", {...})``) when they change, so the
+server answers /health and /metrics without a round trip. Messages are pickles behind a 4-byte
+length: both ends are this package, on one machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from harness.runtime.api import ChatDelta
+
+_LENGTH = struct.Struct("!I")
+#: How often the worker looks at the engine's scheduler counters (pushed only when they change).
+STATS_INTERVAL_S = 0.05
+
+
+def capacity(parallel: int, max_queue: int | None) -> tuple[int, int]:
+    """(waiting queue, requests admitted at once) of a model running ``parallel`` sequences: the
+    server's admission bound, and the worker's threads (one per admitted request, and a few more)."""
+    queue = max_queue if max_queue is not None else 4 * parallel
+    return queue, parallel + queue
+
+
+def pack(message: tuple[Any, ...]) -> bytes:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _LENGTH.pack(len(data)) + data
+
+
+class Frames:
+    """Messages out of a byte stream that arrives in arbitrary pieces."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Any]:
+        buf = self._buffer
+        buf += data
+        out: list[Any] = []
+        pos, size = 0, len(buf)
+        while size - pos >= 4:
+            (n,) = _LENGTH.unpack_from(buf, pos)
+            if size - pos - 4 < n:
+                break
+            out.append(pickle.loads(memoryview(buf)[pos + 4:pos + 4 + n]))
+            pos += 4 + n
+        if pos:
+            del buf[:pos]
+        return out
+
+
+def encode_delta(d: Any) -> Any:
+    """A delta as plain data (cheaper to pickle per token than the dataclass)."""
+    if isinstance(d, ChatDelta):
+        return (d.content, d.reasoning_content, d.tool_calls)
+    return d
+
+
+def decode_delta(d: Any) -> Any:
+    if isinstance(d, tuple):
+        return ChatDelta(content=d[0], reasoning_content=d[1], tool_calls=d[2])
+    return d
+
+
+class Worker:
+    """The worker's side: the loaded engine and the calls in flight on it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.engine: Any = None
+        self._wlock = threading.Lock()
+        self._lock = threading.Lock()
+        # id -> how to cancel it (None until the call has made its request); ids cancelled early
+        self._live: dict[int, Callable[[], None] | None] = {}
+        self._cancelled: set[int] = set()
+        self._closed = threading.Event()
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        data = pack(message)
+        with self._wlock:
+            self.sock.sendall(data)
+
+    # ---------------------------------------------------------------- requests
+    def _register(self, rid: int, cancel: Callable[[], None]) -> None:
+        with self._lock:
+            early = rid in self._cancelled
+            self._live[rid] = cancel
+        if early:
+            cancel()
+
+    def _done(self, rid: int) -> None:
+        with self._lock:
+            self._live.pop(rid, None)
+            self._cancelled.discard(rid)
+
+    def cancel(self, rid: int) -> None:
+        with self._lock:
+            if rid not in self._live:  # already answered
+                return
+            cancel = self._live[rid]
+            if cancel is None:
+                self._cancelled.add(rid)
+        if cancel is not None:
+            cancel()
+
+    def call(self, rid: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            if method in ("start", "start_chat"):
+                pending = getattr(self.engine, method)(*args, **kwargs)
+                self._register(rid, pending.cancel)
+                value = pending.result()
+            elif method in ("embed", "tokenize"):
+                value = getattr(self.engine, method)(*args, **kwargs)
+            else:
+                msg = f"the engine worker has no call {method!r}"
+                raise ValueError(msg)
+        except BaseException as e:
+            self._reply(("err", rid, type(e).__name__, str(e)))
+        else:
+            self._reply(("ok", rid, value))
+        finally:
+            self._done(rid)
+
+    def stream(self, rid: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            if method not in ("stream", "chat_stream"):
+                msg = f"the engine worker has no stream {method!r}"
+                raise ValueError(msg)
+            s = getattr(self.engine, method)(*args, **kwargs)
+        except BaseException as e:
+            self._reply(("err", rid, type(e).__name__, str(e)))
+            self._done(rid)
+            return
+        self._register(rid, s.close)
+        try:
+            self.send(("started", rid))
+            while True:
+                try:
+                    item = s.__next__()
+                except StopIteration:
+                    break
+                except BaseException as e:  # after the deltas before it, as in-process
+                    self.send(("err", rid, type(e).__name__, str(e)))
+                    return
+                self.send(("d", rid, encode_delta(item)))
+            self.send(("end", rid, s.result, getattr(s, "finish_reason", None), getattr(s, "message", None)))
+        except OSError:  # the server is gone: nobody reads the rest
+            s.close()
+        finally:
+            self._done(rid)
+
+    def _reply(self, message: tuple[Any, ...]) -> None:
+        with contextlib.suppress(OSError):  # the server went away: the worker ends with it
+            self.send(message)
+
+    def _stats(self) -> None:
+        last: dict[str, int] | None = None
+        while not self._closed.wait(STATS_INTERVAL_S):
+            try:
+                now = dict(self.engine.stats())
+            except Exception:  # an engine without scheduler counters (embeddings)
+                return
+            if now != last:
+                last = now
+                self._reply(("stats", now))
+
+    # ---------------------------------------------------------------- the process
+    def load(self, request: dict[str, Any]) -> bool:
+        from harness.core import crash
+        from harness.runtime import Runtime
+
+        try:
+            self.engine = Runtime.load(config=request["config"], models_dir=request.get("models_dir"),
+                                       variant=request.get("variant"))
+            info = dict(self.engine.info())
+        except BaseException as e:
+            self._reply(("failed", type(e).__name__, str(e)))
+            return False
+        crash.note(running=None)  # serving: the server names the requests in flight
+        self.send(("ready", info))
+        return True
+
+    def run(self) -> int:
+        frames = Frames()
+        first = self._recv(frames)
+        if not first or first[0][0] != "load":
+            return 2
+        if not self.load(first[0][1]):
+            return 1
+        _, admitted = capacity(int(self.engine.info().get("max_num_seqs", 1)), first[0][1].get("max_queue"))
+        # a thread per admitted request, and as many again for streams whose client left but whose
+        # cancel the engine has not taken yet (within a token), and embeddings' tokenize calls
+        workers = 2 * admitted + 4
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="harness-worker")
+        stats = threading.Thread(target=self._stats, name="harness-worker-stats", daemon=True)
+        stats.start()
+        pending = first[1:]
+        try:
+            while True:
+                for message in pending:
+                    kind = message[0]
+                    if kind == "close":
+                        return 0
+                    if kind == "cancel":
+                        self.cancel(message[1])
+                        continue
+                    _, rid, method, args, kwargs = message
+                    with self._lock:
+                        self._live[rid] = None
+                    pool.submit(self.call if kind == "call" else self.stream, rid, method, args, kwargs)
+                pending = self._recv(frames)
+                if not pending:  # the server went away
+                    return 0
+        finally:
+            self._closed.set()
+            with contextlib.suppress(Exception):
+                self.engine.close()
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def _recv(self, frames: Frames) -> list[Any]:
+        while True:
+            try:
+                data = self.sock.recv(1 << 16)
+            except InterruptedError:
+                continue
+            except OSError:
+                return []
+            if not data:
+                return []
+            messages = frames.feed(data)
+            if messages:
+                return messages
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not args[0].isdigit():
+        print("usage: python -m harness.serve.worker FD (started by harness serve)", file=sys.stderr)
+        return 2
+    # the server stops the worker in order (Ctrl-C at a terminal reaches the whole process group)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=int(args[0]))
+    try:
+        return Worker(sock).run()
+    finally:
+        sock.close()
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # leave at once: engine threads still winding down must not hold the exit
+    os._exit(code)
