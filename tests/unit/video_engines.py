@@ -78,5 +78,5 @@ def manager(*plugins: object) -> pluggy.PluginManager:
 def install(monkeypatch: pytest.MonkeyPatch, *plugins: object) -> pluggy.PluginManager:
     """Make ``plugins`` the process-wide plugin manager's (validation, the registry, the render)."""
     pm = manager(*plugins)
-    monkeypatch.setattr(harness.plugin, "get_manager", lambda: pm)
+    monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: pm)
     return pm
