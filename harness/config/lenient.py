@@ -6,7 +6,6 @@ errors too; they work on this best-effort :class:`~harness.config.model.ModelCon
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,6 +46,15 @@ def _strip_dropped(value: Any) -> Any:
     return value
 
 
+def _copy(value: Any) -> Any:
+    """A copy of loaded YAML data (mappings, lists and immutable scalars), without deepcopy's memo."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
 def best_effort_config(data: Any, bad: Iterable[Path_]) -> ModelConfig:
     """The typed config of ``data`` with every refused value left out.
 
@@ -55,16 +63,18 @@ def best_effort_config(data: Any, bad: Iterable[Path_]) -> ModelConfig:
     """
     if not isinstance(data, dict):
         return ModelConfig(name="", parameters=Parameters(model=""))
-    clean = copy.deepcopy(data)
-    for path in sorted(set(bad), key=len, reverse=True):
-        if path:
+    drop = sorted({path for path in bad if path}, key=len, reverse=True)
+    if drop:  # a copy to drop from: the document keeps what was written
+        clean = _copy(data)
+        for path in drop:
             _drop(clean, path)
-    clean = _strip_dropped(clean)
+        clean = _strip_dropped(clean)
+    else:  # nothing to drop: the top level is copied only to fill name / parameters.model in
+        clean = dict(data)
     if not isinstance(clean.get("name"), str):
         clean["name"] = ""
     params = clean.get("parameters")
-    if not isinstance(params, dict):
-        params = clean["parameters"] = {}
+    params = clean["parameters"] = dict(params) if isinstance(params, dict) else {}
     if not isinstance(params.get("model"), str):
         params["model"] = ""
     try:

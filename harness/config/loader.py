@@ -9,10 +9,14 @@ sexagesimal numbers; merge keys). Where yaml.v3 itself differs, it is followed:
 - a key given twice in one mapping is an error naming both lines (yaml.v3's
   "mapping key already defined" refusal: LocalAI does not load such a file).
 
-ruamel's composer gives a node tree with marks; the plain data is built here from it so
-that each path (``("parameters", "model")``) maps back to a line and column. Anything
-wrong with the text becomes a located :class:`Diagnostic`, never an exception. ruamel is
-imported on first use: ``harness --version`` and ``--help`` never load it.
+The node tree comes from libyaml (PyYAML's C parser; yaml.v3 is a Go port of libyaml) when
+it is installed, with every plain scalar resolved by ruamel's YAML 1.2 rules: the composer in
+C is an order of magnitude faster than ruamel's pure-Python one. A text libyaml refuses (yaml.v3's
+``\'`` escape among them) or one with a ``%YAML`` directive is read by ruamel's composer, which
+also says what is wrong. The plain data is built here from the nodes so that each path
+(``("parameters", "model")``) maps back to a line and column. Anything wrong with the text
+becomes a located :class:`Diagnostic`, never an exception. The YAML libraries are imported on
+first use: ``harness --version`` and ``--help`` never load them.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ Path_ = tuple[str | int, ...]
 #: yaml.v3's escapes in double-quoted scalars beyond ruamel's (YAML 1.2) table.
 YAML_V3_EXTRA_ESCAPES = {"'": "'"}
 MERGE_TAG = "tag:yaml.org,2002:merge"
+STR_TAG = "tag:yaml.org,2002:str"
 #: Alias expansion is bounded: a few anchors must not blow up into millions of nodes. Only
 #: nodes reached again through an alias count; a long plain document is bounded by its size.
 MAX_ALIAS_NODES = 100_000
@@ -101,7 +106,7 @@ class Document:
         return Diagnostic(file=self.file, line=line, col=col, severity=severity, message=message)
 
 
-Node = Any  # ruamel.yaml.nodes.Node: imported lazily
+Node = Any  # a ruamel.yaml or PyYAML node (``.id`` says which kind): imported lazily
 
 
 @functools.cache
@@ -123,7 +128,8 @@ class _Builder:
         from ruamel.yaml import nodes
 
         self.constructor, self.doc, self.problems = constructor, doc, problems
-        self.nodes = nodes
+        self.scalar_node = nodes.ScalarNode
+        self.tag = _ruamel_tag
         self.count = 0
         self.distinct: set[int] = set()
         self.stack: set[int] = set()
@@ -147,13 +153,14 @@ class _Builder:
         if id(node) in self.stack:
             self._problem(node, "recursive alias: a node contains itself")
             return None
-        if isinstance(node, self.nodes.ScalarNode):
+        kind = node.id
+        if kind == "scalar":
             return self._scalar(node)
         self.stack.add(id(node))
         try:
-            if isinstance(node, self.nodes.SequenceNode):
+            if kind == "sequence":
                 return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-            if isinstance(node, self.nodes.MappingNode):
+            if kind == "mapping":
                 return self._mapping(node, path)
         finally:
             self.stack.discard(id(node))
@@ -162,6 +169,11 @@ class _Builder:
     def _scalar(self, node: Any) -> Any:
         from ruamel.yaml.error import YAMLError
 
+        if node.tag == STR_TAG:  # what ruamel's constructor makes of it, without the detour
+            return node.value
+        if not isinstance(node, self.scalar_node):  # libyaml's: ruamel's constructor takes its own nodes
+            node = self.scalar_node(self.tag(node.tag), node.value, node.start_mark, node.end_mark,
+                                    style=node.style)
         try:
             value = self.constructor.construct_object(node, deep=True)
         except (YAMLError, ValueError, TypeError) as e:
@@ -173,10 +185,10 @@ class _Builder:
     def _merged(self, node: Any) -> list[Any]:
         """The (key, value) node pairs of a ``<<:`` value (a mapping or a list of them), for
         keys the mapping does not give itself; anything else is an error, as in yaml.v3."""
-        sources = node.value if isinstance(node, self.nodes.SequenceNode) else [node]
+        sources = node.value if node.id == "sequence" else [node]
         pairs: list[Any] = []
         for src in sources:
-            if isinstance(src, self.nodes.MappingNode):
+            if src.id == "mapping":
                 pairs += [p for p in src.value if not self._is_merge(p[0])]
                 pairs += [p for m in src.value if self._is_merge(m[0]) for p in self._merged(m[1])]
             else:
@@ -184,7 +196,7 @@ class _Builder:
         return pairs
 
     def _is_merge(self, key_node: Any) -> bool:
-        return isinstance(key_node, self.nodes.ScalarNode) and (
+        return key_node.id == "scalar" and (
             key_node.tag == MERGE_TAG or (key_node.value == "<<" and key_node.style is None))
 
     def _mapping(self, node: Any, path: Path_) -> dict[str, Any]:
@@ -195,7 +207,7 @@ class _Builder:
             if self._is_merge(key_node):  # YAML merge keys (<<: *base): yaml.v3 takes them
                 merged += self._merged(value_node)
                 continue
-            if not isinstance(key_node, self.nodes.ScalarNode):
+            if key_node.id != "scalar":
                 self._problem(key_node, "a key must be a plain scalar, not a list or a mapping")
                 continue
             # The key as written (a config's keys are names).
@@ -211,11 +223,19 @@ class _Builder:
             out[key] = self.build(value_node, (*path, key))
         for key_node, value_node in merged:
             key = str(getattr(key_node, "value", ""))
-            if key and key not in out and isinstance(key_node, self.nodes.ScalarNode):
+            if key and key not in out and key_node.id == "scalar":
                 self.doc.keys.setdefault((*path, key), (key_node.start_mark.line + 1,
                                                         key_node.start_mark.column + 1))
                 out[key] = self.build(value_node, (*path, key))
         return out
+
+
+@functools.lru_cache(maxsize=256)
+def _ruamel_tag(tag: str) -> Any:
+    """ruamel's Tag for a tag string, made once: it decodes its URI on first use and keeps that."""
+    from ruamel.yaml.tag import Tag
+
+    return Tag(suffix=tag)
 
 
 class _TooLarge(Exception):
@@ -251,7 +271,8 @@ def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagno
     docs: list[Document] = []
     y = _yaml()
     try:
-        for node in y.compose_all(text):
+        composed = _compose_libyaml(text)
+        for node in composed if composed is not None else y.compose_all(text):
             if node is None:
                 continue
             doc = Document(file=file, data=None)
@@ -264,4 +285,63 @@ def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagno
     except (RecursionError, ValueError) as e:
         msg = f"cannot read YAML: {type(e).__name__}: {e}"
         problems.append(Diagnostic(file=file, line=1, col=1, severity="error", message=msg))
+    finally:
+        # The constructor is shared by every load: keep no values (nor their nodes) alive.
+        y.constructor.constructed_objects.clear()
+        y.constructor.recursive_objects.clear()
     return docs, problems
+
+
+@functools.cache
+def _libyaml_parser() -> Any:
+    """PyYAML's libyaml parser resolving plain scalars by ruamel's YAML 1.2 rules, or None
+    when PyYAML has no libyaml."""
+    try:
+        import yaml
+        from yaml._yaml import CParser
+        from yaml.resolver import BaseResolver
+    except ImportError:  # PyYAML without libyaml
+        return None
+    if not getattr(yaml, "__with_libyaml__", False):
+        return None
+    from ruamel.yaml import nodes
+
+    resolver = _yaml().resolver
+    collections = {yaml.SequenceNode: str(resolver.resolve(nodes.SequenceNode, None, (True, False))),
+                   yaml.MappingNode: str(resolver.resolve(nodes.MappingNode, None, (True, False)))}
+
+    @functools.lru_cache(maxsize=4096)  # keys and common values repeat from file to file
+    def scalar_tag(value: str, implicit: tuple[bool, bool]) -> str:
+        return str(resolver.resolve(nodes.ScalarNode, value, implicit))
+
+    class V3CParser(CParser, BaseResolver):
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            BaseResolver.__init__(self)
+
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+            tag = collections.get(kind)
+            return tag if tag is not None else scalar_tag(value, implicit)
+
+    return V3CParser
+
+
+def _compose_libyaml(text: str) -> list[Node] | None:
+    """The document nodes of ``text`` composed by libyaml, or None: no libyaml, a ``%YAML``
+    directive (ruamel switches its rules by version), or a text libyaml refuses (then ruamel's
+    composer reads it and says where and why, with yaml.v3's extra escape)."""
+    parser_class = _libyaml_parser()
+    if parser_class is None or "%YAML" in text:
+        return None
+    import yaml
+
+    parser = parser_class(text)
+    try:
+        out = []
+        while parser.check_node():
+            out.append(parser.get_node())
+        return out
+    except yaml.YAMLError:
+        return None
+    finally:
+        parser.dispose()

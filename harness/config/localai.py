@@ -49,8 +49,9 @@ class Backend:
     speculative: str | None = None
     usecases: tuple[str, ...] = ()
     """What LocalAI's index says the backend is for (its tags, as known_usecases names)."""
-    model_optional: bool = False
-    """The backend runs without a model path (parameters.model may be empty)."""
+    model_optional: str = ""
+    """Where the backend loads without a model path, the LocalAI source that shows it (then
+    parameters.model may be left out or empty); empty for a backend that loads one."""
     video_family: str | None = None
     """The video family of its configs when they declare none (``harness/video/families.yaml``)."""
 
@@ -105,7 +106,7 @@ def vocabulary() -> Vocabulary:
     backends = {
         name: Backend(name=name, alias_of=spec.get("alias_of"), options=frozenset(spec.get("options") or ()),
                       speculative=spec.get("speculative"), video_family=spec.get("video_family"),
-                      usecases=cases.get(name, ()), model_optional=bool(spec.get("model_optional")))
+                      usecases=cases.get(name, ()), model_optional=str(spec.get("model_optional") or ""))
         for name, spec in raw["backends"].items()
     }
     for name, usecases in cases.items():  # the index's names this table has nothing more about
@@ -196,3 +197,9 @@ def backend_options(name: str | None) -> frozenset[str]:
         if engine == name and entry is not None:
             out |= entry.options
     return frozenset(out)
+
+
+def model_optional(backend: str | None) -> str:
+    """The LocalAI source showing that ``backend`` loads without a model path, else ""."""
+    entry = vocabulary().backend(backend) if backend else None
+    return entry.model_optional if entry is not None else ""

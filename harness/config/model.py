@@ -495,14 +495,28 @@ def from_mapping(cls: type[Any], data: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+#: hint -> (the one non-None member of an optional hint or None, is a dataclass, is a tuple):
+#: what _convert asks of a hint, asked once per hint.
+_HINT_SHAPES: dict[Any, tuple[Any, bool, bool]] = {}
+
+
+def _shape(hint: Any) -> tuple[Any, bool, bool]:
+    shape = _HINT_SHAPES.get(hint)
+    if shape is None:
+        origin = typing.get_origin(hint)
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        inner = args[0] if origin in (types.UnionType, typing.Union) and len(args) == 1 else None
+        shape = _HINT_SHAPES[hint] = (inner, dataclasses.is_dataclass(hint), origin is tuple)
+    return shape
+
+
 def _convert(hint: Any, value: Any) -> Any:
-    origin = typing.get_origin(hint)
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if origin in (types.UnionType, typing.Union) and len(args) == 1:
-        return _convert(args[0], value)
-    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-        return from_mapping(hint, value)  # type: ignore[arg-type]
-    if origin is tuple and isinstance(value, list):
+    inner, is_dataclass, is_tuple = _shape(hint)
+    if inner is not None:
+        return _convert(inner, value)
+    if is_dataclass and isinstance(value, dict):
+        return from_mapping(hint, value)
+    if is_tuple and isinstance(value, list):
         return tuple(value)
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.loader import Diagnostic, Document, Path_, Severity, dotted
-from harness.config.localai import remote_scheme, resolve_backend, vocabulary
+from harness.config.localai import model_optional, remote_scheme, resolve_backend
 from harness.config.model import option_specs
 from harness.config.options import ResolvedOptions
 
@@ -111,15 +111,21 @@ def str_at(data: Any, *keys: str) -> str | None:
 
 def non_finite(data: Any) -> Iterator[tuple[Path_, float]]:
     """Every NaN or infinity in ``data`` (YAML's ``.nan`` / ``.inf``), with its path."""
+    # Containers are walked without building a path for every value: one is made for a hit only.
     stack: list[tuple[Path_, Any]] = [((), data)]
     while stack:
         path, value = stack.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            yield path, value
-        elif isinstance(value, dict):
-            stack.extend(((*path, k), v) for k, v in value.items())
-        elif isinstance(value, list):
-            stack.extend(((*path, i), v) for i, v in enumerate(value))
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                yield path, value
+            continue
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for k, v in items:
+            if isinstance(v, float):
+                if not math.isfinite(v):
+                    yield (*path, k), v
+            elif isinstance(v, dict | list):
+                stack.append(((*path, k), v))
 
 
 class Rules:
@@ -174,11 +180,7 @@ class Rules:
 
     def _model_optional(self, path: Path_) -> bool:
         """An empty parameters.model where the backend loads no model file (localai.yaml says which)."""
-        if path != ("parameters", "model"):
-            return False
-        backend = str_at(self.data, "backend")
-        entry = vocabulary().backend(backend) if backend else None
-        return entry is not None and entry.model_optional
+        return path == ("parameters", "model") and bool(model_optional(str_at(self.data, "backend")))
 
     def model_path(self) -> None:
         model = str_at(self.data, "parameters", "model")

@@ -18,13 +18,14 @@ from typing import Any
 
 import jsonschema
 import pluggy
+from jsonschema import _keywords
 from jsonschema.exceptions import ValidationError
 
 from harness.config import schema as schema_mod
 from harness.config.gallery import body_documents, is_gallery_file
 from harness.config.lenient import best_effort
 from harness.config.loader import Diagnostic, Document, Path_, dotted, load_text
-from harness.config.localai import backend_options, resolve_backend, vocabulary
+from harness.config.localai import backend_options, model_optional, resolve_backend, vocabulary
 from harness.config.model import ModelConfig
 from harness.config.options import ResolvedOptions, resolve_options
 from harness.config.rules import (
@@ -64,13 +65,102 @@ def known_engines_from_plugins(pm: pluggy.PluginManager | None = None) -> frozen
 
 
 @functools.cache
-def _validator() -> jsonschema.Draft202012Validator:
-    """The compiled validator for the committed schema (generated when not committed yet)."""
+def _validator() -> Any:
+    """The compiled validator for the committed schema (generated when not committed yet), its
+    ``$defs`` references inlined: resolving a ``$ref`` costs jsonschema more than checking what it
+    points at, and every config goes through a few of them."""
     try:
         schema = schema_mod.committed()
     except (OSError, ValueError):
         schema = schema_mod.generate()
-    return jsonschema.Draft202012Validator(schema)
+    return _FastValidator(_inline_refs(schema))
+
+
+def _checked(validator: Any, value: Any, sub: Any, path: str | int, schema_path: str | None) -> Iterator[Any]:
+    """The errors of ``value`` (at ``path``) against ``sub``. A schema that says nothing but
+    ``type`` (most leaves of a config) is checked here exactly as jsonschema's ``type`` keyword
+    checks it; anything else descends as jsonschema does (an evolved validator per value, the
+    cost this saves)."""
+    if type(sub) is dict and len(sub) == 1 and "type" in sub:
+        types = sub["type"]
+        wanted = types if isinstance(types, list) else [types]
+        if not any(validator.is_type(value, t) for t in wanted):
+            yield ValidationError(
+                f"{value!r} is not of type {', '.join(repr(t) for t in wanted)}", validator="type",
+                validator_value=types, instance=value, schema=sub, path=[path],
+                schema_path=[schema_path, "type"] if schema_path is not None else ["type"],
+                type_checker=validator.TYPE_CHECKER)
+        return
+    yield from validator.descend(value, sub, path=path, schema_path=schema_path)
+
+
+def _properties(validator: Any, properties: dict[str, Any], instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's ``properties`` keyword, leaves checked by :func:`_checked`."""
+    if not validator.is_type(instance, "object"):
+        return
+    for prop, sub in properties.items():
+        if prop in instance:
+            yield from _checked(validator, instance[prop], sub, prop, prop)
+
+
+def _items(validator: Any, items: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """jsonschema's ``items`` keyword, leaves checked by :func:`_checked` (with ``prefixItems``
+    or ``items: false``, jsonschema's own)."""
+    if items is False or (isinstance(schema, dict) and schema.get("prefixItems")):
+        yield from _keywords.items(validator, items, instance, schema)
+        return
+    if not validator.is_type(instance, "array"):
+        return
+    for index, value in enumerate(instance):
+        yield from _checked(validator, value, items, index, None)
+
+
+_FastValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"properties": _properties, "items": _items})
+
+
+_DEFS_REF = "#/$defs/"
+
+
+#: Keywords that only annotate: a validator checks nothing with them.
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment", "deprecated"})
+#: Keywords whose value is a schema, a list of schemas, or a mapping of names to schemas.
+_SUBSCHEMA = frozenset({"items", "additionalProperties", "not", "if", "then", "else", "contains",
+                        "propertyNames", "unevaluatedItems", "unevaluatedProperties"})
+_SUBSCHEMAS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
+_NAMED_SUBSCHEMAS = frozenset({"properties", "patternProperties", "$defs", "dependentSchemas"})
+
+
+def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` as jsonschema checks it fastest, checking the same: each ``{"$ref": "#/$defs/X"}``
+    (annotations beside it) replaced by X itself, and the annotations dropped. A reference back
+    into a definition being inlined stays a reference (``$defs`` stays for it)."""
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any, inside: frozenset[str]) -> Any:
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_DEFS_REF) and set(node) - {"$ref"} <= _ANNOTATIONS:
+            name = ref[len(_DEFS_REF):]
+            target = defs.get(name)
+            if isinstance(target, dict) and name not in inside:
+                return walk(target, inside | {name})
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _ANNOTATIONS:
+                continue
+            if key in _SUBSCHEMA:
+                value = walk(value, inside)
+            elif key in _SUBSCHEMAS and isinstance(value, list):
+                value = [walk(v, inside) for v in value]
+            elif key in _NAMED_SUBSCHEMAS and isinstance(value, dict):
+                value = {name: walk(v, inside) for name, v in value.items()}
+            out[key] = value
+        return out
+
+    out: dict[str, Any] = walk(schema, frozenset())
+    return out
 
 
 def _found(value: Any) -> str:
@@ -89,6 +179,8 @@ def _found(value: Any) -> str:
 
 #: Keys a gallery template leaves to its gallery entry.
 TEMPLATE_KEYS = {(): ("name", "parameters"), ("parameters",): ("model",)}
+#: Keys a config whose backend loads no model file may leave out.
+MODEL_KEYS = {(): ("parameters",), ("parameters",): ("model",)}
 _TEMPLATE_HINT = {
     "name": " (a gallery body gets it from its gallery entry; this mapping was checked as a full "
             "config because of --no-template or its other keys)",
@@ -123,10 +215,16 @@ def schema_diagnostics(doc: Document, *, template: bool = False) -> list[Diagnos
     return _schema(doc, template=template).diagnostics
 
 
+def _model_keys_optional(data: Any) -> bool:
+    """The config's backend loads without a model path (localai.yaml's ``model_optional``)."""
+    return bool(model_optional(str_at(data, "backend")))
+
+
 def _schema(doc: Document, *, template: bool) -> _SchemaResult:
     out: list[Diagnostic] = []
     bad: list[Path_] = []
     errors = sorted(_validator().iter_errors(doc.data), key=lambda e: list(map(str, e.absolute_path)))
+    optional = any(e.validator == "required" for e in errors) and _model_keys_optional(doc.data)
     for e in errors:
         path = tuple(e.absolute_path)
         if _yaml11_bool(doc, e):
@@ -139,7 +237,7 @@ def _schema(doc: Document, *, template: bool) -> _SchemaResult:
             bad += [(*path, k) for k in e.instance if k not in props]
         elif e.validator != "required":
             bad.append(path)
-        out.extend(_schema_error(doc, e, template=template))
+        out.extend(_schema_error(doc, e, template=template, model_optional=optional))
     return _SchemaResult(diagnostics=out, bad=bad)
 
 
@@ -168,7 +266,8 @@ def _misplaced(section: str, key: str) -> str | None:
     return None
 
 
-def _schema_error(doc: Document, e: ValidationError, *, template: bool = False) -> list[Diagnostic]:
+def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
+                  model_optional: bool = False) -> list[Diagnostic]:
     path = tuple(e.absolute_path)
     where = dotted(path)
     v = e.validator
@@ -192,6 +291,8 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False) 
         missing = [k for k in e.validator_value if k not in e.instance and repr(k) in e.message]
         if template:
             missing = [k for k in missing if k not in TEMPLATE_KEYS.get(path, ())]
+        if model_optional:  # the backend loads no model file: parameters.model (and parameters:) may go
+            missing = [k for k in missing if k not in MODEL_KEYS.get(path, ())]
         label = "the config" if not path else where
         hints = _TEMPLATE_HINT if path in TEMPLATE_KEYS else {}
         return [doc.diag(path, "error", f"{label} is missing the required key {k!r}{hints.get(k, '')}")

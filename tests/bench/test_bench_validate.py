@@ -1,8 +1,11 @@
-"""How long `harness validate` takes on 1000 model configs (pytest-benchmark; not collected by default).
+"""How long `harness validate` takes on 1,000 model configs (pytest-benchmark; not collected by default).
 
-The configs are the examples and the LocalAI corpus (tests/data/localai), renamed apart,
-with the built-in plugins' engine rules on; every tenth has an unknown key, so the error
-paths are timed too. The goal: 1000 configs in under 2 s.
+What is timed is what ``harness validate DIR`` does after start-up: walk the directory, read
+each file, parse it as LocalAI's YAML parser does, and check it, with the validator the CLI
+builds (the plugins' engines and their config rules on). The 1,000 files are the examples and
+the LocalAI corpus (tests/data/localai) copied round-robin, full configs renamed apart, gallery
+bodies as they are; every tenth full config has a key LocalAI does not know, so the diagnostic paths are
+timed too. The issue's budget: 1,000 configs in under 0.5 s.
 
 Run: python -m pytest tests/bench/test_bench_validate.py -p no:cacheprovider
 """
@@ -10,39 +13,65 @@ Run: python -m pytest tests/bench/test_bench_validate.py -p no:cacheprovider
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harness.config.validate import Report, Validator
-from harness.engine.plugin import make_manager
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [*sorted((ROOT / "examples" / "models").glob("*.yaml")),
            *sorted((ROOT / "tests" / "data" / "localai").glob("*.yaml"))]
 N = 1000
+BUDGET_S = 0.5
 _NAME = re.compile(r"^name: (.+)$", re.M)
+#: Misspelt keys (one per tenth full config, in turn): the did-you-mean path is timed on varied words.
+UNKNOWN = ("contex_size: 10\n", "gpu_layer: 10\n", "thread: 4\n", "mmaps: true\n", "stopword: [x]\n",
+           "flash_atention: true\n", "knwon_usecases: [chat]\n")
+
+
+def _texts() -> list[str]:
+    # One config per file: a full config named at the top level (renamed apart, so every model
+    # name stays unique) or a gallery body (no name). List files are timed in the unit tests.
+    out = []
+    for p in SOURCES:
+        text = p.read_text()
+        if text.lstrip().startswith("- "):
+            continue
+        if _NAME.search(text) or "config_file:" in text:
+            out.append(text)
+    return out
 
 
 @pytest.fixture(scope="module")
-def configs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def configs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Counter[str]]:
     root = tmp_path_factory.mktemp("configs")
-    # One config per file, named at the top level (the list and gallery forms are timed in
-    # the unit tests): renaming keeps every model name unique.
-    texts = [t for t in (p.read_text() for p in SOURCES) if _NAME.search(t) and "config_file:" not in t]
+    texts = _texts()
+    expected: Counter[str] = Counter()
+    single = Validator()
     for i in range(N):
-        text = _NAME.sub(lambda m, i=i: f"name: {m.group(1).strip()}-{i}", texts[i % len(texts)], count=1)
-        if i % 10 == 0:
-            text += "contex_size: 10\n"
+        text = texts[i % len(texts)]
+        if "config_file:" not in text:  # a gallery file's own name: is not a model name
+            text = _NAME.sub(lambda m, i=i: f"name: {m.group(1).strip()}-{i}", text, count=1)
+            if i % 10 == 0:
+                text = text.rstrip("\n") + "\n" + UNKNOWN[i // 10 % len(UNKNOWN)]
         (root / f"{i // 100:02d}").mkdir(exist_ok=True)
-        (root / f"{i // 100:02d}" / f"model-{i:04d}.yaml").write_text(text)
-    return root
+        path = root / f"{i // 100:02d}" / f"model-{i:04d}.yaml"
+        path.write_text(text)
+        # What one file alone gets is what it must get among the thousand.
+        expected.update(d.severity for d in single.validate_paths([path]).diagnostics)
+    return root, expected
 
 
-def test_validate_1000_configs(benchmark: Any, configs: Path) -> None:
-    validator = Validator(engines={"llamacpp", "stable-diffusion.cpp"}, pm=make_manager(autoload=False))
-    report: Report = benchmark(validator.validate_paths, [configs])
+def test_validate_1000_configs(benchmark: Any, configs: tuple[Path, Counter[str]]) -> None:
+    root, expected = configs
+    validator = Validator()  # as `harness validate` builds it
+
+    report: Report = benchmark(validator.validate_paths, [root])
     assert report.files == N and report.configs == N
-    assert report.errors == N // 10
-    assert benchmark.stats.stats.mean < 2.0, "1000 configs must validate in under 2 s"
+    assert Counter(d.severity for d in report.diagnostics) == expected
+    assert expected["error"] == 0 and expected["warning"] >= N // 10
+    mean = benchmark.stats.stats.mean
+    assert mean < BUDGET_S, f"{N} configs took {mean:.3f} s on average (the budget: {BUDGET_S} s)"

@@ -71,6 +71,40 @@ def test_every_diagnostic_keeps_line_and_column() -> None:
                    "it belongs at the top level"]
 
 
+YAML_SHAPES = [
+    "name: m\nf16: yes\nthreads: 0o17\nseed: 1_000\ntop_p: .5\nx: ~\ny: 2001-12-14\nz: !!str 12\n",
+    "- &a {name: a, parameters: {model: a.gguf}}\n- {<<: *a, name: b}\n",
+    "a: |\n  line\n  two\nb: >-\n  folded\n  text\nc: 'it''s'\nd: \"tab\\tx\"\n",
+    "---\nname: one\n---\nname: two\n...\n",
+    "k: [1, 2.5, -.inf, .nan, true, null, \"q\"]\n",
+]
+
+
+@pytest.mark.parametrize("source", [*sorted(CORPUS.glob("*.yaml")), *range(len(YAML_SHAPES))],
+                         ids=lambda s: s.name if isinstance(s, Path) else f"shape{s}")
+def test_libyaml_and_ruamel_compose_the_same(source: Path | int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path (libyaml's composer) builds what ruamel's composer builds: values and marks."""
+    from harness.config import loader
+
+    text = source.read_text() if isinstance(source, Path) else YAML_SHAPES[source]
+    assert loader._compose_libyaml(text) is not None  # the fast path is taken
+    fast, fast_problems = loader.load_text(text, "m.yaml")
+    monkeypatch.setattr(loader, "_compose_libyaml", lambda _text: None)
+    slow, slow_problems = loader.load_text(text, "m.yaml")
+    assert fast_problems == slow_problems
+    assert [(d.data, d.values, d.keys) for d in fast] == [(d.data, d.values, d.keys) for d in slow]
+
+
+def test_what_libyaml_refuses_is_read_by_ruamel() -> None:
+    from harness.config import loader
+
+    text = 'name: m\nstopwords: ["it\\\'s"]\n'  # yaml.v3's \' escape: libyaml refuses it
+    assert loader._compose_libyaml(text) is None
+    docs, problems = loader.load_text(text, "m.yaml")
+    assert problems == [] and docs[0].data["stopwords"] == ["it's"]
+    assert loader._compose_libyaml("%YAML 1.1\n---\nf16: yes\n") is None  # ruamel switches rules by version
+
+
 # -- gallery bodies -------------------------------------------------------------------------
 
 
@@ -119,15 +153,27 @@ def test_config_show_and_select_take_the_flags(tmp_path: Path,
 # -- LocalAI's backend index ------------------------------------------------------------------
 
 
+INDEX_COMMIT = "0c8bba1fbe3de563aa09c8daed226f9699a1c115"
+
+
 def test_backend_index_is_pinned_data() -> None:
     v = vocabulary()
-    assert v.index_source["commit"] == "5cde45d6eb3ff83902efcd025768ef1cf92f25f7"
-    for name in ("pocket-tts", "qwen-tts", "voxcpm", "outetts", "kokoro"):
+    assert v.index_source["repository"] == "mudler/LocalAI" and v.index_source["commit"] == INDEX_COMMIT
+    # The issue's names: all in LocalAI's backend/index.yaml at that commit, all tagged text-to-speech.
+    for name in ("kokoros", "pocket-tts", "supertonic", "fish-speech", "qwen-tts", "voxcpm", "outetts", "kokoro"):
         entry = v.backend(name)
         assert entry is not None and entry.usecases == ("tts",), name
+    # Metas defined after the variants (trl, speaker-recognition sit at the end of the file) count too.
+    for name, cases in (("trl", ()), ("speaker-recognition", ("speaker_recognition",)),
+                        ("llama-cpp", ("chat", "completion", "tts")), ("whisper-medusa", ("transcript",))):
+        entry = v.backend(name)
+        assert entry is not None and entry.usecases == cases, name
+    # A per-hardware variant is not a backend name of its own.
+    assert v.backend("cuda12-fish-speech") is None and v.backend("kokoros-development") is None
 
 
-@pytest.mark.parametrize("name", ["pocket-tts", "qwen-tts", "voxcpm", "outetts"])
+@pytest.mark.parametrize("name", ["pocket-tts", "qwen-tts", "voxcpm", "outetts", "kokoros", "supertonic",
+                                  "fish-speech"])
 def test_index_backends_are_notes_not_errors(name: str) -> None:
     out = run(f"name: m\nbackend: {name}\nparameters: {{model: m.bin}}\n")
     assert out == [f"m.yaml:2:10: note: backend {name!r} is a LocalAI backend this harness does not build "
@@ -135,12 +181,58 @@ def test_index_backends_are_notes_not_errors(name: str) -> None:
 
 
 def test_unknown_backend_warns_and_a_refused_name_is_an_error() -> None:
-    [warn] = run("name: m\nbackend: kokoros\nparameters: {model: m.bin}\n")
-    assert warn.startswith("m.yaml:2:10: warning: backend 'kokoros' is neither an engine here nor in LocalAI's "
-                           "backend index (at 5cde45d6eb3f) (did you mean 'kokoro'?)")
+    [warn] = run("name: m\nbackend: kokoro-rs\nparameters: {model: m.bin}\n")
+    assert warn.startswith("m.yaml:2:10: warning: backend 'kokoro-rs' is neither an engine here nor in LocalAI's "
+                           f"backend index (at {INDEX_COMMIT[:12]}) (did you mean 'kokoros'?)")
     [err] = run("name: m\nbackend: my/backend\nparameters: {model: m.bin}\n")
     assert err.startswith("m.yaml:2:10: error: backend 'my/backend': LocalAI refuses a backend name with "
                           "characters other than letters")
+
+
+# -- a model path only where the backend loads one ------------------------------------------
+
+
+def test_model_optional_backends_are_data_with_their_source() -> None:
+    v = vocabulary()
+    for name in ("pocket-tts", "kitten-tts", "kokoro", "chatterbox", "outetts"):
+        entry = v.backend(name)
+        assert entry is not None and entry.model_optional.startswith(f"backend/python/{name}/backend.py@"), name
+    for name in ("piper", "neutts", "llama-cpp", "whisper", "silero-vad"):
+        entry = v.backend(name)
+        assert entry is not None and entry.model_optional == "", name
+
+
+def test_a_tts_config_whose_backend_loads_no_model_needs_no_model_path() -> None:
+    # The pocket-tts gallery body sets `parameters: {model: ""}`; LocalAI's own docs show a pocket-tts
+    # config with no parameters: at all (docs/content/features/text-to-audio.md).
+    assert run("name: pocket-tts\nbackend: pocket-tts\nparameters:\n  model: \"\"\nknown_usecases: [tts]\n") == [
+        "m.yaml:2:10: note: backend 'pocket-tts' is a LocalAI backend this harness does not build "
+        "(only LocalAI's shared rules are checked)"]
+    assert [o for o in run("name: pocket-tts\nbackend: pocket-tts\ntts: {voice: azelma}\n") if ": error: " in o] == []
+    assert [o for o in run("name: k\nbackend: kitten-tts\n") if ": error: " in o] == []
+
+
+def test_a_gallery_file_for_such_a_backend_has_no_error() -> None:
+    # The shape of LocalAI's gallery/pocket-tts.yaml: a named body whose model is "" on purpose
+    # (the gallery entry installs no model file), and of gallery/kokoros.yaml: a backend alone.
+    out = run("---\nname: localai\n\nconfig_file: |-\n    name: pocket-tts\n    backend: pocket-tts\n"
+              "    parameters:\n      model: \"\"\n    known_usecases:\n      - tts\n")
+    assert [o for o in out if ": error: " in o or ": warning: " in o] == []
+    out = run("---\nconfig_file: |\n  backend: kokoros\n")
+    assert out == ["m.yaml:3:3: note: gallery body: checked as a template (name and parameters.model come from "
+                   "its gallery entry)",
+                   "m.yaml:3:12: note: backend 'kokoros' is a LocalAI backend this harness does not build "
+                   "(only LocalAI's shared rules are checked)"]
+
+
+def test_a_backend_that_loads_a_model_still_needs_one() -> None:
+    errors = [o for o in run("name: p\nbackend: piper\nparameters:\n  model: \"\"\n") if ": error: " in o]
+    assert errors == ["m.yaml:4:10: error: parameters.model is empty"]
+    errors = [o for o in run("name: n\nbackend: neutts\n") if ": error: " in o]
+    assert [e.split(": error: ")[1].split(" (")[0] for e in errors] == [
+        "the config is missing the required key 'parameters'"]
+    # No backend: LocalAI guesses one from the model file, so the file is needed.
+    assert any("missing the required key 'parameters'" in o for o in run("name: x\n"))
 
 
 def test_refresh_script_reads_meta_backends(tmp_path: Path) -> None:
@@ -172,6 +264,38 @@ def test_refresh_script_reads_meta_backends(tmp_path: Path) -> None:
     assert "   piper: [tts]" in lines and "   whisper: [transcript]" in lines  # kept, same use cases
     assert "-  pocket-tts: [tts]" in lines  # not in this checkout's index
     assert "piper-development" not in r.stdout and any(line.startswith("+  commit: ") for line in lines)
+
+
+def test_refresh_script_takes_a_copied_file_with_its_commit(tmp_path: Path) -> None:
+    index = tmp_path / "index.yaml"
+    # Flow-style tags (kimodocpp's entry), a meta defined after the variants (trl's), new tags.
+    index.write_text(textwrap.dedent("""\
+        ---
+        - &kimodocpp
+          name: "kimodocpp"
+          tags: [3d-animation, text-to-motion, CPU, Vulkan]
+        - !!merge <<: *kimodocpp
+          name: "cpu-kimodocpp"
+        - &trl
+          name: "trl"
+          tags:
+            - fine-tuning
+            - LLM
+        - &ced
+          name: "ced"
+          tags: [audio-classification, CPU]
+        """))
+    script = str(ROOT / "scripts" / "refresh_localai_index.py")
+    r = subprocess.run([sys.executable, script, str(index), "--check"], capture_output=True, text=True, check=False)
+    assert r.returncode == 2 and "--commit" in r.stderr  # a file says nothing about its commit
+    r = subprocess.run([sys.executable, script, str(index), "--commit", "abc123", "--note", "taken by hand",
+                        "--check"], capture_output=True, text=True, check=False)
+    assert r.returncode == 1
+    lines = r.stdout.splitlines()
+    new = {line[1:] for line in lines if line[:1] in " +"}  # the refreshed copy: kept and added lines
+    assert {"  kimodocpp: [3d_animation]", "  ced: [sound_classification]", "  trl: []"} <= new
+    assert "+  commit: abc123" in lines and '+  note: "taken by hand"' in lines
+    assert "cpu-kimodocpp" not in r.stdout and "-  kokoros: [tts]" in lines  # not in this copy
 
 
 # -- use cases as LocalAI guesses them ------------------------------------------------------

@@ -171,7 +171,7 @@ def test_backend_must_be_known() -> None:
     out = run(BASE.replace("backend: llamacpp", "backend: lama-cpp"))
     assert out == [
         "m.yaml:2:10: warning: backend 'lama-cpp' is neither an engine here nor in LocalAI's backend index (at "
-        "5cde45d6eb3f) (did you mean 'llama-cpp'?): LocalAI loads the config and fails only when no gallery "
+        "0c8bba1fbe3d) (did you mean 'llama-cpp'?): LocalAI loads the config and fails only when no gallery "
         "has that backend; engines here: llamacpp, stable-diffusion.cpp"
     ]
 
