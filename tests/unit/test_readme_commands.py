@@ -78,6 +78,7 @@ NOT_RUN: dict[str, str] = {
     "nox -s bench": _NOX + " (micro-benchmarks)",
     "nox -s cross-aarch64": _NOX + " (cross build + QEMU runs, minutes)",
     "nox -s vulkan": _NOX + " (vulkan build + backend, minutes)",
+    "nox -s engine -- vllm.cpp": _NOX + " (the vllm.cpp cold build, tens of minutes on 2 cores)",
     "nox -s bench-error-rates": _NOX + " (40 benchmark comparisons, about 45 minutes on a quiet host)",
     "HARNESS_VIDEO_TINY=/tmp/tiny-wan pytest tests/e2e/sdcpp/test_video_render.py":
         "an e2e spec: needs the stable-diffusion.cpp cpu build and backend (minutes); the file is checked",
