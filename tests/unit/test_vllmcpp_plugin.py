@@ -111,3 +111,13 @@ def test_a_binding_compiled_for_another_abi_version_is_refused_naming_both() -> 
         handshake(module)
     assert "VLLM_ABI_VERSION 5" in str(e.value) and "vllm_abi_version() 6" in str(e.value)
     handshake(SimpleNamespace(COMPILED_ABI_VERSION=5, library_abi_version=lambda: 5))
+
+
+def test_a_commit_pin_makes_a_valid_wheel_version() -> None:
+    from packaging.version import Version
+
+    from harness.binding.wheel import wheel_version
+
+    assert wheel_version("0.3.36") == "0.3.36"
+    assert wheel_version("d85906ae5896") == "0+d85906ae5896"  # the vllm.cpp pin: a commit, not PEP 440
+    assert Version(wheel_version("d85906ae5896")).local == "d85906ae5896"
