@@ -4,11 +4,13 @@ A thin typed layer over the backend module (``_core``, a pybind11 module over vl
 every request goes to vllm.cpp's own scheduler (``vllm_request_submit``: continuous batching
 across requests), a library thread calls back per step, and Python only waits (GIL released).
 
-What the C ABI does not say, this layer does not invent: a streamed or started request reports
-the steps it saw (``n_generated``: one callback per engine step) but no prompt token count (0),
-and its finish reason is ``length`` when it ran ``max_tokens`` steps, else ``stop`` (or
-``cancelled``); :meth:`Engine.complete_exact` (``vllm_complete``) returns the library's own
-counts and finish reason.
+What the C ABI does not say, this layer does not invent: its streaming callback carries text only,
+and the library coalesces the steps a slow reader missed into one delta (measured: a tiny model
+finished 12 tokens before the first callback, which carried all of them). So a streamed or
+started request reports the deliveries it saw as ``n_generated`` (a lower bound), no prompt
+token count (0), and ``length`` only when it saw ``max_tokens`` deliveries, else ``stop`` (or
+``cancelled``); :meth:`Engine.complete` (``vllm_complete``) returns the library's own counts
+and finish reason.
 """
 
 from __future__ import annotations
@@ -192,8 +194,9 @@ class Engine:
 
     # ---------------------------------------------------------------- text
     def complete(self, prompt: str, sampling: Sampling | dict[str, Any] | None = None, **overrides: Any) -> Completion:
-        """Generate a completion through the scheduler (blocking; the GIL is released while waiting)."""
-        return self.start(prompt, sampling, **overrides).result()
+        """Generate a completion (blocking, GIL released): ``vllm_complete``, so the token counts and the
+        finish reason are the library's own (:meth:`start` is the cancellable form, with step counts)."""
+        return self.complete_exact(prompt, sampling, **overrides)
 
     def complete_exact(self, prompt: str, sampling: Sampling | dict[str, Any] | None = None,
                        **overrides: Any) -> Completion:

@@ -236,7 +236,7 @@ class Request {
         if (cancel_requested_) return false;
         const double t = now_s();
         if (t_first_ == 0) t_first_ = t;
-        ++n_steps_;  // one callback per engine step that produced this request's token
+        ++n_steps_;  // one per delivery: the library coalesces the steps a slow reader missed
         if (*delta) {
             text_ += delta;
             if (stream_) events_.push_back({Event::Delta, delta, ""});
