@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import nox
 
@@ -47,11 +48,14 @@ def lint(session: nox.Session) -> None:
     session.run("mypy", "harness")
 
 
-def _engines(session: nox.Session, env: dict[str, str]) -> list[str]:
+def _engines(session: nox.Session, env: dict[str, str], *, default_only: bool = True) -> list[str]:
     """The engines a plugin registers, asked of the harness installed in the session (the registry
-    is the one list of engines; descriptor-only engines have no runtime to test)."""
+    is the one list of engines; descriptor-only engines have no runtime to test). ``default_only``:
+    without those whose descriptor leaves them out of the default test command (``tests: default:
+    false``, with why: a cold build too slow for it), which ``nox -s engine -- NAME`` runs."""
     out = session.run("harness", "engines", "--json", silent=True, env=env)
-    return [e["engine"] for e in json.loads(str(out)) if e.get("registered")]
+    return [e["engine"] for e in json.loads(str(out))
+            if e.get("registered") and (e.get("default_tests", True) or not default_only)]
 
 
 def _prepare_cpu(session: nox.Session, env: dict[str, str], engines: list[str]) -> dict[str, str]:
@@ -105,6 +109,20 @@ def tests(session: nox.Session) -> None:
                     "--markdown", env=env)
     else:
         session.log("cpu-aarch64: no cross toolchain (bash scripts/install-system-deps.sh --cross-aarch64): skipped")
+
+
+@nox.session(python=PYTHON, default=False)
+def engine(session: nox.Session) -> None:
+    """One engine the test command leaves out (nox -s engine -- vllm.cpp): fetch, build cpu, bind, its e2e specs."""
+    _install(session, "all,test,convert")
+    env = {"HARNESS_NO_PROGRESS": "1"}
+    known = _engines(session, env, default_only=False)
+    names = [a for a in session.posargs if a in known] or known
+    e2e = _prepare_cpu(session, env, names)
+    # an engine's specs live in tests/e2e/<its name without punctuation> (vllm.cpp: tests/e2e/vllmcpp)
+    dirs = [f"tests/e2e/{re.sub(r'[^a-z0-9]', '', n.lower())}" for n in names]
+    specs = [d for d in dirs if os.path.isdir(d)] or ["tests/e2e"]
+    session.run("harness", "e2e", *specs, "--variant", "cpu", env=e2e)
 
 
 def _cross_toolchain_present() -> bool:

@@ -50,6 +50,18 @@ def dist_name(engine: str, variant: str) -> str:
     return f"harness-backend-{engine}-{variant}".replace("_", "-").replace(".", "-")
 
 
+def wheel_version(pin: str) -> str:
+    """The wheel's PEP 440 version for a pin: the pin itself when it is one (``0.3.36``), else a
+    local version naming it (a commit pin ``d85906ae5896`` -> ``0+d85906ae5896``)."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(pin)
+    except InvalidVersion:
+        return "0+" + re.sub(r"[^A-Za-z0-9.]+", ".", pin).strip(".")
+    return pin
+
+
 def _tree_hash(root: Path) -> str:
     h = hashlib.sha256()
     for p in sorted(root.rglob("*")):
@@ -75,7 +87,7 @@ def _pyproject(engine: EngineSpec, variant: str, package: str, source_dir: Path,
         "",
         "[project]",
         f'name = "{dist_name(engine.name, variant)}"',
-        f'version = "{engine.pin}"',
+        f'version = "{wheel_version(engine.pin)}"',
         f'description = "harness {engine.name} backend module, {variant} variant"',
         'requires-python = ">=3.11"',
         "",

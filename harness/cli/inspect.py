@@ -195,7 +195,8 @@ def cmd_engines(args: argparse.Namespace) -> int:
     for name in engine_names():
         e = load_engine(name)
         data.append({"engine": e.name, "pin": e.pin, "source": e.source.kind, "package": e.source.package,
-                     "upstream": e.upstream, "pinned_on": e.pinned_on, "registered": e.name in registered})
+                     "upstream": e.upstream, "pinned_on": e.pinned_on, "registered": e.name in registered,
+                     "default_tests": bool(e.raw.get("tests", {}).get("default", True))})
     if args.json:
         print_json(data)
         return 0

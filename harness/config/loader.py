@@ -266,18 +266,23 @@ def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagno
         except UnicodeDecodeError as e:
             msg = f"not UTF-8 text (byte {e.start}): a model config is a YAML text file"
             return [], [Diagnostic(file=file, line=1, col=1, severity="error", message=msg)]
-    from ruamel.yaml.error import YAMLError
+    import warnings
+
+    from ruamel.yaml.error import ReusedAnchorWarning, YAMLError
 
     docs: list[Document] = []
     y = _yaml()
     try:
-        composed = _compose_libyaml(text)
-        for node in composed if composed is not None else y.compose_all(text):
-            if node is None:
-                continue
-            doc = Document(file=file, data=None)
-            doc.data = _Builder(y.constructor, doc, problems).build(node, ())
-            docs.append(doc)
+        with warnings.catch_warnings():
+            # YAML 1.2 (and yaml.v3, which LocalAI reads with) lets an anchor be defined again: the later wins
+            warnings.simplefilter("ignore", ReusedAnchorWarning)
+            composed = _compose_libyaml(text)
+            for node in composed if composed is not None else y.compose_all(text):
+                if node is None:
+                    continue
+                doc = Document(file=file, data=None)
+                doc.data = _Builder(y.constructor, doc, problems).build(node, ())
+                docs.append(doc)
     except YAMLError as e:
         problems.append(_yaml_problem(file, e))
     except _TooLarge as e:

@@ -72,6 +72,9 @@ class SourceSpec:
     """git: a partial-clone filter (``blob:none``): blobs are fetched only for the files checked out."""
     sparse: tuple[str, ...] = ()
     """git: check out only these paths (files or directories) of the commit."""
+    path: str = ""
+    """local-archive: the archive file, absolute (the descriptor parser resolves a relative path or
+    ``file://`` URL against the project root the descriptor sits in)."""
 
     @property
     def pin(self) -> str:

@@ -113,6 +113,24 @@ def _message(e: jsonschema.ValidationError) -> str:
     return str(e.message)
 
 
+def resolve_source_path(value: str, project: Path, *, where: Path) -> Path:
+    """``source.path`` as an absolute path: a ``file://`` URL is read as its path (no host but
+    ``localhost``), ``~`` is expanded, and a relative path is taken from ``project`` (the root that
+    holds the descriptor's ``engines/``), so ``../shared/sources/x.tar.gz`` sits beside it."""
+    from urllib.parse import urlsplit
+    from urllib.request import url2pathname
+
+    if "://" in value:
+        parts = urlsplit(value)
+        if parts.scheme != "file" or parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
+            msg = (f"{where}:source.path: {value[:200]!r} is not a local file: give a path or a file:// URL "
+                   "(a remote archive belongs to another source kind)")
+            raise ConfigError(msg)
+        return Path(url2pathname(parts.path))
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else Path(os.path.normpath(project.absolute() / p))
+
+
 def parse_engine(path: Path) -> EngineSpec:
     try:
         data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError))
@@ -135,6 +153,8 @@ def parse_engine(path: Path) -> EngineSpec:
                for key, values in cmake.get("intents", {}).items()}
     source = dict(data["source"])
     source["sparse"] = tuple(source.get("sparse", ()))
+    if "path" in source:
+        source["path"] = str(resolve_source_path(str(source["path"]), path.parent.parent.parent, where=path))
     return EngineSpec(
         name=data["name"],
         root=path.parent,

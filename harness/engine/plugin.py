@@ -24,6 +24,7 @@ hookimpl = pluggy.HookimplMarker("harness")
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
     ("source-pypi-sdist", "harness_plugins.source_pypi_sdist"),
     ("source-git", "harness_plugins.source_git"),
+    ("source-local-archive", "harness_plugins.source_local_archive"),
     ("variant-cpu", "harness_plugins.variant_cpu"),
     ("variant-cuda", "harness_plugins.variant_cuda"),
     ("variant-vulkan", "harness_plugins.variant_vulkan"),

@@ -202,10 +202,16 @@ def test_spec_section_4_example_is_served_by_a_registered_vllm_cpp(
     f = tmp_path / "q.yaml"
     f.write_text("name: qwen3-vllm\nbackend: vllm-cpp\ncontext_size: 8192\nparameters:\n  model: Qwen3-4B\n"
                  "options:\n  - max_num_seqs:16\n")
-    assert cli("validate", "--strict", f) == 0  # not built here: a note, about this harness
-    assert "note: backend 'vllm-cpp' is a LocalAI backend this harness does not build" in capsys.readouterr().out
-    assert cli("select", f) == 1
-    assert "no engine selected: backend 'vllm-cpp' is a LocalAI backend this harness" in capsys.readouterr().out
+    # the vllm.cpp engine plugin serves LocalAI's vllm-cpp: no "does not build" note, and it is selected
+    model = tmp_path / "Qwen3-4B"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}')
+    (model / "model.safetensors").write_bytes(b"\x02\0\0\0\0\0\0\0{}")
+    assert cli("validate", "--strict", f) == 0
+    assert "does not build" not in capsys.readouterr().out
+    assert cli("select", f) == 0
+    assert "selected vllm.cpp variant cpu" in capsys.readouterr().out
+    # an engine registered under the exact name wins the name, as any exactly-named engine does
     monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: make_manager(autoload=False, extra=(VllmCpp(),)))
     assert cli("validate", "--strict", f) == 0
     assert cli("select", f) == 0

@@ -78,6 +78,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("plugins/llamacpp/bench_http.py", "LlamaServerArm._command", "(artifact / 'manifest.json').read_text"): "a built artifact's manifest",
     ("plugins/llamacpp/convert.py", "_is_gguf", "path.open"): "the converter's output, in a temporary file the harness made",
     ("plugins/llamacpp/engine.py", "handshake", "manifest_path.read_text"): "a built artifact's manifest",
+    ("plugins/vllmcpp/engine.py", "handshake", "manifest.read_text"): "a built artifact's manifest",
     ("plugins/variant_vulkan.py", "ensure_headers", "stamp.read_text"): "the pinned headers' own stamp",
     ("plugins/variant_vulkan.py", "harness_artifact_manifest", "log.read_text"): "the build log the harness wrote",
     # the pinned source tree the harness unpacked (integrity: harness/source/cache.py's manifest)

@@ -1,0 +1,99 @@
+"""Engine plugin ``vllm.cpp``: the engine LocalAI's ``vllm-cpp`` backend binds.
+
+vllm.cpp (engines/vllm.cpp/engine.yaml) is a C++20 port of vLLM's V1 engine behind a versioned
+C ABI (``include/vllm.h``, ``VLLM_ABI_VERSION``). Its runtime here (:mod:`.engine`) is a
+pybind11 module over that ABI; the module refuses a libvllm whose ``vllm_abi_version()`` is not
+the version it was compiled against. Model configs with ``backend: vllm-cpp`` (LocalAI's
+spelling) select this engine; vllm.cpp's own option names (``block_size``, ``num_blocks``,
+``max_num_seqs``, ``max_model_len``, ``tool_parser``, ``reasoning_parser``,
+``tokenizer_config_path``) are the config's ``options:`` keys and reach its load parameters.
+
+Model rule (SPEC §4): ``parameters.model`` is a ``.gguf`` file or a directory with
+``config.json``; anything else is refused. vllm.cpp's GGUF loader takes the Qwen3.5/3.6 family
+only (``general.architecture`` qwen35, qwen35moe, qwen3next); safetensors directories take its
+dense families (``config.json`` ``architectures``, :data:`ARCHITECTURES`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.core.types import HostInfo, MatchResult
+from harness.engine.plugin import hookimpl
+from harness.engine.registry import EngineImpl
+
+if TYPE_CHECKING:
+    from harness.config.loader import Diagnostic
+    from harness.config.model import ModelConfig
+    from harness.config.rules import CheckContext
+
+NAME = "vllm.cpp"
+FORMATS = ("ggufv2", "safetensors")
+#: ``general.architecture`` values the pinned vllm.cpp's GGUF loader takes (HfConfigFromGguf).
+GGUF_ARCHITECTURES = frozenset({"qwen35", "qwen35moe", "qwen3next"})
+#: ``config.json`` architectures the pinned vllm.cpp registers for safetensors (its README's table).
+ARCHITECTURES = frozenset({
+    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration", "OPTForCausalLM",
+    "DeepseekV2ForCausalLM", "Glm4ForCausalLM", "Glm4MoeLiteForCausalLM", "GemmaForCausalLM",
+    "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GraniteForCausalLM",
+    "Phi3ForCausalLM",
+})
+SERVES = frozenset({"chat", "completion"})
+
+
+def _load(model: str | Path, *, variant: str | None = None, **engine_args: Any) -> Any:
+    from harness_plugins.vllmcpp.engine import Engine
+
+    return Engine.load(model, variant=variant, **engine_args)
+
+
+@hookimpl
+def harness_engine_register() -> list[EngineImpl]:
+    return [EngineImpl(name=NAME, serves=("text",), load=_load, match=match, config_check=config_check,
+                       e2e_specs=e2e_specs, localai_backends=("vllm-cpp",))]
+
+
+def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
+    """Whether vllm.cpp serves ``model`` (its facts) on ``host``; its CPU build runs everywhere."""
+    uses = [str(u) for u in model.get("abilities") or ()]
+    if uses and not SERVES.intersection(uses):
+        return MatchResult(engine=NAME, ok=False,
+                           reason=f"the config is for {', '.join(uses)}; vllm.cpp serves {', '.join(sorted(SERVES))}")
+    fmt = model.get("format")
+    if fmt not in FORMATS:
+        return MatchResult(engine=NAME, ok=False,
+                           reason=f"vllm.cpp engine loads GGUF or safetensors (HF directory) models; model is {fmt}")
+    arch = model.get("architecture")
+    if fmt == "ggufv2" and isinstance(arch, str) and arch not in GGUF_ARCHITECTURES:
+        return MatchResult(engine=NAME, ok=False,
+                           reason=f"vllm.cpp's GGUF loader takes {', '.join(sorted(GGUF_ARCHITECTURES))} only; "
+                                  f"the model is {arch}")
+    archs = [str(a) for a in model.get("architectures") or ()]
+    if fmt == "safetensors" and archs and not ARCHITECTURES.intersection(archs):
+        return MatchResult(engine=NAME, ok=False, reason=f"family not supported by vllm.cpp: {', '.join(archs)}")
+    return MatchResult(engine=NAME, ok=True, variant="cpu")
+
+
+def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
+    """The model rule (SPEC §4): ``parameters.model`` is a ``.gguf`` file or a directory with
+    ``config.json``; checked when it names something in the models directory."""
+    ref = config.parameters.model
+    full = context.local_file(ref) if ref else None
+    if full is None:
+        return []
+    at = ("parameters", "model")
+    if full.is_dir() and not (full / "config.json").is_file():
+        return [context.error(at, f"parameters.model {ref!r} is a directory without config.json; vllm.cpp loads "
+                                  "a .gguf file or a Hugging Face model directory")]
+    if not full.is_dir() and full.suffix.lower() != ".gguf":
+        return [context.error(at, f"parameters.model {ref!r} must be a .gguf file or a directory with config.json "
+                                  "(vllm.cpp refuses anything else)")]
+    return []
+
+
+def e2e_specs() -> list[Path]:
+    from harness.core.paths import project_root
+
+    return sorted((project_root() / "tests" / "e2e" / "vllmcpp").glob("test_*.py"))
