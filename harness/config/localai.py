@@ -68,6 +68,8 @@ class Vocabulary:
     index_source: dict[str, Any] = field(default_factory=dict)
     guess_usecases: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """LocalAI's GuessUsecases by backend name: use case -> the backend names it is guessed for."""
+    gallery_metadata: frozenset[str] = frozenset()
+    """A gallery entry's descriptive fields: in a model config, ignored by LocalAI and harmless."""
 
     def unused(self, section: str) -> dict[str, str]:
         """Keys of ``section`` accepted and not used, with the JSON type LocalAI decodes them into."""
@@ -119,6 +121,7 @@ def vocabulary() -> Vocabulary:
         speculative_spellings=dict(raw.get("speculative_spellings") or {}),
         index_source=dict(index["source"]),
         guess_usecases={str(k): tuple(str(b) for b in v) for k, v in (raw.get("guess_usecases") or {}).items()},
+        gallery_metadata=frozenset(str(k) for k in raw.get("gallery_metadata") or ()),
     )
 
 

@@ -66,6 +66,10 @@ class CheckContext:
     def warn(self, path: Path_, message: str, *, key: bool = False) -> Diagnostic:
         return self.document.diag(path, "warning", message, key=key)
 
+    def note(self, path: Path_, message: str, *, key: bool = False) -> Diagnostic:
+        """A finding about this harness's coverage, not about the config: never fails a run."""
+        return self.document.diag(path, "note", message, key=key)
+
     def local_file(self, value: str) -> Path | None:
         """``value`` resolved in the models directory when it names something there, else None."""
         if self.models_dir is None or remote_scheme(value) or path_problem("x", value):

@@ -280,6 +280,11 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
         for k in extra:
             # yaml.v3 drops a key no field takes (LocalAI decodes leniently): accepted, probably wrong.
             home = _misplaced(section, str(k)) if len(path) <= 1 else None
+            if not path and k in vocabulary().gallery_metadata:
+                out.append(doc.diag((k,), "note", f"{k!r} describes a gallery entry (LocalAI's GalleryModel); "
+                                                  "a model config has no such field and LocalAI ignores it",
+                                    key=True))
+                continue
             if home is not None:
                 msg = (f"{k!r} under {where}: is silently ignored by LocalAI there; it belongs {home}")
             else:

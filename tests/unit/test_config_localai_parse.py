@@ -298,6 +298,56 @@ def test_refresh_script_takes_a_copied_file_with_its_commit(tmp_path: Path) -> N
     assert "cpu-kimodocpp" not in r.stdout and "-  kokoros: [tts]" in lines  # not in this copy
 
 
+# -- shapes from real LocalAI files the corpus had not seen (the held-out check) -------------------
+
+
+def test_gallery_entry_fields_in_a_config_are_notes() -> None:
+    # aio/cpu/image-gen.yaml carries license: and urls: (GalleryModel's fields, core/gallery/request.go).
+    out = run("name: m\nbackend: llama-cpp\nparameters: {model: m.gguf}\nlicense: BSD-3\nurls: [https://x]\n"
+              "tags: [a]\nicon: https://x/i.png\nlicence: BSD-3\n")
+    assert [o for o in out if ": warning: " in o] == [
+        "m.yaml:8:1: warning: unknown key 'licence': LocalAI ignores it"]
+    assert "m.yaml:4:1: note: 'license' describes a gallery entry (LocalAI's GalleryModel); a model config has " \
+           "no such field and LocalAI ignores it" in out
+    assert len([o for o in out if "describes a gallery entry" in o]) == 4
+
+
+def test_stablediffusion_ggml_options_the_gallery_uses_are_known() -> None:
+    # gallery/qwen-image-edit-ggml.yaml and ltx-ggml.yaml: options gosd.cpp's load_model reads.
+    out = run("name: m\nbackend: stablediffusion-ggml\nparameters: {model: q.gguf}\noptions:\n"
+              "  - diffusion_model\n  - diffusion_model_path:q.gguf\n  - vae_decode_only:false\n  - wtype:q8_0\n")
+    assert [o for o in out if ": warning: " in o or ": error: " in o] == []
+
+
+def test_a_video_config_for_localai_options_only_is_a_coverage_note() -> None:
+    # gallery/ltx-ggml.yaml: LocalAI's options, not this harness's video_* set.
+    out = run("---\nname: ltx\nconfig_file: |\n  backend: stablediffusion-ggml\n  known_usecases:\n    - video\n"
+              "  options:\n  - diffusion_model\n  - sampler:euler\n")
+    assert [o for o in out if ": warning: " in o or ": error: " in o] == []
+    assert any(": note: known_usecases includes video but no video_* option" in o for o in out)
+
+
+def test_silero_vad_without_a_model_is_refused() -> None:
+    # examples/silero-vad-custom-options.yaml names no model; the silero-vad backend passes the model
+    # file to silero-vad-go's NewDetector, whose DetectorConfig.IsValid refuses an empty ModelPath.
+    out = run("name: silero-vad\nbackend: silero-vad\noptions:\n  - threshold:0.55\n")
+    assert [o.split(": error: ")[1].split(" (")[0] for o in out if ": error: " in o] == [
+        "the config is missing the required key 'parameters'"]
+
+
+def test_keys_localai_spells_otherwise_are_warnings() -> None:
+    # examples/mlx-video/ltx2-mlx.yaml (usecases:), examples/rwkv (cutwords:), gallery/phi-3-vision
+    # (template.image), gallery/diffusiongemma.yaml (context_size under parameters:).
+    out = run("name: m\nbackend: mlx-video\nparameters: {model: m, context_size: 4096}\nusecases: [video]\n"
+              "cutwords: [x]\ntemplate: {chat: '{{.Input}}', image: '<|image|>'}\n")
+    warnings = [o.split(": warning: ")[1] for o in out if ": warning: " in o]
+    assert warnings == [
+        "'context_size' under parameters: is silently ignored by LocalAI there; it belongs at the top level",
+        "unknown key 'usecases': LocalAI ignores it (did you mean 'known_usecases'?)",
+        "unknown key 'cutwords': LocalAI ignores it (did you mean 'stopwords'?)",
+        "unknown key 'image' in template: LocalAI ignores it"]
+
+
 # -- use cases as LocalAI guesses them ------------------------------------------------------
 
 
