@@ -124,7 +124,8 @@ def _yaml() -> Any:
 
 
 class _Builder:
-    def __init__(self, constructor: Any, doc: Document, problems: list[Diagnostic]) -> None:
+    def __init__(self, constructor: Any, doc: Document, problems: list[Diagnostic], *,
+                 aliases: bool = True) -> None:
         from ruamel.yaml import nodes
 
         self.constructor, self.doc, self.problems = constructor, doc, problems
@@ -133,6 +134,8 @@ class _Builder:
         self.count = 0
         self.distinct: set[int] = set()
         self.stack: set[int] = set()
+        if not aliases:  # no node is reached twice: nothing to count or to find recursive
+            self.build = self._build_tree  # type: ignore[method-assign]
 
     def _problem(self, node: Node, message: str) -> None:
         self.problems.append(Diagnostic(
@@ -164,6 +167,23 @@ class _Builder:
                 return self._mapping(node, path)
         finally:
             self.stack.discard(id(node))
+        return None
+
+    def _build_tree(self, node: Node, path: Path_) -> Any:
+        """:meth:`build` for a text without aliases (each node reached once): same values, marks
+        and depth limit, without the alias bookkeeping."""
+        mark = node.start_mark
+        if len(path) > MAX_DEPTH:
+            msg = f"nested deeper than {MAX_DEPTH} levels (the depth limit for a model config)"
+            raise _TooLarge(msg, mark.line + 1, mark.column + 1)
+        self.doc.values[path] = (mark.line + 1, mark.column + 1)
+        kind = node.id
+        if kind == "scalar":
+            return node.value if node.tag == STR_TAG else self._scalar(node)
+        if kind == "sequence":
+            return [self._build_tree(item, (*path, i)) for i, item in enumerate(node.value)]
+        if kind == "mapping":
+            return self._mapping(node, path)
         return None
 
     def _scalar(self, node: Any) -> Any:
@@ -281,7 +301,9 @@ def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagno
                 if node is None:
                     continue
                 doc = Document(file=file, data=None)
-                doc.data = _Builder(y.constructor, doc, problems).build(node, ())
+                # an alias is written with '*': a text without one has none to expand
+                builder = _Builder(y.constructor, doc, problems, aliases="*" in text)
+                doc.data = builder.build(node, ())
                 docs.append(doc)
     except YAMLError as e:
         problems.append(_yaml_problem(file, e))

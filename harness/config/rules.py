@@ -38,6 +38,8 @@ class Context:
     models_dir: Path | None = None
     template: bool = False
     """A gallery template body: ``name`` and ``parameters.model`` come from the gallery entry."""
+    non_finite: tuple[tuple[Path_, float], ...] | None = None
+    """The document's NaNs and infinities when the caller has them already (else found here)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,7 +155,8 @@ class Rules:
     # -- rules ---------------------------------------------------------------
 
     def numbers(self) -> None:
-        for path, value in sorted(non_finite(self.data), key=lambda p: self.doc.where(p[0])):
+        found = self.ctx.non_finite if self.ctx.non_finite is not None else tuple(non_finite(self.data))
+        for path, value in sorted(found, key=lambda p: self.doc.where(p[0])):
             where = dotted(path)
             self.add(path, "error", f"{where}: expected a finite number, found {value!r} "
                                     "(NaN and infinity are never valid settings)")

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import math
 import os
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import jsonschema
 import pluggy
 from jsonschema import _keywords
+from jsonschema._utils import equal as _jsonschema_equal
 from jsonschema.exceptions import ValidationError
 
 from harness.config import schema as schema_mod
@@ -76,20 +78,75 @@ def _validator() -> Any:
     return _FastValidator(_inline_refs(schema))
 
 
+#: Keywords :func:`_passes` can decide (anything else: jsonschema decides).
+_SIMPLE = frozenset({"type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                     "minLength", "items", "properties", "additionalProperties", "required",
+                     "$schema", "$id", "$defs"})  # the last three name the schema and check nothing
+
+
+def _certainly(value: Any, type_name: str) -> bool:
+    """``value`` is of JSON Schema type ``type_name`` (False also where jsonschema might say yes:
+    a float that is an integer, an unknown type name; jsonschema then decides)."""
+    if type_name == "string":
+        return isinstance(value, str)
+    if type_name == "integer":
+        return type(value) is int
+    if type_name == "number":
+        return type(value) is int or type(value) is float
+    if type_name == "boolean":
+        return type(value) is bool
+    if type_name == "object":
+        return isinstance(value, dict)
+    if type_name == "array":
+        return isinstance(value, list)
+    return type_name == "null" and value is None
+
+
+def _passes(value: Any, sub: Any) -> bool:
+    """True only when ``value`` certainly satisfies ``sub``, a schema of simple keywords (all of a
+    config's schema: types, bounds, enums, lists, mappings of known keys). False means "not sure":
+    the caller lets jsonschema check it, so every error still comes from jsonschema itself."""
+    if sub is True:
+        return True
+    if type(sub) is not dict or not sub.keys() <= _SIMPLE:
+        return False
+    types = sub.get("type")
+    if types is not None and not any(_certainly(value, t) for t in (types if isinstance(types, list) else (types,))):
+        return False
+    if "enum" in sub and not any(_jsonschema_equal(value, e) for e in sub["enum"]):
+        return False
+    if isinstance(value, dict):
+        return _object_passes(value, sub)
+    if isinstance(value, list):
+        return "items" not in sub or all(_passes(v, sub["items"]) for v in value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        for key, ok in (("minimum", value.__ge__), ("maximum", value.__le__),
+                        ("exclusiveMinimum", value.__gt__), ("exclusiveMaximum", value.__lt__)):
+            bound = sub.get(key)
+            if bound is not None and ok(bound) is not True:
+                return False
+    return not ("minLength" in sub and isinstance(value, str) and len(value) < sub["minLength"])
+
+
+def _object_passes(value: dict[str, Any], sub: dict[str, Any]) -> bool:
+    required = sub.get("required")
+    if required and not all(k in value for k in required):
+        return False
+    props = sub.get("properties") or {}
+    extra = sub.get("additionalProperties", True)
+    for key, item in value.items():
+        if key in props:
+            if not _passes(item, props[key]):
+                return False
+        elif extra is not True and not (extra is not False and _passes(item, extra)):
+            return False
+    return True
+
+
 def _checked(validator: Any, value: Any, sub: Any, path: str | int, schema_path: str | None) -> Iterator[Any]:
-    """The errors of ``value`` (at ``path``) against ``sub``. A schema that says nothing but
-    ``type`` (most leaves of a config) is checked here exactly as jsonschema's ``type`` keyword
-    checks it; anything else descends as jsonschema does (an evolved validator per value, the
-    cost this saves)."""
-    if type(sub) is dict and len(sub) == 1 and "type" in sub:
-        types = sub["type"]
-        wanted = types if isinstance(types, list) else [types]
-        if not any(validator.is_type(value, t) for t in wanted):
-            yield ValidationError(
-                f"{value!r} is not of type {', '.join(repr(t) for t in wanted)}", validator="type",
-                validator_value=types, instance=value, schema=sub, path=[path],
-                schema_path=[schema_path, "type"] if schema_path is not None else ["type"],
-                type_checker=validator.TYPE_CHECKER)
+    """jsonschema's errors of ``value`` (at ``path``) against ``sub``, without its descend (an
+    evolved validator per value, the cost this saves) where :func:`_passes` sees it is valid."""
+    if _passes(value, sub):
         return
     yield from validator.descend(value, sub, path=path, schema_path=schema_path)
 
@@ -223,7 +280,11 @@ def _model_keys_optional(data: Any) -> bool:
 def _schema(doc: Document, *, template: bool) -> _SchemaResult:
     out: list[Diagnostic] = []
     bad: list[Path_] = []
-    errors = sorted(_validator().iter_errors(doc.data), key=lambda e: list(map(str, e.absolute_path)))
+    validator = _validator()
+    # A config that certainly passes (most do) is not walked again by jsonschema; any other is
+    # walked by it, and every error reported is jsonschema's.
+    errors = [] if _passes(doc.data, validator.schema) else sorted(
+        validator.iter_errors(doc.data), key=lambda e: list(map(str, e.absolute_path)))
     optional = any(e.validator == "required" for e in errors) and _model_keys_optional(doc.data)
     for e in errors:
         path = tuple(e.absolute_path)
@@ -254,6 +315,23 @@ def _yaml11_bool(doc: Document, e: ValidationError) -> bool:
         cur = cur[part]
     cur[path[-1]] = YAML11_BOOLS[e.instance]
     return True
+
+
+@functools.lru_cache(maxsize=64)
+def _letter_counts(candidates: tuple[str, ...]) -> tuple[tuple[str, int, Counter[str]], ...]:
+    return tuple((c, len(c), Counter(c)) for c in candidates)
+
+
+def _did_you_mean(word: str, candidates: tuple[str, ...]) -> str:
+    """:func:`~harness.core.errors.did_you_mean`'s answer, sooner: difflib only looks at the
+    candidates whose ``quick_ratio`` (the letters two words share, an upper bound of their
+    similarity) reaches its 0.6 cutoff, computed here from letter counts made once per vocabulary.
+    difflib drops every other candidate on that same test, so the answer is the same."""
+    counts = Counter(word)
+    n = len(word)
+    close = [c for c, length, letters in _letter_counts(candidates)
+             if n + length and 2.0 * sum(min(k, letters[ch]) for ch, k in counts.items()) / (n + length) >= 0.6]
+    return did_you_mean(word, close)
 
 
 def _misplaced(section: str, key: str) -> str | None:
@@ -288,7 +366,7 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
             if home is not None:
                 msg = (f"{k!r} under {where}: is silently ignored by LocalAI there; it belongs {home}")
             else:
-                msg = f"unknown key {k!r}{inside}: LocalAI ignores it{did_you_mean(str(k), props)}"
+                msg = f"unknown key {k!r}{inside}: LocalAI ignores it{_did_you_mean(str(k), tuple(props))}"
             out.append(doc.diag((*path, k), "warning", msg, key=True))
         return out
     if v == "required" and isinstance(e.validator_value, list) and isinstance(e.instance, dict):
@@ -474,9 +552,10 @@ class Validator:
         opts = (ResolvedOptions() if verdict is not None and engine is None
                 else resolve_options(doc, localai=backend_options(backend or engine)))
         diags += opts.diagnostics
-        ctx = Context(engines=self.engines, models_dir=self.models_dir, template=template)
+        numbers = tuple(non_finite(doc.data))
+        ctx = Context(engines=self.engines, models_dir=self.models_dir, template=template, non_finite=numbers)
         diags += check(doc, opts, ctx)
-        bad = schema.bad + [p for p, _ in non_finite(doc.data)]
+        bad = schema.bad + [p for p, _ in numbers]
         config = best_effort(doc.data, bad)
         check_ctx = CheckContext(document=doc, options=opts, engines=self.engines,
                                  models_dir=self.models_dir, engine=engine, template=template)

@@ -95,6 +95,18 @@ def test_libyaml_and_ruamel_compose_the_same(source: Path | int, monkeypatch: py
     assert [(d.data, d.values, d.keys) for d in fast] == [(d.data, d.values, d.keys) for d in slow]
 
 
+def test_fast_did_you_mean_answers_as_difflib_does() -> None:
+    from harness.config import validate
+    from harness.core.errors import did_you_mean
+
+    keys = tuple(validate._validator().schema["properties"])
+    words = [k[:i] + k[i + 1:] for k in keys for i in range(0, len(k), 3)]  # a letter dropped
+    words += [k[:i] + k[i + 1] + k[i] + k[i + 2:] for k in keys for i in range(0, len(k) - 1, 4)]  # swapped
+    words += ["x", "", "zzzzzzzz", "contex_size", "knwon_usecases", "licence", "usecases", "cutwords"]
+    for word in words:
+        assert validate._did_you_mean(word, keys) == did_you_mean(word, keys), word
+
+
 def test_what_libyaml_refuses_is_read_by_ruamel() -> None:
     from harness.config import loader
 
