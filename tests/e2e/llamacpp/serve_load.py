@@ -544,7 +544,7 @@ async def soak(base: str, pid: int, p: Profile) -> dict[str, Any]:
     rng = random.Random(60)
     end = time.monotonic() + p.soak_s
     results: list[Stream] = []
-    samples: list[tuple[float, int]] = []
+    samples: list[tuple[float, int, int]] = []
     t0 = time.monotonic()
 
     async def client() -> None:
@@ -560,15 +560,19 @@ async def soak(base: str, pid: int, p: Profile) -> dict[str, Any]:
 
     async def sample() -> None:
         while time.monotonic() < end:
-            samples.append((time.monotonic() - t0, rss_bytes(pid)))
+            samples.append((time.monotonic() - t0, *rss_parts(pid)))
             await asyncio.sleep(2.0)
 
     await asyncio.gather(sample(), *(client() for _ in range(p.soak_clients)))
     warm = max(p.soak_s / 5, 60.0)
     out = summary(results, time.monotonic() - t0)
-    out["rss_mb"] = {"start": round(samples[0][1] / 1e6, 1), "end": round(samples[-1][1] / 1e6, 1)}
-    out["rss_slope"] = slope([s for s in samples if s[0] >= warm])
+    out["rss_mb"] = {"start": round(sum(samples[0][1:]) / 1e6, 1), "end": round(sum(samples[-1][1:]) / 1e6, 1)}
+    kept = [s for s in samples if s[0] >= warm]
+    out["rss_slope"] = slope([(t, server + workers) for t, server, workers in kept])
     out["rss_slope"]["window_s"] = round(max(0.0, p.soak_s - warm))
+    # which process grows, for whoever looks into a leak
+    out["rss_slope_server"] = slope([(t, server) for t, server, _ in kept])
+    out["rss_slope_workers"] = slope([(t, workers) for t, _, workers in kept])
     return out
 
 
@@ -623,6 +627,7 @@ def run(model: Path, tmp: Path, p: Profile, variant: str | None = None) -> dict[
     report: dict[str, Any] = {"profile": asdict(p), "capacity": 4 + p.queue}
     try:
         report["rss_mb_start"] = round(rss_bytes(server.proc.pid) / 1e6, 1)
+        report["rss_mb_start_server_workers"] = [round(x / 1e6, 1) for x in rss_parts(server.proc.pid)]
         report["burst"], most = asyncio.run(burst(server.base, server.root, p))
         report["burst"]["most_admitted"] = most
         if report["burst"]["bad"]:
@@ -658,6 +663,7 @@ def run(model: Path, tmp: Path, p: Profile, variant: str | None = None) -> dict[
                                 f"{p.leak_mb_per_hour} MB/hour")
             report["soak"]["idle_after_s"] = round(wait_idle(server.root, 30), 2)
         report["rss_mb_end"] = round(rss_bytes(server.proc.pid) / 1e6, 1)
+        report["rss_mb_end_server_workers"] = [round(x / 1e6, 1) for x in rss_parts(server.proc.pid)]
     except AssertionError as e:
         failures.append(str(e))
     finally:
@@ -710,7 +716,8 @@ def markdown(report: dict[str, Any]) -> str:
     judged = s and s["rss_slope"]["window_s"] >= MIN_LEAK_WINDOW_S
     lines += ["", f"RSS (server + engine worker): start {report.get('rss_mb_start')} MB, after the leavers "
                   f"{report.get('rss_mb_after_leavers')} MB, end {report.get('rss_mb_end')} MB"
-              + (f"; soak slope {s['rss_slope']} MB/hour"
+              + (f"; soak slope {s['rss_slope']} MB/hour (server {s['rss_slope_server']['mb_per_hour']}, engine "
+                 f"workers {s['rss_slope_workers']['mb_per_hour']})"
                  + ("" if judged else f" (not judged: under {MIN_LEAK_WINDOW_S:.0f} s after the warm-up)") if s else "")]
     lines += ["", "Failures: " + ("; ".join(report["failures"]) if report["failures"] else "none")]
     return "\n".join(lines) + "\n"
