@@ -421,10 +421,6 @@ class WorkerRuntime:
         """Streams whose end has not come from the worker yet."""
         return len(self._streams)
 
-    @property
-    def alive(self) -> bool:
-        return self._dead is None and not self._closing
-
     # ---------------------------------------------------------------- close
     async def aclose(self, reason: str = "the server is stopping") -> None:
         """End what is in flight (EngineClosedError: ``reason``), ask the worker to close its engine

@@ -381,3 +381,30 @@ def test_a_consumer_that_stops_taking_is_cancelled_after_the_stall_timeout() -> 
     with _pool() as pool:
         s = asyncio.run(read())
         assert fake.ended.wait(WAIT_S) and _until(lambda: s.pumped)
+
+
+class _DoneReq:
+    """A runtime request that has already ended: the stall watchdog has nothing to cancel."""
+
+    done = True
+
+    def next(self) -> None:
+        return None
+
+    def cancel(self) -> None:
+        pass
+
+
+def test_the_stall_watchdog_keeps_no_stream_alive() -> None:
+    import gc
+    import weakref
+
+    from harness.runtime.api import Stream
+
+    s = Stream(_DoneReq(), time.perf_counter())
+    gone = weakref.ref(s)
+    time.sleep(1.2)  # the watchdog looks at least twice while the stream lives
+    del s
+    time.sleep(1.2)  # and at least twice after
+    gc.collect()
+    assert gone() is None, "the watchdog still holds a stream nobody uses"
