@@ -605,7 +605,11 @@ class Validator:
         if not docs and not problems:
             out.append(Diagnostic(file=file, line=1, col=1, severity="error",
                                   message="empty file: a model config needs name: and parameters:"))
-        for doc in docs:
+        for n, doc in enumerate(docs):
+            if n:
+                # yaml.v3's Unmarshal, which LocalAI reads every config and gallery file with,
+                # decodes the first document and stops: this one is never loaded
+                out.append(doc.diag((), "error", LATER_DOCUMENT.format(n=n + 1)))
             if isinstance(doc.data, list):  # LocalAI's config-file form: a list of configs
                 for i, item in enumerate(doc.data):
                     out.append(self.validate_document(_subdocument(doc, i, item)))
@@ -620,7 +624,9 @@ class Validator:
 
     def validate_paths(self, paths: Iterable[str | Path]) -> Report:
         report = Report()
-        names: dict[str, Diagnostic] = {}
+        # LocalAI loads the configs of one models directory (not its subdirectories) into one
+        # map by name: a name is unique per directory, not across the directories checked
+        names: dict[tuple[str, str], Diagnostic] = {}
         for arg in paths:
             p = Path(arg)
             files: list[tuple[str, Path | None]]
@@ -638,7 +644,7 @@ class Validator:
         return report
 
     def _validate_file(self, display: str, path: Path | None, report: Report,
-                       names: dict[str, Diagnostic]) -> None:
+                       names: dict[tuple[str, str], Diagnostic]) -> None:
         if path is None:
             report.diagnostics.append(Diagnostic(file=display, line=1, col=1, severity="error",
                                                  message="no such file or directory"))
@@ -661,16 +667,23 @@ class Validator:
             self._unique_name(item.document, names, report)
 
     @staticmethod
-    def _unique_name(doc: Document, names: dict[str, Diagnostic], report: Report) -> None:
+    def _unique_name(doc: Document, names: dict[tuple[str, str], Diagnostic], report: Report) -> None:
         name = doc.data.get("name") if isinstance(doc.data, dict) else None
         if not isinstance(name, str) or not name:
             return
-        here = doc.diag(("name",), "error", "")
-        first = names.setdefault(name, here)
+        here = doc.diag(("name",), "warning", "")
+        first = names.setdefault((os.path.dirname(os.path.abspath(doc.file)), name), here)
         if first is not here:
             report.diagnostics.append(doc.diag(
-                ("name",), "error",
-                f"model name {name!r} is already used at {first.file}:{first.line}:{first.col}"))
+                ("name",), "warning",
+                f"model name {name!r} is already used at {first.file}:{first.line}:{first.col}: LocalAI "
+                "loads both and keeps the one it reads last (files in name order), dropping the other "
+                "without a word"))
+
+
+LATER_DOCUMENT = ("YAML document {n} of this file is never loaded: LocalAI reads a config file with "
+                  "yaml.v3's Unmarshal, which decodes the first document only; give it a file of its "
+                  "own, or make the file a list of configs")
 
 
 def _body_note(items: list[Validated | Diagnostic]) -> list[Validated | Diagnostic]:

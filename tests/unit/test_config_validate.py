@@ -472,11 +472,33 @@ def test_validate_paths_walks_directories(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
     report = Validator(engines=ENGINES).validate_paths([tmp_path, tmp_path / "nope.yaml"])
     assert report.files == 2 and report.configs == 2
+    # LocalAI loads one models directory, not its subdirectories: the same name in sub/ is no clash
     assert [str(d) for d in report.diagnostics] == [
-        f"{tmp_path / 'sub/b.yml'}:1:7: error: model name 'm' is already used at {tmp_path / 'a.yaml'}:1:7",
         f"{tmp_path / 'nope.yaml'}:1:1: error: no such file or directory",
     ]
     assert report.exit_code() == 1
+
+
+def test_a_name_used_twice_in_one_directory_is_a_warning(tmp_path: Path) -> None:
+    # LoadModelConfigsFromPath puts each file's config in a map by name: the file read last wins
+    # and LocalAI says nothing, so the file is accepted but one config is lost
+    (tmp_path / "a.yaml").write_text(BASE)
+    (tmp_path / "b.yaml").write_text(BASE)
+    report = Validator(engines=ENGINES).validate_paths([tmp_path])
+    assert [str(d) for d in report.diagnostics] == [
+        f"{tmp_path / 'b.yaml'}:1:7: warning: model name 'm' is already used at {tmp_path / 'a.yaml'}:1:7: "
+        "LocalAI loads both and keeps the one it reads last (files in name order), dropping the other "
+        "without a word"]
+    assert report.exit_code() == 0 and report.exit_code(strict=True) == 1
+
+
+def test_a_second_yaml_document_is_an_error() -> None:
+    # yaml.v3's Unmarshal decodes the first document of its input: LocalAI never sees the second
+    out = run(BASE + "---\n" + BASE.replace("name: m", "name: n"))
+    assert [o for o in out if ": error: " in o] == [
+        "m.yaml:6:1: error: YAML document 2 of this file is never loaded: LocalAI reads a config file "
+        "with yaml.v3's Unmarshal, which decodes the first document only; give it a file of its own, "
+        "or make the file a list of configs"]
 
 
 def test_engines_default_comes_from_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
