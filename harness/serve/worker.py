@@ -37,6 +37,8 @@ from typing import Any
 from harness.runtime.api import ChatDelta
 
 _LENGTH = struct.Struct("!I")
+#: Bytes of queued messages above which a sending thread waits for the writing one.
+OUTBOX_BYTES = 1 << 20
 #: How often the worker looks at the engine's scheduler counters (pushed only when they change).
 STATS_INTERVAL_S = 0.05
 
@@ -95,6 +97,10 @@ class Worker:
         self.sock = sock
         self.engine: Any = None
         self._wlock = threading.Lock()
+        self._outbox: list[bytes] = []  # frames packed but not yet written (under _wlock)
+        self._queued = 0  # their bytes
+        self._writing = False  # a thread is writing the outbox (under _wlock)
+        self._drained = threading.Condition(self._wlock)
         self._lock = threading.Lock()
         # id -> how to cancel it (None until the call has made its request); ids cancelled early
         self._live: dict[int, Callable[[], None] | None] = {}
@@ -102,9 +108,38 @@ class Worker:
         self._closed = threading.Event()
 
     def send(self, message: tuple[Any, ...]) -> None:
+        """Write one message; messages of other threads that queued meanwhile go in the same write.
+
+        Every stream has its thread, and at 16 streams all 16 get a token per decode step at once: the
+        first thread to find nobody writing writes everything queued, in order, until the outbox is
+        empty, and the others only queue (one system call per batch, not per token; alone, a thread
+        writes its own message at once, as before). A thread that queued returns before its message
+        is written: order is kept, and a write error reaches the writing thread (the server is gone).
+        """
         data = pack(message)
         with self._wlock:
-            self.sock.sendall(data)
+            # a server that stops reading stops the senders here, as a blocking write did
+            while self._writing and self._queued > OUTBOX_BYTES:
+                self._drained.wait()
+            self._outbox.append(data)
+            self._queued += len(data)
+            if self._writing:
+                return
+            self._writing = True
+        try:
+            while True:
+                with self._wlock:
+                    batch, self._outbox, self._queued = self._outbox, [], 0
+                    self._drained.notify_all()
+                    if not batch:
+                        self._writing = False
+                        return
+                self.sock.sendall(batch[0] if len(batch) == 1 else b"".join(batch))
+        except BaseException:
+            with self._wlock:
+                self._writing = False
+                self._drained.notify_all()
+            raise
 
     # ---------------------------------------------------------------- requests
     def _register(self, rid: int, cancel: Callable[[], None]) -> None:

@@ -27,6 +27,7 @@ from harness.runtime.aio import AsyncRuntime
 from harness.serve import app as app_module
 from harness.serve.app import ServedModel, create_app
 from harness.serve.connection import BoundedH11Protocol, ClientLimits, protocol_class
+from harness.serve.server import _loop_factory
 from tests.unit.test_serve_stream import FakeEngine, FakeStream
 
 LIMITS = ClientLimits(header_timeout_s=0.5, body_timeout_s=0.5, write_timeout_s=0.5, max_header_bytes=8 << 10,
@@ -59,8 +60,13 @@ class Live:
         config = uvicorn.Config(app, http=protocol_class(limits), lifespan="off", log_config=None,
                                 access_log=False, timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])),
-                                       name="uvicorn-test", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="uvicorn-test", daemon=True)
+
+    def _run(self) -> None:
+        # the event loop harness serve runs on (uvloop where installed): the socket options and the
+        # write-buffer callbacks these specs rely on are the loop's transport's
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(self.server.serve(sockets=[self.sock]))
 
     @property
     def url(self) -> str:

@@ -143,3 +143,62 @@ def test_a_worker_that_dies_mid_stream_ends_everything_in_flight(fake_env: dict[
     assert str(streamed) == str(waited) == str(after) == expected
     assert [str(d) for d in deaths] == [expected]
     assert rt.proc.returncode == -signal.SIGSEGV and rt.open_streams == 0
+
+
+class _SlowSocket:
+    """A socket whose writes take a while (the server reading), recording each write."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.writes: list[bytes] = []
+        self.lock = threading.Lock()
+
+    def sendall(self, data: bytes) -> None:
+        import time
+
+        time.sleep(0.002)
+        with self.lock:
+            self.writes.append(bytes(data))
+
+
+def test_threads_sending_at_once_share_writes_and_keep_each_streams_order() -> None:
+    # 16 streams, a token each per step: the messages queued while one thread writes go out in its
+    # next write, every message once, each stream's in the order it sent them
+    import threading
+
+    from harness.serve.worker import Worker
+
+    sock = _SlowSocket()
+    w = Worker(sock)  # type: ignore[arg-type]
+    n_threads, n_msgs = 16, 40
+
+    def stream(rid: int) -> None:
+        for i in range(n_msgs):
+            w.send(("d", rid, f"t{i}"))
+
+    threads = [threading.Thread(target=stream, args=(r,)) for r in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    while True:  # the last writer may still be writing what the others queued
+        with w._wlock:
+            if not w._writing:
+                break
+    frames = Frames().feed(b"".join(sock.writes))
+    assert len(frames) == n_threads * n_msgs
+    for rid in range(n_threads):
+        assert [f[2] for f in frames if f[1] == rid] == [f"t{i}" for i in range(n_msgs)]
+    assert len(sock.writes) < len(frames) / 2  # batched under contention
+
+
+def test_a_thread_alone_writes_its_message_at_once() -> None:
+    from harness.serve.worker import Worker
+
+    sock = _SlowSocket()
+    w = Worker(sock)  # type: ignore[arg-type]
+    w.send(("d", 1, "a"))
+    assert Frames().feed(sock.writes[0]) == [("d", 1, "a")]
+    w.send(("d", 1, "b"))
+    assert len(sock.writes) == 2
