@@ -1,7 +1,7 @@
 #!/bin/bash
 # py-spy profiles and per-thread CPU seconds of `harness serve` (server process and its engine worker)
-# needs the profile extra (pip install ".[all,profile]"); PROFILE_OUT (default /tmp/serve-profile) gets the results
 # under N streaming clients. usage: profile.sh TAG N SECONDS
+# needs the profile extra (pip install ".[all,profile]"); PROFILE_OUT (default /tmp/serve-profile) gets the results
 set -e
 TAG=$1; N=${2:-1}; S=${3:-40}
 OUT=${PROFILE_OUT:-/tmp/serve-profile}/$TAG; mkdir -p $OUT
