@@ -1,5 +1,9 @@
 """Drive a running `harness serve` with N concurrent streaming chat clients for S seconds."""
-import asyncio, json, sys, time
+import asyncio
+import json
+import sys
+import time
+
 import httpx
 
 URL, MODEL, N, SECONDS = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
