@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from harness.serve import protocol
 from harness.serve.protocol import APIError
@@ -55,6 +55,12 @@ async def _raw_body(request: Request, timeout_s: float) -> bytes:
                     raise APIError(413, f"request body is larger than the limit of {limit} bytes",
                                    code="request_too_large")
                 chunks.append(chunk)
+    except ClientDisconnect:
+        # nobody is left to answer: the 400 is never sent, but the request is counted as refused,
+        # not logged as a server error
+        of = f" of {int(size)}" if size is not None else ""
+        raise APIError(400, f"the client closed the connection while sending its body ({n}{of} bytes came)",
+                       code="client_disconnected", headers={"Connection": "close"}) from None
     except TimeoutError:
         of = f" of {int(size)}" if size is not None else ""
         raise APIError(408, f"the request body did not arrive within {timeout_s:g} s ({n}{of} bytes came): "

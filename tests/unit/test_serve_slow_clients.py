@@ -186,6 +186,21 @@ def test_a_body_that_stops_coming_gets_408(live: Live) -> None:
     assert live.model.in_flight == 0 and not live.engine.streams  # nothing reached the engine
 
 
+def test_a_client_that_leaves_while_sending_its_body_is_no_server_error(live: Live,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    # seen in the full-size soak: starlette's ClientDisconnect escaped the body reader and uvicorn
+    # logged "Exception in ASGI application" with a traceback for each such client
+    caplog.set_level(logging.INFO)
+    with socket.create_connection(("127.0.0.1", live.port)) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n" + b'{"model": "fake", ')
+        time.sleep(0.2)
+    assert _until(lambda: 'harness_requests_total{endpoint="completions",model="",status="400"} 1.0'
+                  in httpx.get(live.url + "/metrics").text, 5)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
+    assert live.model.in_flight == 0 and not live.engine.streams
+
+
 def test_a_reader_of_one_byte_at_a_time_is_dropped_and_its_place_freed(live: Live,
                                                                       caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="uvicorn.error.harness")
