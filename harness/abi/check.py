@@ -90,15 +90,42 @@ def load_committed(engine: str, path: Path | None = None) -> surf.Surface:
 
 def pinned_view(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]) -> surf.Surface:
     """The pinned headers seen the way the committed surface was cut: same targets, same used set."""
-    current = snapshot_config(root, abi, targets=list(committed.get("targets") or []) or None)
+    return _cut(_pinned(root, abi, committed), committed)
+
+
+def _pinned(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]) -> surf.Surface:
+    return snapshot_config(root, abi, targets=list(committed.get("targets") or []) or None)
+
+
+def _cut(full: surf.Surface, committed: Mapping[str, Any]) -> surf.Surface:
     used = committed.get("used")
-    return surf.filter_surface(current, set(used)) if used is not None else current
+    return surf.filter_surface(full, set(used)) if used is not None else full
+
+
+def uncovered_uses(abi: Mapping[str, Any], committed: Mapping[str, Any], full: Mapping[str, Any]) -> list[str]:
+    """The engine names the backend's sources (``abi.used_from``) call today that the committed used set
+    lacks: a change of one of them upstream would pass the check unseen. One line per name."""
+    configured, used = abi.get("used_from"), committed.get("used")
+    if not configured or used is None:
+        return []
+    path = Path(str(configured))
+    path = path if path.is_absolute() else paths.project_root() / path
+    if not path.exists():  # an installed harness without the engine sources
+        return []
+    from harness.abi.used import used_from
+
+    names = used_from(path, abi.get("used_pattern")) & surf.known_names(full)
+    return [f"the backend now uses {name}, which the committed surface does not cover (it was cut before "
+            "the backend called it)" for name in sorted(names - set(used))]
 
 
 def differences(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]) -> list[str]:
-    """One line per difference between the committed surface and the pinned headers."""
-    current = pinned_view(root, abi, committed)
+    """One line per difference between the committed surface and the pinned headers, and per engine
+    name the backend uses that the committed surface does not cover."""
+    full = _pinned(root, abi, committed)
+    current = _cut(full, committed)
     lines = diff_surfaces(committed, current, version_macro=version_macro(abi))
+    lines += uncovered_uses(abi, committed, full)
     stored = str(committed.get("fingerprint", ""))
     if not lines and stored != current["fingerprint"]:
         # Nothing itemized yet the content hashes differ: a hand-edited file. Still a failure.

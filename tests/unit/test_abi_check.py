@@ -208,3 +208,24 @@ def test_cli_snapshot_then_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     args = parse(["abi", "check", "llamacpp", "--json"])
     assert args.func(args) == 0
     assert '"ok": true' in capsys.readouterr().out
+
+
+def test_a_name_the_backend_calls_outside_the_committed_used_set_is_a_difference(tmp_path: Path) -> None:
+    # seen on 0.3.36: the backend had started calling llama_get_logits_ith, llama_synchronize, ... after the
+    # surface was cut, so a change of those upstream would have passed the check unseen
+    from harness.abi import surface as surf
+    from harness.abi.check import surface_path, uncovered_uses
+
+    full = surf.load(surface_path("llamacpp"))
+    used = sorted(full["used"])
+    assert "llama_get_logits_ith" in used
+    committed = {**full, "used": [n for n in used if n != "llama_get_logits_ith"]}
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "engine.cpp").write_text("float * l = llama_get_logits_ith(ctx, -1); llama_decode(ctx, b);\n")
+    abi = {"used_from": str(src), "used_pattern": r"\b(?:llama|ggml|gguf|LLAMA|GGML|GGUF)_\w+"}
+    assert uncovered_uses(abi, committed, full) == [
+        "the backend now uses llama_get_logits_ith, which the committed surface does not cover (it was cut "
+        "before the backend called it)"]
+    assert uncovered_uses(abi, full, full) == []
+    assert uncovered_uses({**abi, "used_from": str(tmp_path / "absent")}, committed, full) == []
