@@ -1,0 +1,67 @@
+"""Agreement rows of another variant (vulkan against cpu): the variant's arm puts every layer on its
+device, and the in-process arm hands ``n_gpu_layers`` to the engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.agree import corpus as corpora
+from harness.agree import run as agree_run
+from harness.core.errors import UsageError
+
+
+class _Engine:
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        self.kwargs = kwargs
+
+    def info(self) -> dict[str, Any]:
+        return {"cpu_variant": "sapphirerapids"}
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_in_process_arm_hands_the_layer_count_to_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.runtime import Runtime
+    from harness_plugins.llamacpp import bench
+
+    loads: list[dict[str, Any]] = []
+
+    def load(model: str, **kwargs: Any) -> _Engine:
+        loads.append({"model": model, **kwargs})
+        return _Engine(kwargs)
+
+    monkeypatch.setattr(Runtime, "load", staticmethod(load))
+    monkeypatch.setattr(bench, "n_vocab_of", lambda path: 49152)
+    bench.BackendArm({"model": "/m/x.gguf", "variant": "vulkan", "n_gpu_layers": -1, "threads": 2,
+                      "n_batch": 512, "n_ubatch": 512})
+    bench.BackendArm({"model": "/m/x.gguf", "variant": "cpu", "threads": 2})
+    assert loads[0]["n_gpu_layers"] == -1 and loads[0]["variant"] == "vulkan"
+    assert (loads[0]["n_batch"], loads[0]["n_ubatch"]) == (512, 512)
+    assert "n_gpu_layers" not in loads[1], "without the option the engine keeps its own default"
+
+
+def test_a_gpu_variants_row_runs_every_layer_on_its_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cross-variant stage's variant row: the engine's default (0 layers on the device) would
+    leave the weights in host memory and most of the work on the CPU backend."""
+    from harness_plugins.llamacpp import crossvariant
+
+    asked: list[tuple[str, str, str | None]] = []
+
+    def fake(a: str, b: str, **kw: Any) -> Any:
+        asked.append((a, b, kw["kind"]))
+        raise UsageError("not run in this test")
+
+    pin = corpora.CorpusPin(name="docutils-prose", doc="", package="docutils", version="0.21.2",
+                            filename="docutils-0.21.2.tar.gz", sha256="0", members={})
+    monkeypatch.setattr(agree_run, "agree", fake)
+    monkeypatch.setattr(corpora, "load_corpus", lambda *a, **k: corpora.Corpus(
+        name="docutils-prose", text="x", archive=Path("x"), pin=pin))
+    out = crossvariant.agreement_rows(Path("/m/x.gguf"), "sapphirerapids", ["haswell"], ["vulkan"], threads=2)
+    ref = "in-process:variant=cpu,level=sapphirerapids"
+    assert (ref, "in-process:variant=vulkan,n_gpu_layers=-1", "variant") in asked
+    assert (ref, "in-process:variant=cpu,level=haswell", "level") in asked
+    assert {e["label"] for e in out["errors"]} == {"cpu/haswell", "vulkan", "cpu/sapphirerapids batch 4 vs 1"}
