@@ -65,3 +65,31 @@ def test_a_gpu_variants_row_runs_every_layer_on_its_device(monkeypatch: pytest.M
     assert (ref, "in-process:variant=vulkan,n_gpu_layers=-1", "variant") in asked
     assert (ref, "in-process:variant=cpu,level=haswell", "level") in asked
     assert {e["label"] for e in out["errors"]} == {"cpu/haswell", "vulkan", "cpu/sapphirerapids batch 4 vs 1"}
+
+
+def test_the_table_of_the_recorded_vulkan_row() -> None:
+    """Recorded on this project's host (Sapphire Rapids, 2 threads; lavapipe: Mesa 22.3.6 llvmpipe):
+    ``harness agree in-process:variant=cpu in-process:variant=vulkan,n_gpu_layers=-1 --kind variant
+    --tokens 4096``. The vulkan arm really ran its own binding on the device (about 70x slower than
+    the CPU backend), and the row lies inside the descriptor's variant thresholds."""
+    import json
+
+    from harness.agree.report import markdown
+    from harness.agree.stats import Interval, Summary
+    from harness.agree.thresholds import for_engine
+
+    data = json.loads((Path(__file__).parent / "data" / "agree-variant-vulkan-lavapipe.json").read_text())
+    b = data["arms"]["B"]["describe"]
+    assert b["variant"] == "vulkan" and b["binding"].endswith("/harness_llamacpp_vulkan")
+    assert b["options"]["n_gpu_layers"] == -1
+    tps = data["timing"]["eval_tokens_per_s"]
+    assert tps["A"] > 50 * tps["B"], "the vulkan arm ran on llvmpipe, not on the CPU backend"
+    md = markdown(data)
+    for row in ("| mean KLD (nats) | 0.00583 | [0.00533, 0.00637] |", "| p99 KLD | 0.0283 | [0.0233, 0.0336] |",
+                "| top-1 agreement | 95.41% | [94.70%, 96.09%] |",
+                "| perplexity ratio B/A | 0.999792 | [0.995526, 1.003962] |"):
+        assert row in md
+    s = data["summary"]
+    summary = Summary(**{k: v for k, v in s.items() if k not in ("ci", "confidence")},
+                      ci={k: Interval(low=v[0], high=v[1]) for k, v in s["ci"].items()})
+    assert for_engine("llamacpp")["variant"].violations(summary) == []
