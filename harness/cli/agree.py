@@ -17,7 +17,8 @@ arms use the bench arm syntax, KIND[:key=value,...]; A is the reference (KL(A ||
       the same build on two CPU levels of this host (each arm's worker forces its level)
   harness agree in-process:batch=1,chunk=1 in-process:batch=4,chunk=1 --kind batch
       one sequence per decode against four side by side, one token each (the shape of generation)
-  harness agree in-process:variant=cpu in-process:variant=vulkan --kind variant
+  harness agree in-process:variant=cpu in-process:variant=vulkan,n_gpu_layers=-1 --kind variant
+      another build of this pin, every layer on its device (the engine's default is 0: weights in host memory)
   harness agree in-process:pin=0.3.35 in-process: --kind pin
       the old pin's recipe (from git history; rev=GITREV too): its artifact and binding are built once
 arm options for the batch shape: batch=N (windows evaluated side by side, default 1: alone),

@@ -166,6 +166,10 @@ def _use_recipe(options: dict[str, Any]) -> None:
             os.environ[env] = str(options[key])
 
 
+#: Integer backend arm options handed to the engine's load as they are.
+ENGINE_INT_OPTIONS = ("n_batch", "n_ubatch", "n_gpu_layers")
+
+
 class BackendArm:
     """Our engine (harness.runtime) on one installed variant, or another pin's binding (``pin=`` /
     ``rev=``: :func:`prepare_in_process`).
@@ -173,7 +177,10 @@ class BackendArm:
     Options beyond model/threads/n_ctx: ``max_num_seqs``; ``task`` (synthetic, copy, free: see
     :mod:`harness_plugins.llamacpp.bench_tasks`); the speculative settings ``spec_type``
     (none, ngram-simple, draft-simple), ``draft_model``, ``n_draft``, ``ngram_n``,
-    ``spec_min_acceptance``, so that A (speculation off) and B (on) run on the same artifact.
+    ``spec_min_acceptance``, so that A (speculation off) and B (on) run on the same artifact;
+    ``n_batch``/``n_ubatch``; ``n_gpu_layers`` (layers whose weights live on a GPU variant's
+    device, -1: all; without it the engine's default 0 keeps every weight in host memory and ggml
+    offloads only the matrix products of large batches, so a GPU row would be partly a CPU row).
     Its metrics add the draft acceptance rate and generated tokens per forward pass.
     """
 
@@ -188,7 +195,7 @@ class BackendArm:
             msg = f"backend arm option task={self.task!r}: expected one of {', '.join(TASKS)}"
             raise BenchError(msg)
         self.level = _force_level(self.opts.get("level"))
-        sizes = {k: int(self.opts[k]) for k in ("n_batch", "n_ubatch") if k in self.opts}
+        sizes = {k: int(self.opts[k]) for k in ENGINE_INT_OPTIONS if k in self.opts}
         self.engine = Runtime.load(self.opts["model"], variant=self.variant, n_ctx=int(self.opts["n_ctx"]),
                                   threads=int(self.opts["threads"]), max_num_seqs=int(self.opts.get("max_num_seqs", 4)),
                                   prefix_caching=False, **sizes, **_spec_args(self.opts))
@@ -226,7 +233,8 @@ class BackendArm:
         info = self.engine.info()
         return {"kind": IN_PROCESS, "engine": "llamacpp", "pin": info["pin"], "variant": info["variant"],
                 "binding": str(self.engine.candidate.location),
-                "cpu_variant": info["cpu_variant"], "abi_fingerprint": info["abi_fingerprint"],
+                "cpu_variant": info["cpu_variant"], "devices": info.get("devices"),
+                "abi_fingerprint": info["abi_fingerprint"],
                 "versions": {"harness": __version__}, "options": self.opts,
                 "model": _model_facts(self.opts["model"])}
 

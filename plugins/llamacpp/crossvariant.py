@@ -176,7 +176,9 @@ def agreement_rows(model: Path, ref_level: str, levels_ran: list[str], variants:
     jobs: list[tuple[str, str, str, int | None]] = [
         (f"cpu/{lvl}", f"in-process:variant=cpu,level={lvl}", "level", tokens) for lvl in dict.fromkeys(levels_ran)
         if lvl != ref_level]
-    jobs += [(v, f"in-process:variant={v}", "variant", tokens) for v in variants]
+    # every layer on the variant's device: the engine's default (0) would leave the weights in host
+    # memory and run all but the large batches' matrix products on the CPU backend
+    jobs += [(v, f"in-process:variant={v},n_gpu_layers=-1", "variant", tokens) for v in variants]
     batch_tokens = min(int(tokens), BATCH_ROW_TOKENS) if tokens else BATCH_ROW_TOKENS
     jobs.append((f"cpu/{ref_level} batch 4 vs 1", "", "batch", batch_tokens))
     results: list[dict[str, Any]] = []
