@@ -24,13 +24,13 @@ def _vocab_gguf(path: Path, model: str = "gpt2") -> Path:
     import gguf
 
     b2u = _bytes_to_unicode()
-    tokens = [b2u[b] for b in range(256)] + ["Ġt", "he", "Ġthe", "<|endoftext|>"]
-    types = [1] * (len(tokens) - 1) + [3]
+    tokens = [*(b2u[b] for b in range(256)), "\u0120t", "he", "\u0120the", "<|endoftext|>"]
+    types = [*([1] * (len(tokens) - 1)), 3]
     w = gguf.GGUFWriter(str(path), "gpt2")
     w.add_tokenizer_model(model)
     w.add_token_list(tokens)
     w.add_token_types(types)
-    w.add_token_merges(["Ġ t", "h e", "Ġt he"])
+    w.add_token_merges(["\u0120 t", "h e", "\u0120t he"])
     w.add_eos_token_id(len(tokens) - 1)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -39,7 +39,7 @@ def _vocab_gguf(path: Path, model: str = "gpt2") -> Path:
 
 
 def _bytes_to_unicode() -> dict[int, str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -108,7 +108,7 @@ def test_tokenizer_and_config_are_what_both_engines_read(tmp_path: Path, vocab: 
     assert tok["pre_tokenizer"] == {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                                     "use_regex": True}
     assert tok["model"]["type"] == "BPE" and tok["model"]["byte_fallback"] is False
-    assert tok["model"]["vocab"]["Ġthe"] == 258 and tok["model"]["merges"] == ["Ġ t", "h e", "Ġt he"]
+    assert tok["model"]["vocab"]["\u0120the"] == 258 and tok["model"]["merges"] == ["\u0120 t", "h e", "\u0120t he"]
     assert [(a["id"], a["content"], a["special"]) for a in tok["added_tokens"]] == [(259, "<|endoftext|>", True)]
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["vocab_size"] == 260 and cfg["tie_word_embeddings"]
