@@ -204,7 +204,7 @@ def test_bad_pin_file_says_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="did you mean 'seed'"):
         load_fixtures(p)
     p.write_text("fixtures:\n  c:\n    kind: converted\n    engine: llamacpp\n    source: nothing\n")
-    with pytest.raises(ConfigError, match="not a wheel-dir fixture"):
+    with pytest.raises(ConfigError, match="neither a wheel-dir fixture"):
         load_fixtures(p)
     p.write_text("fixtures:\n  t:\n    kind: tyny\n    engine: llamacpp\n    dest: t.gguf\n")
     with pytest.raises(ConfigError, match="did you mean 'tiny'"):
@@ -340,7 +340,7 @@ def test_the_conversion_of_a_written_directory_is_pinned(cache: Path, monkeypatc
     out = fetch_all(fixtures=FixtureSet(fixtures={"src": src, "gguf": good}, env={}), engine_tree=cache).results
     assert [r.action for r in out] == ["written", "converted"] and out[1].sha256 == good.sha256
     bad = dataclasses.replace(good, sha256="0" * 64)
-    with pytest.raises(ModelError, match="the converter .* or its input moved"):
+    with pytest.raises(ModelError, match=r"the converter .* or its input moved"):
         fetch_all(["gguf"], fixtures=FixtureSet(fixtures={"src": src, "gguf": bad}, env={}), engine_tree=cache)
 
 

@@ -69,7 +69,7 @@ def test_the_check_passes_on_identity_and_near_ties_and_fails_on_a_clear_diverge
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ok = _check(tmp_path, monkeypatch, _result([_row("a"), _row("b", diverges=7, margin=0.01)]))
     assert ok.summary.startswith("1/2 prompts token-identical with llamacpp (39/64 greedy tokens")
-    with pytest.raises(StageFailed, match="1 divergence.*top-1 was clear") as e:
+    with pytest.raises(StageFailed, match=r"1 divergence.*top-1 was clear") as e:
         _check(tmp_path, monkeypatch, _result([_row("a"), _row("b", diverges=3, margin=1.5)]))
     assert e.value.result.data["summary"]["clear_divergences"] == 1, "the figures are kept"
     with pytest.raises(StageFailed, match="prompt token counts differ"):
@@ -78,7 +78,7 @@ def test_the_check_passes_on_identity_and_near_ties_and_fails_on_a_clear_diverge
 
 def test_the_check_is_skipped_without_the_pair(tmp_path: Path) -> None:
     ctx = _context(tmp_path, "vllm.cpp").with_product("models", Models(env={"HARNESS_VLLM_MODEL": "/m/d"}))
-    with pytest.raises(SkippedStage, match="no HARNESS_VLLM_PAIR_GGUF model.*--engine vllm.cpp"):
+    with pytest.raises(SkippedStage, match=r"no HARNESS_VLLM_PAIR_GGUF model.*--engine vllm\.cpp"):
         cross_engine.check(ctx)
 
 
