@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.core.types import HostInfo, MatchResult
-from harness.engine.plugin import hookimpl
 from harness.engine.interface import RandomModel
+from harness.engine.plugin import hookimpl
 from harness.engine.registry import EngineImpl
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from harness.core.host import default_threads
 
 ENGINE = "vllm.cpp"
 #: One token each, after a space, in GPT-2's byte-level BPE (and most byte-level BPEs since).
-WORDS = tuple(f" {w}" for w in (
+_TEXT = (
     "the of and to in is that for it with as was on be at by this had not are but from or have an they "
     "which one you were her all she there would their we him been has when who will more no if out so "
     "said what up its about into than them can only other new some could time these two may then do "
@@ -35,7 +35,8 @@ WORDS = tuple(f" {w}" for w in (
     "back years where much your way well down should because each just those people how too little state "
     "good very make world still own see men work long get here between both life being under never day "
     "same another know while last might us great old year off come since against go came right used take "
-    "three").split())
+    "three")
+WORDS = tuple(f" {w}" for w in _TEXT.split(" "))
 
 
 def text_prompt(pn: int, salt: int = 0) -> str:
