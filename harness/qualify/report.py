@@ -54,10 +54,49 @@ def render_markdown(doc: dict[str, Any]) -> str:
     for s in doc["stages"]:
         summary = (s["summary"].splitlines() or [""])[0].replace("|", "\\|")
         lines.append(f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {summary} |")
+    lines += side_by_side(doc)
     for s in doc["stages"]:
         for section in SECTIONS:
             lines += section(s["name"], s["data"])
     return "\n".join(lines) + "\n"
+
+
+def side_by_side(doc: Mapping[str, Any]) -> list[str]:
+    """The engine against another engine on the same weights (the cross-engine stages): speeds, peak
+    RSS and greedy token identity in one table, with the commands that measured them."""
+    stages = {s["name"]: s for s in doc["stages"]}
+    bench = next((s for n, s in stages.items() if n.startswith("bench-vs-") and s["data"].get("headline")), None)
+    check = stages.get("cross-engine")
+    if bench is None and (check is None or not check["data"].get("summary")):
+        return []
+    d = bench["data"] if bench else {}
+    c = check["data"] if check and check["data"].get("summary") else {}
+    me, peer = d.get("engine") or c.get("engine") or doc["engine"], d.get("peer") or c.get("peer") or "peer"
+    lines = ["", f"## Side by side: {me} vs {peer}, the same weights", "",
+             f"| | A: {peer} | B: {me} | B/A (95% CI) |", "|---|---|---|---|"]
+    for h in d.get("headline") or ():
+        sp = h.get("speed") or {}
+        ratio = ("n/a" if not sp else f"{sp['point']:.3f}x" + (f" [{sp['lo']:.3f}, {sp['hi']:.3f}]"
+                                                                if sp.get("lo") is not None else ""))
+        cell = [("n/a" if v is None else f"{v:,.1f} tok/s") for v in (h.get("a"), h.get("b"))]
+        lines.append(f"| {h['label']} | {cell[0]} | {cell[1]} | {ratio} ({h.get('verdict', '')}) |")
+    rss = d.get("peak_rss_bytes") or {}
+    if rss.get("A") and rss.get("B"):
+        lines.append(f"| peak RSS (worker) | {rss['A'] / 2**20:.0f} MiB | {rss['B'] / 2**20:.0f} MiB | "
+                     f"{rss['B'] / rss['A']:.3f}x (memory: below 1 is less) |")
+    if c:
+        s = c["summary"]
+        lines.append(f"| greedy tokens | {s['identical']}/{s['prompts']} prompts identical | "
+                     f"{s['tokens_before_divergence']}/{s['tokens']} tokens before any divergence | "
+                     f"{s['clear_divergences']} divergence(s) with a clear top-1 in {peer} |")
+    if bench is None:
+        lines.append(f"| speeds | not measured ({stages.get('bench-vs-' + peer, {}).get('summary') or 'no bench stage'}) | | |")
+    lines += ["", "Speeds are B/A (above 1: B faster); prefill is prompt tokens x concurrency / TTFT. Commands:", "",
+              f"    harness qualify {doc['engine']}"]
+    lines += [f"    {cmd}" for cmd in d.get("commands") or ()]
+    if c.get("command"):
+        lines.append(f"    {c['command']}")
+    return lines
 
 
 def _e2e(name: str, data: Mapping[str, Any]) -> list[str]:
@@ -144,8 +183,33 @@ def _ceiling(name: str, d: Mapping[str, Any]) -> list[str]:
 def _bench(name: str, data: Mapping[str, Any]) -> list[str]:
     if not (name in BENCH_TITLES or name.startswith("bench")) or not data.get("markdown"):
         return []
-    title = BENCH_TITLES.get(name, BENCH_TITLES["bench"]).format(model=data.get("model", "?"))
+    if name.startswith("bench-vs-"):
+        title = (f"Benchmark: {data.get('engine', '?')} (B) vs {data.get('peer', '?')} (A), the same weights "
+                 f"({data.get('model', '?')} and {Path(str(data.get('peer_model', '?'))).name}), both in-process bindings")
+    else:
+        title = BENCH_TITLES.get(name, BENCH_TITLES["bench"]).format(model=data.get("model", "?"))
     return bench_section(title, data)
+
+
+def _cross_engine(name: str, d: Mapping[str, Any]) -> list[str]:
+    """The greedy cross-engine check, prompt by prompt (harness.qualify.stages.cross_engine)."""
+    if name != "cross-engine" or not d.get("rows"):
+        return []
+    me, peer = d["engine"], d["peer"]
+    lines = ["", f"## Cross-engine greedy check: {me} on {Path(d['model']).name}, {peer} on {Path(d['peer_model']).name}",
+             "", f"Greedy, EOS ignored, {d['max_tokens']} tokens per prompt, {d['threads']} threads. {d['logits']}.", "",
+             f"| prompt | prompt tokens ({me} / {peer}) | generated ({me} / {peer}) | identical | diverges at token "
+             f"| {peer} top-1 margin there (nats) | {peer} smallest margin |", "|---|---|---|---|---:|---:|---:|"]
+    for r in d["rows"]:
+        at = "" if r["diverges_at"] is None else str(r["diverges_at"])
+        margin = "" if r["peer_margin_at_divergence"] is None else f"{r['peer_margin_at_divergence']:.3f}"
+        smallest = "" if r["peer_min_margin"] is None else f"{r['peer_min_margin']:.3f}"
+        lines.append(f"| {r['prompt']!r} | {r['prompt_tokens'][me]} / {r['prompt_tokens'][peer]} | "
+                     f"{r['completion_tokens'][me]} / {r['completion_tokens'][peer]} | {'yes' if r['identical'] else 'NO'} | "
+                     f"{at} | {margin} | {smallest} |")
+    if d.get("command"):
+        lines += ["", "Command:", "", f"    {d['command']}"]
+    return lines
 
 
 def _old_pin_abi(name: str, data: Mapping[str, Any]) -> list[str]:
@@ -167,7 +231,7 @@ def _old_pin_agreement(name: str, data: Mapping[str, Any]) -> list[str]:
 
 #: The sections a stage's record may add below the stage table, in this order.
 SECTIONS: tuple[Callable[[str, Mapping[str, Any]], list[str]], ...] = (
-    _e2e, _isa_audit, _cross_variant, _emulated, _ceiling, _bench, _old_pin_abi, _old_pin_agreement)
+    _e2e, _isa_audit, _cross_variant, _emulated, _ceiling, _bench, _cross_engine, _old_pin_abi, _old_pin_agreement)
 
 
 def bench_section(title: str, data: Mapping[str, Any]) -> list[str]:

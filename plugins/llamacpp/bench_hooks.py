@@ -12,6 +12,8 @@ from harness.engine.plugin import hookimpl
 
 @hookimpl
 def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
+    if options.get("engine", "llamacpp") != "llamacpp":
+        return None  # another engine's arm of the same kind (in-process:engine=vllm.cpp)
     if kind == IN_PROCESS:
         from harness_plugins.llamacpp.bench import BackendArm
 
@@ -37,6 +39,8 @@ def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
 
 @hookimpl
 def harness_bench_arm_prepare(kind: str, options: dict[str, Any]) -> dict[str, Any] | None:
+    if options.get("engine", "llamacpp") != "llamacpp":
+        return None
     if kind == "llama-bench":
         from harness_plugins.llamacpp.bench import prepare_llama_bench
 

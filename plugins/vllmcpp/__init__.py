@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.core.types import HostInfo, MatchResult
+from harness.engine.interface import RandomModel
 from harness.engine.plugin import hookimpl
 from harness.engine.registry import EngineImpl
 
@@ -49,10 +50,54 @@ def _load(model: str | Path, *, variant: str | None = None, **engine_args: Any) 
     return Engine.load(model, variant=variant, **engine_args)
 
 
+def _write_hf_llama(dest: Path, seed: int) -> Path:
+    from harness_plugins.vllmcpp.random_hf import write
+
+    return write(dest, seed)
+
+
+def _writer_version() -> str:
+    """The writer's source (its shape included): what the bytes depend on besides the seed (and
+    NumPy's generator, which the member pins check). Read, not imported: registration stays cheap."""
+    import hashlib
+
+    return hashlib.sha256((Path(__file__).parent / "random_hf.py").read_bytes()).hexdigest()[:16]
+
+
+def _random_models() -> dict[str, RandomModel]:
+    return {"hf-llama": RandomModel(write=_write_hf_llama, version=_writer_version(),
+                                    doc="a 16 M-parameter random-weight Llama, HF safetensors (BF16) with GPT-2's "
+                                        "tokenizer: the model vllm.cpp and llama.cpp (its conversion) both run")}
+
+
+def _cross_engine(model: Path, peer_model: Path, *, threads: int | None = None) -> dict[str, Any]:
+    """The greedy cross-engine check in a process of its own (two engines' native libraries; a crash
+    there names its signal and leaves the qualification running)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from harness.core.errors import EngineCrashError, SubprocessError
+
+    argv = [sys.executable, "-m", "harness_plugins.vllmcpp.crossengine", str(model), str(peer_model)]
+    if threads:
+        argv += ["--threads", str(threads)]
+    r = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if r.returncode < 0:
+        name = signal.Signals(-r.returncode).name
+        raise EngineCrashError(f"the cross-engine check (vllm.cpp on {model}, llama.cpp on {peer_model}) died of "
+                               f"{name}; run it alone: {' '.join(argv)}\n{r.stderr[-2000:]}")
+    if r.returncode != 0:
+        raise SubprocessError(argv, r.returncode, r.stdout[-2000:] + r.stderr[-4000:])
+    return {**json.loads(r.stdout), "command": " ".join(argv)}
+
+
 @hookimpl
 def harness_engine_register() -> list[EngineImpl]:
     return [EngineImpl(name=NAME, serves=("text",), load=_load, match=match, config_check=config_check,
-                       e2e_specs=e2e_specs, localai_backends=("vllm-cpp",))]
+                       e2e_specs=e2e_specs, localai_backends=("vllm-cpp",), random_models=_random_models(),
+                       cross_engine=_cross_engine)]
 
 
 def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
@@ -97,3 +142,15 @@ def e2e_specs() -> list[Path]:
     from harness.core.paths import project_root
 
     return sorted((project_root() / "tests" / "e2e" / "vllmcpp").glob("test_*.py"))
+
+
+@hookimpl
+def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
+    """``in-process:engine=vllm.cpp,...``: vllm.cpp's binding as a bench arm (:mod:`.bench`)."""
+    from harness.bench.arms import IN_PROCESS
+
+    if kind == IN_PROCESS and options.get("engine") == NAME:
+        from harness_plugins.vllmcpp.bench import VllmArm
+
+        return VllmArm(options)
+    return None

@@ -6,6 +6,7 @@ import json
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -180,7 +181,7 @@ def test_unknown_fixture_name(cache: Path, index: tuple[str, dict[str, str]]) ->
 
 def test_committed_pins_load() -> None:
     fixtures = load_fixtures()
-    assert set(fixtures.fixtures) == {"smollm2", "minilm", "minilm-gguf", "tiny", "bandwidth"}
+    assert set(fixtures.fixtures) == {"smollm2", "minilm", "minilm-gguf", "tiny", "bandwidth", "hf-llama", "hf-llama-gguf"}
     bw = fixtures.fixtures["bandwidth"]
     assert isinstance(bw, TinyFixture) and bw.shape == "bandwidth" and bw.engine == "llamacpp"
     smol = fixtures.fixtures["smollm2"]
@@ -190,7 +191,11 @@ def test_committed_pins_load() -> None:
     assert isinstance(minilm, WheelDirFixture)
     assert {"config.json", "model.safetensors", "vocab.txt", "modules.json"} <= set(minilm.members)
     assert set(fixtures.env) == {"HARNESS_MODEL", "HARNESS_CHAT_MODEL", "HARNESS_EMBED_MODEL",
-                                 "HARNESS_EMBED_DIR", "HARNESS_TINY_MODEL", "HARNESS_BANDWIDTH_MODEL"}
+                                 "HARNESS_EMBED_DIR", "HARNESS_TINY_MODEL", "HARNESS_BANDWIDTH_MODEL",
+                                 "HARNESS_VLLM_MODEL", "HARNESS_VLLM_PAIR_GGUF"}
+    pair = fixtures.fixtures["hf-llama"]
+    assert isinstance(pair, TinyFixture) and pair.engine == "vllm.cpp" and set(pair.members) == {
+        "config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}
 
 
 def test_bad_pin_file_says_what_is_wrong(tmp_path: Path) -> None:
@@ -199,7 +204,7 @@ def test_bad_pin_file_says_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="did you mean 'seed'"):
         load_fixtures(p)
     p.write_text("fixtures:\n  c:\n    kind: converted\n    engine: llamacpp\n    source: nothing\n")
-    with pytest.raises(ConfigError, match="not a wheel-dir fixture"):
+    with pytest.raises(ConfigError, match="neither a wheel-dir fixture"):
         load_fixtures(p)
     p.write_text("fixtures:\n  t:\n    kind: tyny\n    engine: llamacpp\n    dest: t.gguf\n")
     with pytest.raises(ConfigError, match="did you mean 'tiny'"):
@@ -221,7 +226,7 @@ def test_cli_fetch_tiny_then_env_and_list(cache: Path, capsys: pytest.CaptureFix
     assert models_cli.main(["list", "--json"]) == 0
     listed = {e["name"]: e["status"] for e in json.loads(capsys.readouterr().out)}
     assert listed == {"smollm2": "missing", "minilm": "missing", "minilm-gguf": "missing", "tiny": "ok",
-                      "bandwidth": "missing"}
+                      "bandwidth": "missing", "hf-llama": "missing", "hf-llama-gguf": "missing"}
 
 
 def test_concurrent_fetches_agree(cache: Path, index: tuple[str, dict[str, str]]) -> None:
@@ -268,3 +273,106 @@ def test_unknown_random_shape_says_which_exist(cache: Path) -> None:
                           env={})
     with pytest.raises(ModelError, match=r"no random model of shape 'bandwith'.*did you mean 'bandwidth'"):
         fetch_all(fixtures=fixtures)
+
+
+def _dir_writer(files: dict[str, bytes]) -> Any:
+    def write(dest: Path, seed: int) -> Path:
+        dest.mkdir(parents=True, exist_ok=True)
+        for rel, data in files.items():
+            (dest / rel).write_bytes(data + bytes([seed]))
+        return dest
+
+    return write
+
+
+def _with_engine(monkeypatch: pytest.MonkeyPatch, **impl: Any) -> None:
+    from harness.engine import registry
+    from harness.engine.interface import EngineImpl
+
+    fake = EngineImpl(name="fake-engine", **impl)
+    real = registry.get
+    monkeypatch.setattr(registry, "get", lambda name, *a, **k: fake if name == "fake-engine" else real(name, *a, **k))
+
+
+def test_a_written_directory_is_pinned_file_by_file(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.engine.interface import RandomModel
+
+    files = {"config.json": b"{}", "model.safetensors": b"weights"}
+    writer = {"write": _dir_writer(files)}
+    _with_engine(monkeypatch, random_models={"hf": RandomModel(write=lambda d, s: writer["write"](d, s), version="1")})
+    pins = {rel: sha(data + b"\x02") for rel, data in files.items()}
+    fx = TinyFixture(name="d", engine="fake-engine", shape="hf", seed=2, dest="d-dir", members=pins)
+    fixtures = FixtureSet(fixtures={"d": fx}, env={"HARNESS_D": "d"})
+    first = fetch_all(fixtures=fixtures).results[0]
+    dest = cache / "models" / "d-dir"
+    assert first.action == "written" and first.path == dest and first.sha256 is None
+    assert (dest / "model.safetensors").read_bytes() == b"weights\x02"
+    assert fetch_all(fixtures=fixtures).results[0].action == "cached"
+    assert {e.name: e.status for e in list_models(fixtures)} == {"d": "ok"}
+    (dest / "config.json").write_text("damaged")
+    assert {e.name: e.status for e in list_models(fixtures)} == {"d": "mismatch"}
+    assert fetch_all(fixtures=fixtures).results[0].action == "written"
+    # a writer whose bytes moved is refused, naming the file, and the pinned copy stays
+    writer["write"] = _dir_writer({**files, "model.safetensors": b"other"})
+    (dest / "config.json").write_text("damaged again")
+    with pytest.raises(ModelError, match=r"model\.safetensors: pinned [0-9a-f]{64}, written [0-9a-f]{64}.*on purpose"):
+        fetch_all(fixtures=fixtures)
+    assert not (cache / "models" / ".d-dir.new").exists()
+    writer["write"] = _dir_writer({**files, "extra.bin": b""})
+    with pytest.raises(ModelError, match=r"extra\.bin: written, not pinned"):
+        fetch_all(fixtures=fixtures)
+
+
+def test_the_conversion_of_a_written_directory_is_pinned(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.engine.interface import RandomModel
+    from harness.models.fixtures import ConvertedFixture
+
+    def convert(src: Path, *, engine_tree: Path, outtype: str) -> tuple[Path, bool]:
+        out = cache / "models" / "converted" / f"{src.name}-{outtype}.gguf"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(b"GGUF" + (src / "config.json").read_bytes())
+        return out, True
+
+    _with_engine(monkeypatch, random_models={"hf": RandomModel(write=_dir_writer({"config.json": b"{}"}), version="1")},
+                 convert=convert)
+    src = TinyFixture(name="src", engine="fake-engine", shape="hf", dest="src", members={"config.json": sha(b"{}\0")})
+    good = ConvertedFixture(name="gguf", source="src", engine="fake-engine", outtype="bf16", sha256=sha(b"GGUF{}\0"))
+    out = fetch_all(fixtures=FixtureSet(fixtures={"src": src, "gguf": good}, env={}), engine_tree=cache).results
+    assert [r.action for r in out] == ["written", "converted"] and out[1].sha256 == good.sha256
+    bad = dataclasses.replace(good, sha256="0" * 64)
+    with pytest.raises(ModelError, match=r"the converter .* or its input moved"):
+        fetch_all(["gguf"], fixtures=FixtureSet(fixtures={"src": src, "gguf": bad}, env={}), engine_tree=cache)
+
+
+def test_a_conversion_needs_a_directory_fixture(tmp_path: Path) -> None:
+    p = tmp_path / "fixtures.yaml"
+    p.write_text("fixtures:\n  t:\n    kind: tiny\n    engine: e\n    dest: t.gguf\n"
+                 "  c:\n    kind: converted\n    source: t\n    engine: e\n")
+    with pytest.raises(ConfigError, match="neither a wheel-dir fixture nor a written directory"):
+        load_fixtures(p)
+    p.write_text("fixtures:\n  t:\n    kind: tiny\n    engine: e\n    dest: t\n    members: {a: b}\n    engines: x\n")
+    with pytest.raises(ConfigError, match="engines must be a list"):
+        load_fixtures(p)
+
+
+def test_fixtures_kept_for_an_engine_are_fetched_only_for_it(cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.models.fixtures import for_engine, select
+
+    fixtures = load_fixtures()
+    kept = {n for n, f in fixtures.fixtures.items() if getattr(f, "engines", ())}
+    assert kept == {"hf-llama", "hf-llama-gguf"}
+    assert not kept & {f.name for f in select(fixtures, None)}, "the default fetch leaves them out"
+    assert kept <= {f.name for f in select(fixtures, None, engine="vllm.cpp")}
+    assert all(for_engine(f, "llamacpp") == (f.name not in kept) for f in fixtures.fixtures.values())
+    seen: list[list[str] | None] = []
+
+    def fake_fetch_all(only: Any = None, **kw: Any) -> Any:
+        seen.append(only)
+        raise ModelError("stop here")
+
+    from harness.models import fixtures as fx
+
+    monkeypatch.setattr(fx, "fetch_all", fake_fetch_all)
+    assert models_cli.main(["fetch", "--engine", "vllm.cpp"]) == ModelError.exit_code
+    assert seen[0] is not None and kept <= set(seen[0]) and "tiny" in seen[0]

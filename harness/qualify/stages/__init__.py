@@ -17,6 +17,7 @@ from harness.qualify.stages import (
     bench,
     build,
     ceiling,
+    cross_engine,
     e2e,
     emulated,
     levels,
@@ -27,8 +28,9 @@ from harness.qualify.stages import (
 
 def stages_for(ctx: QualifyContext) -> list[Stage]:
     """fetch -> patch -> ABI check -> build -> backend, the models, the checks of what was built,
-    the emulated cross rows, per bench model the engine ceiling then the peer benchmark, and the
-    pin move's ABI diff, benchmark and numerical agreement."""
+    the emulated cross rows, per bench model the engine ceiling then the peer benchmark, another
+    engine on the same weights (greedy tokens, both bindings benchmarked), and the pin move's ABI
+    diff, benchmark and numerical agreement."""
     return [
         Stage(name="fetch", run=source.fetch),
         Stage(name="patch", run=source.patch, needs=("fetch",)),
@@ -42,6 +44,7 @@ def stages_for(ctx: QualifyContext) -> list[Stage]:
         Stage(name="cross-variant", run=levels.cross_variant, needs=("backend", "models")),
         *emulated.stages(ctx),
         *bench_stages(ctx),
+        *cross_engine.stages(ctx),
         Stage(name="old-pin-abi", run=abi.old_pin, needs=("patch",)),
         Stage(name="old-pin-bench", run=bench.old_pin, needs=("build", "models")),
         Stage(name="old-pin-agreement", run=agreement.old_pin, needs=("backend", "models")),

@@ -42,7 +42,16 @@ def audit(ctx: QualifyContext) -> StageResult:
     """Every CPU level's instructions against the features its loader checks (no level is run)."""
     if "cpu" not in ctx.product("build", Built).variants:
         raise SkippedStage(NO_CPU_ROW)
+    import platform
+
     from harness.audit.artifact import audit_engine, findings_lines
+    from harness.core.host import normalize_arch
+    from harness.core.types import PatchedTree
+
+    arch = normalize_arch(platform.machine())
+    if ctx.pm.hook.harness_artifact_cpu_levels(tree=ctx.product("patch", PatchedTree).path, arch=arch) is None:
+        raise SkippedStage(f"{ctx.engine.name} builds no per-level CPU libraries for {arch} (no plugin defines CPU "
+                           "levels in its source): one library, its ISA paths chosen at run time, nothing to audit")
 
     r = audit_engine(ctx.engine, "cpu")
     bad = findings_lines(r["levels"])

@@ -7,9 +7,10 @@ from harness.qualify.result import StageResult
 
 
 def fetch(ctx: QualifyContext) -> StageResult:
-    """Every fixture model in place; hands on :class:`~harness.qualify.context.Models`."""
+    """Every fixture model in place (those kept for this engine too); hands on
+    :class:`~harness.qualify.context.Models`."""
     from harness.models.fixtures import engine_env, env_vars, fetch_all
 
-    fetch_all(None)
+    fetch_all(None, engine=ctx.engine.name)
     env = {**env_vars(), **engine_env()}
     return StageResult(f"{len(env)} model variables", {"env": env}, product=Models(env=env))
