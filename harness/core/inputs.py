@@ -43,6 +43,7 @@ LIMITS: dict[str, int] = {
     "descriptor": 4 * MiB,  # engine.yaml, matrix rows, fixtures
     "manifest": 256 * MiB,  # a source tree's .harness-source.json, an artifact's manifest.json
     "gguf-header": 64 * MiB,  # the metadata part of a GGUF model (the tensors are not read)
+    "safetensors-header": 100 * MiB,  # a safetensors file's JSON header (the format caps it at 100 MB)
     "archive": 8 * GiB,  # a pinned source archive or a partial download
     "model": 256 * GiB,  # a model file hashed whole
     "patch": 64 * MiB,

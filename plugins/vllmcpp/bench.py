@@ -24,6 +24,7 @@ from harness import __version__
 from harness.bench.arms import IN_PROCESS
 from harness.core.errors import BenchError
 from harness.core.host import default_threads
+from harness.core.inputs import open_input
 
 ENGINE = "vllm.cpp"
 #: One token each, after a space, in GPT-2's byte-level BPE (and most byte-level BPEs since).
@@ -52,7 +53,8 @@ def model_facts(path: str) -> dict[str, Any]:
     for f in files:
         if f.suffix != ".safetensors":
             continue
-        with f.open("rb") as fh:
+        # a user-named model: read through harness.core.inputs (a regular file, its head only)
+        with open_input(f, kind="safetensors-header", error=BenchError, head=True) as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(n))
         for name, t in header.items():

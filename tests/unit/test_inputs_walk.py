@@ -24,6 +24,7 @@ _WRITE_FLAGS = frozenset({"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"
 #: (file, enclosing function, the call's callee as written): why it may read directly.
 ALLOWED: dict[tuple[str, str, str], str] = {
     # package data, shipped inside the wheel
+    ("plugins/vllmcpp/__init__.py", "_writer_version", "(Path(__file__).parent / 'random_hf.py').read_bytes"): "the random-weight writer's own source, hashed as its version",
     ("harness/cli/config.py", "cmd_config_schema", "SCHEMA_PATH.read_text"): "the model-config schema shipped in the package",
     ("harness/config/localai.py", "vocabulary", "resources.files('harness.config').joinpath(DATA_FILE).read_text"): "package data (localai.yaml)",
     ("harness/config/localai.py", "vocabulary", "resources.files('harness.config').joinpath(INDEX_FILE).read_text"): "package data (localai_index.yaml)",
