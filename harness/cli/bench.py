@@ -184,7 +184,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             if config.until_halfwidth >= pct:
                 progress.info(f"[yellow]warning:[/] --until-halfwidth {config.until_halfwidth:g} stops at ±{config.until_halfwidth:g}%, "
                               f"which cannot resolve the {pct:g}% gate on {key} (it needs a half-width under "
-                              f"{pct:g}%): expect 'undecided' unless B differs by much more")
+                              f"{pct:g}%): expect 'undecided' unless B differs by much more", markup=True)
 
     from harness.core import host as hostmod
 

@@ -44,9 +44,19 @@ def enabled() -> bool:
     return not _quiet and not os.environ.get("HARNESS_NO_PROGRESS") and sys.stderr.isatty()
 
 
-def info(message: str) -> None:
+def info(message: str, *, markup: bool = False) -> None:
+    """Print a line on stderr. Text is printed as it is (a hint such as ``pip install 'harness[convert]'``
+    keeps its brackets); with ``markup=True`` rich's [style] tags apply: put what is not yours
+    through :func:`escape` first."""
     if not _quiet:
-        _console().print(message, highlight=False)
+        _console().print(message, highlight=False, markup=markup)
+
+
+def escape(text: str) -> str:
+    """``text`` with rich markup escaped, for a line printed with ``markup=True``."""
+    from rich.markup import escape as _escape
+
+    return _escape(text)
 
 
 @contextmanager

@@ -126,7 +126,7 @@ def run_specs(specs: Sequence[Path], *, pytest_args: Sequence[str] = (), env: di
                                  passed=len(facts.get("passed") or []),
                                  failed=[*(facts.get("failed") or []), f"{died.running or spec} (crashed)"],
                                  skipped=len(facts.get("skipped") or []), crash=died)
-                progress.info(f"[red]crashed[/] {spec}: {died.describe()}")
+                progress.info(f"[red]crashed[/] {progress.escape(f'{spec}: {died.describe()}')}", markup=True)
             elif xml.is_file():
                 p, f, s = _junit(xml)
                 res = FileResult(path=str(spec), returncode=returncode, seconds=seconds, passed=p, failed=f, skipped=s)

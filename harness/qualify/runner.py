@@ -80,9 +80,9 @@ class Qualification:
         missing = [n for n in needs if self.status(n) != "passed"]
         if missing:
             st.status, st.summary = "skipped", f"needs {', '.join(missing)}"
-            progress.info(f"[yellow]skip[/] {name}: {st.summary}")
+            progress.info(f"[yellow]skip[/] {progress.escape(f'{name}: {st.summary}')}", markup=True)
             return st, None
-        progress.info(f"[bold]{name}[/] ...")
+        progress.info(f"[bold]{progress.escape(name)}[/] ...", markup=True)
         t0 = time.perf_counter()
         result: StageResult | None = None
         try:
@@ -102,7 +102,8 @@ class Qualification:
             st.data["traceback"] = traceback.format_exc(limit=-6)
         st.seconds = round(time.perf_counter() - t0, 2)
         colour = {"passed": "green", "failed": "red", "skipped": "yellow", "undecided": "yellow"}[st.status]
-        progress.info(f"  [{colour}]{st.status}[/] in {st.seconds:.1f} s: {st.summary.splitlines()[0] if st.summary else ''}")
+        first = st.summary.splitlines()[0] if st.summary else ""
+        progress.info(f"  [{colour}]{st.status}[/] in {st.seconds:.1f} s: {progress.escape(first)}", markup=True)
         return st, result if st.status == "passed" else None
 
     def status(self, name: str) -> str:
