@@ -44,7 +44,9 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"# Qualification: {doc['engine']} {doc['pin']} ({_verdict(doc)})",
         "",
         f"upstream build {doc['upstream'].get('build')} ({doc['upstream'].get('commit')}); "
-        f"host {h['os']} {h['arch']}, {h['cpu_model']} [{h['microarch']}], {h['cores']} cores, "
+        # archspec's name for the CPU: the newest microarchitecture whose every flag the host shows (a VM
+        # hiding one flag, such as waitpkg, reads as an older one); the CPU level the engine runs is its own
+        f"host {h['os']} {h['arch']}, {h['cpu_model']} [archspec: {h['microarch']}], {h['cores']} cores, "
         f"{h['memory_bytes'] / 2**30:.1f} GiB; started {doc['started_at']}"
         + (f"; threads {doc['threads']} ({doc.get('threads_source') or 'given'})" if doc.get("threads") else ""),
         "",
