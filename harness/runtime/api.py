@@ -241,10 +241,11 @@ class Stream:
     """
 
     def __init__(self, req: Any, started: float, on_done: Any = None,
-                 stall_timeout: float = STREAM_STALL_TIMEOUT_S) -> None:
+                 stall_timeout: float = STREAM_STALL_TIMEOUT_S, core: Any = None) -> None:
         self._req = req
         self._started = started
         self._on_done = on_done
+        self._core = core
         self.result: Completion | None = None
         self.stalled = False
         """True when the watchdog cancelled the request because nobody read it."""
@@ -275,6 +276,34 @@ class Stream:
         if kind == "error":
             raise _CORE_ERRORS.get(etype, errors.EngineError)(text)
         raise StopIteration
+
+    @property
+    def can_pump(self) -> bool:
+        """True when the backend writes this stream to a client socket itself (:meth:`pump_sse`)."""
+        return self._core is not None and hasattr(self._core, "pump_sse")
+
+    def pump_sse(self, fd: int, prefix: bytes, suffix: bytes, *, write_timeout_s: float, chunked: bool,
+                 chat: bool = False) -> tuple[str, int]:
+        """Write the rest of the stream to the client socket ``fd`` as server-sent events, in C++ with
+        the GIL released (``harness serve``'s engine worker, once the server has written the response
+        head): each delta one event ``prefix + JSON value + suffix``, every delta already there in one,
+        in HTTP/1.1 chunks when ``chunked``. Returns (outcome, events written): ``done`` (``result``
+        is set; an engine error is raised after the events before it, as iterating does), ``gone``
+        (the client closed the connection), ``slow`` (an event waited ``write_timeout_s`` for the
+        client to take it) or ``cancelled``; in those three the request is cancelled."""
+        self._reading = True  # the watchdog leaves a stream being written alone
+        try:
+            outcome, events, end = self._core.pump_sse(self._req, fd, prefix, suffix, chat, write_timeout_s,
+                                                       chunked)
+        finally:
+            self._reading = False
+            self._last_read = time.monotonic()
+        if end is not None:
+            kind, text, etype = end
+            self.result = _completion(self._req, self._started)
+            if kind == "error":
+                raise _CORE_ERRORS.get(etype, errors.EngineError)(text)
+        return str(outcome), int(events)
 
     def _stalled(self, now: float) -> bool:
         return not self._reading and not self._req.done and now - self._last_read > self._stall_timeout
@@ -373,7 +402,7 @@ class ChatStream:
     """
 
     def __init__(self, req: Any, started: float, core: Any, stall_timeout: float = STREAM_STALL_TIMEOUT_S) -> None:
-        self.raw = Stream(req, started, stall_timeout=stall_timeout)
+        self.raw = Stream(req, started, stall_timeout=stall_timeout, core=core)
         self._req = req
         self._core = core
         self._pending: deque[ChatDelta] = deque()
@@ -400,6 +429,25 @@ class ChatStream:
                 continue
             self._pending.extend(self._diffs(final=False))
         return self._pending.popleft()
+
+    @property
+    def can_pump(self) -> bool:
+        """True when the backend writes this stream to a client socket itself (:meth:`pump_sse`)."""
+        return self.raw.can_pump
+
+    def pump_sse(self, fd: int, prefix: bytes, suffix: bytes, *, write_timeout_s: float,
+                 chunked: bool) -> tuple[str, int]:
+        """:meth:`Stream.pump_sse` with the parsed chat deltas (the engine's partial parse, as iterating
+        gives them) as the events' values; ``message`` is set at the end, as iterating sets it."""
+        if self._pending:
+            msg = "pump_sse takes a chat stream whole: deltas were already read from it"
+            raise RuntimeError(msg)
+        outcome, events = self.raw.pump_sse(fd, prefix, suffix, write_timeout_s=write_timeout_s, chunked=chunked,
+                                            chat=True)
+        self._ended = True
+        if outcome == "done" and self._req.done and self._req.finish_reason not in ("error", "cancelled"):
+            self.message = json.loads(self._core.parse_chat(self._req))
+        return outcome, events
 
     def _diffs(self, *, final: bool) -> list[ChatDelta]:
         out = []

@@ -36,6 +36,7 @@ from harness.runtime.aio import AsyncRuntime, AsyncStream
 from harness.runtime.api import ChatDelta, ChatResult, Completion, coalesce
 from harness.serve import protocol, responses
 from harness.serve.body import BODY_TIMEOUT_S, read_json
+from harness.serve.connection import CONNECTION_EXTENSION, BoundedH11Protocol
 from harness.serve.protocol import APIError
 from harness.serve.remote import RemoteStream, WorkerRuntime
 
@@ -168,6 +169,30 @@ def _sse(data: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(data, ensure_ascii=False).encode() + b"\n\n"
 
 
+def _split(event: Callable[[Any], bytes]) -> tuple[bytes, bytes]:
+    """(prefix, suffix) of the events ``event(value)`` makes: what comes before and after the value's JSON."""
+    marker = "\x00"
+    head, sep, tail = event(marker).partition(json.dumps(marker).encode())
+    if not sep or sep in tail:
+        msg = "the event does not hold its value once"
+        raise ValueError(msg)
+    return head, tail
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """How a stream's events are written by the engine worker once it has the client's socket:
+    ``prefix + value + suffix`` each (:func:`_split` of the route's event), over ``connection``."""
+
+    connection: BoundedH11Protocol
+    prefix: bytes
+    suffix: bytes
+
+    def spec(self) -> dict[str, Any]:
+        return {"prefix": self.prefix, "suffix": self.suffix, "chunked": True,
+                "write_timeout_s": self.connection.limits.write_timeout_s}
+
+
 def _size(delta: Any) -> int:
     if isinstance(delta, str):
         return len(delta)
@@ -209,10 +234,12 @@ async def _until_done_or_gone(request: Request, work: Awaitable[T]) -> T:
 class API:
     """Route handlers over the served models."""
 
-    def __init__(self, models: dict[str, ServedModel], api_key: str | None, body_timeout_s: float) -> None:
+    def __init__(self, models: dict[str, ServedModel], api_key: str | None, body_timeout_s: float,
+                 direct_streams: bool = True) -> None:
         self.models = models
         self.api_key = api_key
         self.body_timeout_s = body_timeout_s
+        self.direct_streams = direct_streams
         self.metrics = Metrics(models)
 
     # ------------------------------------------------------------ plumbing
@@ -234,6 +261,16 @@ class API:
             raise APIError(400, f"{param} is too large: {asked}; model {m.name} has a context of {m.context} "
                                 f"tokens for the prompt and the completion together: ask for at most {m.context - 1}",
                            param=param, code="context_length_exceeded")
+
+    def _connection(self, request: Request, m: ServedModel) -> BoundedH11Protocol | None:
+        """The client connection a stream of ``m`` may be written to by its engine worker directly, or None:
+        only a model in a worker, an HTTP/1.1 client (chunked events), over harness serve's protocol."""
+        if not self.direct_streams or not isinstance(m.engine, WorkerRuntime):
+            return None
+        if request.scope.get("http_version") != "1.1":
+            return None
+        conn = (request.scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
+        return conn if isinstance(conn, BoundedH11Protocol) else None
 
     def _authorized(self, request: Request) -> None:
         if self.api_key is None:
@@ -344,13 +381,17 @@ class API:
                                  "finish_reason": protocol.finish_reason(result.finish_reason)}],
                     "usage": result.usage.as_openai()}
 
+        conn = self._connection(request, m) if req.stream else None
+        direct = _Direct(conn, *_split(lambda v: chunk(v, None))) if conn is not None else None
+
         def events(s: EngineStream, release: Callable[[], None]) -> AsyncIterator[bytes]:
             return self._events(m, s, release, opening=chunk({"role": "assistant", "content": ""}, None),
                                 each=lambda ds: b"".join(chunk(d.as_openai(), None) for d in coalesce(ds)),
-                                last=last, fail=lambda e: _sse(e.body()))
+                                last=last, fail=lambda e: _sse(e.body()), direct=direct)
+        kwargs = {**req.engine_kwargs(), **({"direct": True} if direct else {})}
         return await self._answer(
             request, m, _label(cid, "/v1/chat/completions", req.stream, req.messages), stream=req.stream,
-            open_stream=lambda: m.engine.chat_stream(req.messages, **req.engine_kwargs()), events=events,
+            open_stream=lambda: m.engine.chat_stream(req.messages, **kwargs), events=events,
             run=lambda: m.engine.chat(req.messages, **req.engine_kwargs()), answer=answer)
 
     async def completions(self, request: Request) -> Response:
@@ -378,13 +419,16 @@ class API:
                                  "finish_reason": protocol.finish_reason(c.finish_reason)}],
                     "usage": c.usage.as_openai()}
 
+        conn = self._connection(request, m) if req.stream else None
+        direct = _Direct(conn, *_split(lambda v: chunk(v, None))) if conn is not None else None
+
         def events(s: EngineStream, release: Callable[[], None]) -> AsyncIterator[bytes]:
             return self._events(m, s, release, opening=b"", each=lambda ds: chunk("".join(ds), None), last=last,
-                                fail=lambda e: _sse(e.body()))
+                                fail=lambda e: _sse(e.body()), direct=direct)
         return await self._answer(
             request, m, _label(cid, "/v1/completions", req.stream, req.prompt), stream=req.stream,
-            open_stream=lambda: m.engine.stream(req.prompt, req.sampling), events=events,
-            run=lambda: m.engine.complete(req.prompt, req.sampling), answer=answer)
+            open_stream=lambda: m.engine.stream(req.prompt, req.sampling, **({"direct": True} if direct else {})),
+            events=events, run=lambda: m.engine.complete(req.prompt, req.sampling), answer=answer)
 
     async def responses(self, request: Request) -> Response:
         req = responses.responses_request(await self._body(request))
@@ -407,20 +451,35 @@ class API:
 
     async def _events(self, m: ServedModel, stream: EngineStream, release: Callable[[], None], *,
                       opening: bytes, each: Callable[[list[Any]], bytes], last: Callable[[EngineStream], bytes],
-                      fail: Callable[[APIError], bytes]) -> AsyncIterator[bytes]:
+                      fail: Callable[[APIError], bytes], direct: _Direct | None = None) -> AsyncIterator[bytes]:
         """The SSE events of one streamed request: ``opening``, the events of each batch of deltas (all
         that arrived while the previous write was under way: one write, the deltas coalesced, in
         pieces of about :data:`WRITE_BYTES`), an engine error as ``fail`` says (and the end), else
-        ``last``; the stream closed and the place released always."""
+        ``last``; the stream closed and the place released always.
+
+        ``direct`` (a stream opened to be handed over): once the response head and ``opening`` are
+        written, the client's socket goes to the engine worker, whose backend writes each delta's
+        event itself (the same events, no Python per token in either process); the events after the
+        last delta are written here again. A connection with bytes still unsent streams as usual."""
         try:
             if opening:
                 yield opening
+            if direct is not None and isinstance(stream, RemoteStream) and stream.direct:
+                # the head went out with Starlette's first send (opening or not): only the transport
+                # knows whether all of it has left
+                fd = direct.connection.socket_to_hand_over()
+                stream.hand_over(fd, direct.spec() if fd is not None else None)
             try:
                 async for batch in stream.batches():
                     for part in _parts(batch):
                         yield each(part)
             except Exception as e:
                 yield fail(protocol.from_engine_error(e))
+                return
+            if isinstance(stream, RemoteStream) and stream.outcome != "done":
+                # the worker stopped writing to the client: it left (gone), or did not read (slow)
+                if stream.outcome == "slow" and direct is not None:
+                    direct.connection.reset_slow_client(direct.connection.limits.write_timeout_s)
                 return
             self.metrics.done(m.name, stream.result)
             yield last(stream)
@@ -466,10 +525,12 @@ def _label(rid: str, endpoint: str, stream: bool, prompt: Any) -> str:
 
 
 def create_app(models: dict[str, ServedModel], *, api_key: str | None = None,
-               body_timeout_s: float = BODY_TIMEOUT_S) -> Starlette:
+               body_timeout_s: float = BODY_TIMEOUT_S, direct_streams: bool = True) -> Starlette:
     """The ASGI app serving ``models`` (name -> loaded model); ``api_key`` requires a bearer token; a
-    request body that has not all arrived ``body_timeout_s`` after its headers is answered 408."""
-    api = API(models, api_key, body_timeout_s)
+    request body that has not all arrived ``body_timeout_s`` after its headers is answered 408.
+    ``direct_streams``: a stream of a model in an engine worker is written to its client by the worker
+    (see ``API._events``); off, every delta comes through this process."""
+    api = API(models, api_key, body_timeout_s, direct_streams)
     routes = [
         Route("/health", api.route("health", api.health, auth=False), methods=["GET"]),
         Route("/metrics", api.route("metrics", api.metrics_route), methods=["GET"]),

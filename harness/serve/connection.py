@@ -67,6 +67,11 @@ class ClientLimits:
                 raise ValueError(msg)
 
 
+#: The ASGI scope's ``extensions`` key under which a request finds its connection
+#: (:class:`BoundedH11Protocol`), to hand a streamed response's socket to the engine worker.
+CONNECTION_EXTENSION = "harness.connection"
+
+
 def error_body(status: int, message: str, code: str) -> bytes:
     """OpenAI's error shape, for the answers written before the app sees a request."""
     return json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
@@ -119,6 +124,28 @@ class BoundedH11Protocol(H11Protocol):
         super().handle_events()
         if self._head_timer is not None and not self._waiting_for_head():
             self._cancel_head_timer()
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_started:
+            # the request's ASGI task has not run yet: the app finds this connection in its scope
+            extensions: dict[str, Any] = cycle.scope.setdefault("extensions", {})
+            extensions[CONNECTION_EXTENSION] = self
+
+    # ---------------------------------------------------------------- a response written by another process
+    def socket_to_hand_over(self) -> int | None:
+        """The connection's socket (its file descriptor) for an engine worker to write the rest of a
+        streamed response to, or None while that would not be safe: the transport closing, or
+        holding bytes not yet sent (they must go first, and only the transport knows them)."""
+        if self.transport.is_closing() or self.flow.write_paused or self.transport.get_write_buffer_size():
+            return None
+        sock = self.transport.get_extra_info("socket")
+        return None if sock is None else int(sock.fileno())
+
+    def reset_slow_client(self, timeout_s: float) -> None:
+        """The engine worker writing this connection's stream gave up on a client that did not read
+        for ``timeout_s``: reset the connection, as the write timeout does here."""
+        log.warning("%s read too slowly: an event waited %g s for it to read (write timeout): connection reset",
+                    _peer(self.client), timeout_s)
+        self._reset()
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -167,6 +194,9 @@ class BoundedH11Protocol(H11Protocol):
         log.warning("%s read too slowly: %d response bytes unsent after %g s above %d: connection reset "
                     "(write timeout)", _peer(self.client), self.transport.get_write_buffer_size(),
                     self.limits.write_timeout_s, self.limits.write_buffer_bytes)
+        self._reset()
+
+    def _reset(self) -> None:
         # a reset, not a close: a close would leave what the kernel still holds to be sent to a client
         # that does not read (the socket orphaned in FIN-WAIT-1 for minutes); as nginx's
         # reset_timedout_connection, linger 0 drops it and tells the client at once

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,21 @@ class RemoteStream:
         self.result: Completion | None = None
         self.finish_reason: str | None = None
         self.message: dict[str, Any] | None = None
+        self.direct = False
+        """True for a stream opened to be handed over (:meth:`hand_over`) and not yet handed."""
+        self.outcome = "done"
+        """How a handed-over stream ended: ``done``, or ``gone`` / ``slow`` / ``cancelled`` (the worker
+        stopped writing to the client: it closed the connection, did not read, or was cancelled)."""
+
+    def hand_over(self, client_fd: int | None, spec: dict[str, Any] | None) -> None:
+        """Tell the worker how to write a direct stream (once; the response head and every event
+        before it must be written already): to ``client_fd`` itself with ``spec`` (``prefix``,
+        ``suffix``, ``write_timeout_s``, ``chunked``): no message per delta comes here then, only the
+        end; or, with None, as deltas to this process like any stream."""
+        if not self.direct:
+            return
+        self.direct = False
+        self._runtime._go(self.rid, client_fd if spec is not None else None, spec)
 
     # -------------------------------------------------- fed by the runtime, on the loop
     def _put(self, item: Any) -> None:
@@ -80,8 +96,9 @@ class RemoteStream:
             self.stalled = True  # nobody took a delta for the stall timeout: free the slot
             self.close()
 
-    def _end(self, result: Completion | None, finish_reason: str | None, message: dict[str, Any] | None) -> None:
-        self.result, self.message = result, message
+    def _end(self, result: Completion | None, finish_reason: str | None, message: dict[str, Any] | None,
+             outcome: str = "done") -> None:
+        self.result, self.message, self.outcome = result, message, outcome
         self.finish_reason = finish_reason or (result.finish_reason if result is not None else None)
         self.ended = True
         self._buffer.append(_END)
@@ -178,10 +195,11 @@ class WorkerRuntime:
 
     def __init__(self, name: str, proc: subprocess.Popen[bytes], sock: socket.socket,
                  note_dir: tempfile.TemporaryDirectory[str], info: dict[str, Any],
-                 stall_timeout: float = STREAM_STALL_TIMEOUT_S) -> None:
+                 stall_timeout: float = STREAM_STALL_TIMEOUT_S, fds: socket.socket | None = None) -> None:
         self.name = name
         self.proc = proc
         self._sock = sock
+        self._fds = fds  # client sockets handed to the worker (direct streams), each with its request id
         self._note_dir = note_dir
         self._info = info
         self._stall_timeout = stall_timeout
@@ -212,20 +230,25 @@ class WorkerRuntime:
         """Start a worker, have it load ``config``; returns once it is ready. A worker that fails to
         load raises the worker's error; one that dies while loading raises EngineCrashError."""
         ours, theirs = socket.socketpair()
+        fds_ours, fds_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         note_dir = tempfile.TemporaryDirectory(prefix="harness-serve-")
         note = Path(note_dir.name) / "note.json"  # the worker notes its CPU level there once it has one
         try:
             # a session of its own: Ctrl-C at a terminal reaches the server, which closes its workers in order
-            proc = subprocess.Popen([sys.executable, "-m", "harness.serve.worker", str(theirs.fileno())],
-                                    pass_fds=(theirs.fileno(),), env={**os.environ, crash.NOTE_ENV: str(note)},
-                                    start_new_session=True)
+            proc = subprocess.Popen([sys.executable, "-m", "harness.serve.worker", str(theirs.fileno()),
+                                     str(fds_theirs.fileno())],
+                                    pass_fds=(theirs.fileno(), fds_theirs.fileno()),
+                                    env={**os.environ, crash.NOTE_ENV: str(note)}, start_new_session=True)
         except BaseException:
             ours.close()
+            fds_ours.close()
             note_dir.cleanup()
             raise
         finally:
             theirs.close()
-        runtime = cls(name, proc, ours, note_dir, {})
+            fds_theirs.close()
+        fds_ours.setblocking(False)  # written on the event loop: a full socket is a refusal, never a wait
+        runtime = cls(name, proc, ours, note_dir, {}, fds=fds_ours)
         try:
             ours.sendall(pack(("load", {"config": str(config), "models_dir": str(models_dir) if models_dir else None,
                                         "variant": variant, "max_queue": max_queue})))
@@ -298,7 +321,7 @@ class WorkerRuntime:
         elif kind == "end":
             s = self._streams.pop(message[1], None)
             if s is not None:
-                s._end(message[2], message[3], message[4])
+                s._end(message[2], message[3], message[4], *message[5:6])
         elif kind in ("ok", "started"):
             fut = self._calls.pop(message[1], None)
             if fut is not None and not fut.done():
@@ -349,6 +372,15 @@ class WorkerRuntime:
             return self._dead
         return errors.EngineClosedError(f"the engine of model {self.name} is closed")
 
+    def _go(self, rid: int, client_fd: int | None, spec: dict[str, Any] | None) -> None:
+        if spec is not None and client_fd is not None and self._fds is not None:
+            try:
+                # before the go, on the other socket pair: the worker finds it there when it reads the go
+                socket.send_fds(self._fds, [struct.pack("!Q", rid)], [client_fd])
+            except OSError:
+                spec = None  # the worker is going away: the go (if it gets there) says deltas
+        self._send(("go", rid, spec))
+
     def _cancel(self, rid: int) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(pack(("cancel", rid)))
@@ -371,12 +403,13 @@ class WorkerRuntime:
                 self._cancel(rid)  # a client gone: the request stops in the worker
             raise
 
-    async def _stream(self, method: str, *args: Any, **kwargs: Any) -> RemoteStream:
+    async def _stream(self, method: str, *args: Any, direct: bool = False, **kwargs: Any) -> RemoteStream:
         await self.attach()
         rid = self._next_id()
         started: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         stream = RemoteStream(self, rid, self._stall_timeout)
-        self._send(("stream", rid, method, args, kwargs))
+        stream.direct = direct and self._fds is not None
+        self._send(("dstream" if stream.direct else "stream", rid, method, args, kwargs))
         self._calls[rid] = started
         self._streams[rid] = stream
         try:
@@ -392,15 +425,19 @@ class WorkerRuntime:
         result: Completion = await self._call("start", prompt, sampling, **overrides)
         return result
 
-    async def stream(self, prompt: str | Sequence[int], sampling: Any = None, **overrides: Any) -> RemoteStream:
-        return await self._stream("stream", prompt, sampling, **overrides)
+    async def stream(self, prompt: str | Sequence[int], sampling: Any = None, *, direct: bool = False,
+                     **overrides: Any) -> RemoteStream:
+        """A completion's text deltas; ``direct``: the stream may be handed over (:meth:`RemoteStream.hand_over`)."""
+        return await self._stream("stream", prompt, sampling, direct=direct, **overrides)
 
     async def chat(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> ChatResult:
         result: ChatResult = await self._call("start_chat", list(messages), **kwargs)
         return result
 
-    async def chat_stream(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> RemoteStream:
-        return await self._stream("chat_stream", list(messages), **kwargs)
+    async def chat_stream(self, messages: Sequence[dict[str, Any]], *, direct: bool = False,
+                          **kwargs: Any) -> RemoteStream:
+        """A chat turn's parsed deltas; ``direct`` as for :meth:`stream`."""
+        return await self._stream("chat_stream", list(messages), direct=direct, **kwargs)
 
     async def embed(self, texts: Sequence[str], **kwargs: Any) -> Any:
         return await self._call("embed", list(texts), **kwargs)
@@ -434,6 +471,9 @@ class WorkerRuntime:
         await asyncio.get_running_loop().run_in_executor(None, self._reap)
         if self._transport is not None:
             self._transport.close()
+        if self._fds is not None:
+            with contextlib.suppress(OSError):
+                self._fds.close()
 
     def close(self) -> None:
         """Close without an event loop (start-up failed, or after the loop ended)."""
@@ -444,6 +484,9 @@ class WorkerRuntime:
                 self._sock.sendall(pack(("close",)))
         with contextlib.suppress(OSError):
             self._sock.close()  # the worker reads the end of its input if it missed the close
+        if self._fds is not None:
+            with contextlib.suppress(OSError):
+                self._fds.close()
         self._reap()
 
     def _reap(self) -> None:

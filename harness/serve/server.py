@@ -132,7 +132,9 @@ def serve(models: dict[str, ServedModel], *, host: str, port: int, api_key: str 
 
     from harness.serve.connection import protocol_class
 
-    app = create_app(models, api_key=api_key, body_timeout_s=limits.body_timeout_s)
+    # HARNESS_SERVE_DIRECT=0: every delta through this process (to compare, or should a client need it)
+    app = create_app(models, api_key=api_key, body_timeout_s=limits.body_timeout_s,
+                     direct_streams=os.environ.get("HARNESS_SERVE_DIRECT", "1") != "0")
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=5, lifespan="off", http=protocol_class(limits),
                             h11_max_incomplete_event_size=limits.max_header_bytes)

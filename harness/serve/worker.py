@@ -12,6 +12,13 @@ a thread of its own, the engine blocking in C++ with the GIL released as in-proc
 - ``("stream", id, method, args, kwargs)``: ``stream`` / ``chat_stream``: ``("started", id)`` once
   submitted, then ``("d", id, delta)`` per delta as the engine hands it out, and ``("end", id,
   completion, finish_reason, message)`` (or ``err``) at the end;
+- ``("dstream", id, method, args, kwargs)``: a stream the server may hand to the worker whole: after
+  ``("started", id)`` the worker waits for ``("go", id, spec)``. With a spec (a dict: ``prefix``,
+  ``suffix``, ``write_timeout_s``, ``chunked``) the client's socket has come first on the second
+  socket pair (``FDS``, with the id) and the backend writes every delta to it as a server-sent
+  event itself (:meth:`harness.runtime.api.Stream.pump_sse`: no Python per token, here or in the
+  server), then the worker answers ``("end", id, completion, finish_reason, message, outcome)``; a
+  backend that cannot (or ``spec`` None) streams ``("d", ...)`` as for ``stream``;
 - ``("cancel", id)`` cancels a request (its slot frees within one token); ``("close",)`` closes
   the engine and ends the worker, as does the server going away (end of file).
 
@@ -93,8 +100,14 @@ def decode_delta(d: Any) -> Any:
 class Worker:
     """The worker's side: the loaded engine and the calls in flight on it."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, fds: socket.socket | None = None) -> None:
         self.sock = sock
+        self.fds = fds  # client sockets handed over for direct streams, each with its request id
+        # direct streams waiting for their go, and the go each got (a socket and a spec, or None: no
+        # socket), under _go_ready
+        self._awaiting: set[int] = set()
+        self._go: dict[int, tuple[int, dict[str, Any]] | None] = {}
+        self._go_ready = threading.Condition()
         self.engine: Any = None
         self._wlock = threading.Lock()
         self._outbox: list[bytes] = []  # frames packed but not yet written (under _wlock)
@@ -155,6 +168,10 @@ class Worker:
             self._cancelled.discard(rid)
 
     def cancel(self, rid: int) -> None:
+        with self._go_ready:  # a direct stream waiting for its go is let go (to find its request cancelled)
+            if rid in self._awaiting and rid not in self._go:
+                self._go[rid] = None
+                self._go_ready.notify_all()
         with self._lock:
             if rid not in self._live:  # already answered
                 return
@@ -182,7 +199,54 @@ class Worker:
         finally:
             self._done(rid)
 
-    def stream(self, rid: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def go(self, rid: int, spec: dict[str, Any] | None) -> None:
+        """The server's go for direct stream ``rid``: with a spec, its client socket is the next on ``fds``."""
+        handed: tuple[int, dict[str, Any]] | None = None
+        if spec is not None and self.fds is not None:
+            # the server wrote the socket before the go: it is there already
+            data, fds, _, _ = socket.recv_fds(self.fds, 8, 1)
+            if len(data) == 8 and len(fds) == 1 and struct.unpack("!Q", data)[0] == rid:
+                handed = (fds[0], spec)
+            else:  # not this stream's socket (never, between this package's two ends): it streams as any other
+                for fd in fds:
+                    os.close(fd)
+        with self._go_ready:
+            if rid not in self._awaiting or rid in self._go:  # ended or cancelled first: nobody takes the socket
+                if handed is not None:
+                    os.close(handed[0])
+                return
+            self._go[rid] = handed
+            self._go_ready.notify_all()
+
+    def _await_go(self, rid: int) -> tuple[int, dict[str, Any]] | None:
+        with self._go_ready:
+            while rid not in self._go and not self._closed.is_set():
+                self._go_ready.wait(1.0)
+            self._awaiting.discard(rid)
+            return self._go.pop(rid, None)
+
+    def _forget_go(self, rid: int) -> None:
+        """A direct stream that ended before it took its go: a socket that came for it is closed."""
+        with self._go_ready:
+            self._awaiting.discard(rid)
+            handed = self._go.pop(rid, None)
+        if handed is not None:
+            os.close(handed[0])
+
+    def _pump(self, rid: int, s: Any, fd: int, spec: dict[str, Any]) -> None:
+        """Stream ``s`` written to the client socket ``fd`` by the backend, then its end to the server."""
+        try:
+            outcome, _ = s.pump_sse(fd, spec["prefix"], spec["suffix"], write_timeout_s=spec["write_timeout_s"],
+                                    chunked=spec["chunked"])
+        except BaseException as e:  # an engine error: after the events before it, as in-process
+            self.send(("err", rid, type(e).__name__, str(e)))
+            return
+        finally:
+            os.close(fd)
+        self.send(("end", rid, s.result, getattr(s, "finish_reason", None), getattr(s, "message", None), outcome))
+
+    def stream(self, rid: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+               direct: bool = False) -> None:
         try:
             if method not in ("stream", "chat_stream"):
                 msg = f"the engine worker has no stream {method!r}"
@@ -191,10 +255,20 @@ class Worker:
         except BaseException as e:
             self._reply(("err", rid, type(e).__name__, str(e)))
             self._done(rid)
+            if direct:
+                self._forget_go(rid)
             return
         self._register(rid, s.close)
         try:
             self.send(("started", rid))
+            if direct:
+                handed = self._await_go(rid)
+                if handed is not None:
+                    fd, spec = handed
+                    if getattr(s, "can_pump", False):
+                        self._pump(rid, s, fd, spec)
+                        return
+                    os.close(fd)  # a backend that cannot: the deltas go to the server as for any stream
             while True:
                 try:
                     item = s.__next__()
@@ -209,6 +283,8 @@ class Worker:
             s.close()
         finally:
             self._done(rid)
+            if direct:
+                self._forget_go(rid)
 
     def _reply(self, message: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # the server went away: the worker ends with it
@@ -265,15 +341,26 @@ class Worker:
                     if kind == "cancel":
                         self.cancel(message[1])
                         continue
+                    if kind == "go":
+                        self.go(message[1], message[2])
+                        continue
                     _, rid, method, args, kwargs = message
                     with self._lock:
                         self._live[rid] = None
-                    pool.submit(self.call if kind == "call" else self.stream, rid, method, args, kwargs)
+                    if kind == "call":
+                        pool.submit(self.call, rid, method, args, kwargs)
+                    else:
+                        if kind == "dstream":
+                            with self._go_ready:
+                                self._awaiting.add(rid)
+                        pool.submit(self.stream, rid, method, args, kwargs, kind == "dstream")
                 pending = self._recv(frames)
                 if not pending:  # the server went away
                     return 0
         finally:
             self._closed.set()
+            with self._go_ready:
+                self._go_ready.notify_all()
             with contextlib.suppress(Exception):
                 self.engine.close()
             pool.shutdown(wait=False, cancel_futures=True)
@@ -295,16 +382,19 @@ class Worker:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not args[0].isdigit():
-        print("usage: python -m harness.serve.worker FD (started by harness serve)", file=sys.stderr)
+    if len(args) not in (1, 2) or not all(a.isdigit() for a in args):
+        print("usage: python -m harness.serve.worker FD [FDS] (started by harness serve)", file=sys.stderr)
         return 2
     # the server stops the worker in order (Ctrl-C at a terminal reaches the whole process group)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=int(args[0]))
+    fds = socket.socket(fileno=int(args[1])) if len(args) == 2 else None
     try:
-        return Worker(sock).run()
+        return Worker(sock, fds).run()
     finally:
         sock.close()
+        if fds is not None:
+            fds.close()
 
 
 if __name__ == "__main__":

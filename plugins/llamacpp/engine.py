@@ -237,7 +237,7 @@ class Engine:
                **overrides: Any) -> Stream:
         """Iterate text deltas; closing the iterator cancels generation within one token."""
         return Stream(self._submit(prompt, self._sampling(sampling, overrides)), time.perf_counter(),
-                      stall_timeout=self.stream_stall_timeout)
+                      stall_timeout=self.stream_stall_timeout, core=self.core)
 
     def _sampling(self, sampling: Sampling | dict[str, Any] | None, overrides: dict[str, Any]) -> Sampling:
         """A request's sampling: a dict or keywords over the config's defaults; a Sampling is taken whole."""

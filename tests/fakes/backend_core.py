@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import threading
 import time
@@ -48,7 +49,10 @@ class _Req:
         self.done = True
         self.finish_reason = "length"
         self._t = time.perf_counter()
-        self._events: list[tuple[str, str, str]] = [("delta", d, "") for d in DELTAS] + [("done", "length", "")]
+        # $FAKE_FLOOD=N: N deltas of 1 KiB each instead (a stream a slow reader cannot keep up with)
+        flood = int(os.environ.get("FAKE_FLOOD") or 0)
+        deltas = ["x" * 1024] * flood if flood else list(DELTAS)
+        self._events: list[tuple[str, str, str]] = [("delta", d, "") for d in deltas] + [("done", "length", "")]
         self._sent = 0
         self.reported = ""
 
@@ -111,6 +115,50 @@ class Engine:
         new, req.reported = now[len(req.reported):], now
         return json.dumps([{"content": new}] if new else [])
 
+    def pump_sse(self, req: _Req, fd: int, prefix: bytes, suffix: bytes, chat: bool, write_timeout_s: float,
+                 chunked: bool) -> tuple[str, int, tuple[str, str, str] | None]:
+        """The real core's contract (engines/llamacpp/backend/src/sse.cpp), in Python: each delta one
+        event ``prefix + JSON value + suffix`` written to ``fd`` (non-blocking, as the server's loop
+        left it), in HTTP/1.1 chunks; (outcome, events written, the end event or None)."""
+        events = 0
+
+        def emit(value: str) -> str | None:
+            payload = prefix + value.encode() + suffix
+            data = memoryview(f"{len(payload):x}\r\n".encode() + payload + b"\r\n" if chunked else payload)
+            deadline = time.monotonic() + write_timeout_s
+            while data:
+                try:
+                    data = data[os.write(fd, data):]
+                except BlockingIOError:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return "slow"
+                    select.select([], [fd], [], min(left, 0.1))
+                except OSError:
+                    return "gone"
+            return None
+
+        def values(final: bool, text: str) -> list[str]:
+            if chat:
+                return [json.dumps(d) for d in json.loads(self.chat_diffs(req, final))]
+            return [json.dumps(text)] if text else []
+
+        while True:
+            ev = req.next()
+            if ev is None:
+                return ("done", events, None)
+            kind, text, _ = ev
+            if kind == "delta" or (chat and kind == "done"):
+                for v in values(kind == "done", text if kind == "delta" else ""):
+                    bad = emit(v)
+                    if bad is not None:
+                        req.cancel()
+                        return (bad, events, None)
+                    events += 1
+                if kind == "delta":
+                    continue
+            return ("done", events, ev)
+
     def embed(self, texts: list[str], normalize: bool) -> list[list[float]]:
         return [[float(len(t)), 1.0, 0.0, 0.0] for t in texts]
 
@@ -122,3 +170,7 @@ class Engine:
 
     def close(self) -> None:
         pass
+
+
+if os.environ.get("FAKE_NO_PUMP"):  # a core without the direct-stream writer (another engine, an older binding)
+    del Engine.pump_sse

@@ -117,7 +117,8 @@ class Stream:
     """One streaming request as its client saw it."""
 
     kind: str
-    """ok | 429 | bad | left | reconnect (a reused connection closed before any answer)"""
+    """ok | 429 | 400 (a malformed body refused) | bad | left | reconnect (a reused connection closed
+    before any answer)"""
     why: str = ""
     ttft_s: float = 0.0
     gaps_s: list[float] = field(default_factory=list)
@@ -137,7 +138,8 @@ def summary(streams: list[Stream], wall_s: float) -> dict[str, Any]:
     ok = [s for s in streams if s.kind == "ok"]
     gaps = [g for s in ok for g in s.gaps_s]
     return {"requests": len(streams), "ok": len(ok), "429": sum(s.kind == "429" for s in streams),
-            "left": sum(s.kind == "left" for s in streams), "bad": [s.why for s in streams if s.kind == "bad"][:10],
+            "left": sum(s.kind == "left" for s in streams), "400": sum(s.kind == "400" for s in streams),
+            "bad": [s.why for s in streams if s.kind == "bad"][:10],
             "reconnects": sum(s.kind == "reconnect" for s in streams),
             "wall_s": round(wall_s, 2), "requests_per_s": round(len(ok) / wall_s, 2) if wall_s else 0.0,
             "tokens_per_s": round(sum(s.tokens for s in ok) / wall_s, 1) if wall_s else 0.0,
@@ -210,6 +212,20 @@ async def stream_once(http: httpx.AsyncClient, base: str, max_tokens: int, model
         if answered[0]:
             return Stream(kind="bad", why=f"the connection broke mid-stream: {e!r}")
         return Stream(kind="reconnect", why=repr(e))
+
+
+async def truncated_once(http: httpx.AsyncClient, base: str) -> Stream:
+    """A truncated JSON body, as the soak sends among its streams: a 400 ``invalid_json`` (kind
+    ``400``), anything else ``bad``; a broken reused connection a ``reconnect``, as for
+    :func:`stream_once` (the first hour-long soak stopped on one: the driver, not the server)."""
+    try:
+        r = await http.post(base + "/chat/completions", content=b'{"model": "tiny", "mess',
+                            headers={"content-type": "application/json"})
+    except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError) as e:
+        return Stream(kind="reconnect", why=repr(e))
+    if r.status_code != 400 or r.json().get("error", {}).get("code") != "invalid_json":
+        return Stream(kind="bad", why=f"a truncated body got {r.status_code}: {r.text[:300]!r}")
+    return Stream(kind="400")
 
 
 async def _stream_once(http: httpx.AsyncClient, base: str, max_tokens: int, model: str,
@@ -582,7 +598,7 @@ async def soak(base: str, pid: int, p: Profile) -> dict[str, Any]:
                 if roll < 0.1:
                     results.append(await leave_at_random(base, rng, 120))
                 elif roll < 0.15:
-                    await http.post(base + "/chat/completions", content=b'{"model": "tiny", "mess')
+                    results.append(await truncated_once(http, base))
                 else:
                     results.append(await stream_once(http, base, p.max_tokens))
 

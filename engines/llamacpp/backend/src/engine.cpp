@@ -152,6 +152,8 @@ std::string generic_tool_prompt(const std::vector<common_chat_tool> & tools, boo
 }
 }  // namespace
 
+std::string json_quote(const std::string & s) { return common_json::make(s).dump_safe(); }
+
 std::vector<std::string> Engine::recent_log() const {
     std::lock_guard<std::mutex> lk(g_log_mu);
     return {g_log.begin(), g_log.end()};
@@ -226,6 +228,15 @@ std::optional<Event> Request::next() {
     std::unique_lock<std::mutex> lk(mu_);
     if (consumed_end_) return std::nullopt;
     cv_.wait(lk, [&] { return !events_.empty(); });
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    if (e.kind != Event::Delta) consumed_end_ = true;
+    return e;
+}
+
+std::optional<Event> Request::try_next() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (consumed_end_ || events_.empty()) return std::nullopt;
     Event e = std::move(events_.front());
     events_.pop_front();
     if (e.kind != Event::Delta) consumed_end_ = true;
@@ -871,6 +882,15 @@ std::string Engine::parse_chat(const Request & req) const {
 }
 
 std::string Engine::chat_diffs(Request & req, bool final) const {
+    std::string out = "[";
+    for (const auto & d : chat_diff_list(req, final)) {
+        if (out.size() > 1) out += ',';
+        out += d;
+    }
+    return out + "]";
+}
+
+std::vector<std::string> Engine::chat_diff_list(Request & req, bool final) const {
     common_chat_msg now;
     std::vector<common_chat_msg_diff> diffs;
     try {
@@ -878,10 +898,10 @@ std::string Engine::chat_diffs(Request & req, bool final) const {
         diffs = common_chat_msg_diff::compute_diffs(req.chat_sent, now);
     } catch (const std::exception &) {
         // Not parseable yet (or the parse went back on itself): report nothing until it is.
-        return "[]";
+        return {};
     }
     req.chat_sent = std::move(now);
-    auto out = common_json::array();
+    std::vector<std::string> out;
     for (const auto & d : diffs) {
         auto delta = common_json::object();
         if (!d.reasoning_content_delta.empty()) delta["reasoning_content"] = common_json::make(d.reasoning_content_delta);
@@ -901,9 +921,9 @@ std::string Engine::chat_diffs(Request & req, bool final) const {
             calls.push_back(call);
             delta["tool_calls"] = calls;
         }
-        out.push_back(delta);
+        out.push_back(delta.dump());
     }
-    return out.dump();
+    return out;
 }
 
 // ---------------------------------------------------------------------------

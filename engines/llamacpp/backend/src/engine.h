@@ -97,6 +97,7 @@ class Request {
 public:
     // caller side
     std::optional<Event> next();             // blocks; nullopt after Done/Error was consumed
+    std::optional<Event> try_next();         // next() if an event is there, else nullopt at once
     Event wait();                            // blocks until the end; for non-streaming requests
     void cancel() { cancelled.store(true); }
     bool done() const;
@@ -166,6 +167,8 @@ public:
     // array): the text so far parsed with is_partial (llama.cpp's partial chat parsing), diffed
     // against what was reported before. final: parse the whole text as complete.
     std::string chat_diffs(Request & req, bool final) const;
+    // The same deltas, each one JSON object of its own (what chat_diffs puts in its array).
+    std::vector<std::string> chat_diff_list(Request & req, bool final) const;
 
     std::vector<std::vector<float>> embed(const std::vector<std::string> & texts, bool normalize);
 
@@ -287,5 +290,8 @@ private:
 };
 
 double now_seconds();
+
+// `s` as a JSON string (quotes and escapes; bytes that are not UTF-8 become U+FFFD).
+std::string json_quote(const std::string & s);
 
 }  // namespace harness

@@ -1,5 +1,6 @@
 // pybind11 bindings: the engine as Python sees it. Every blocking wait releases the GIL.
 #include "engine.h"
+#include "sse.h"
 #include "build-info.h"
 
 #include <pybind11/numpy.h>
@@ -178,6 +179,29 @@ PYBIND11_MODULE(_core, m) {
         .def("chat_diffs", [](const Engine & e, Request & r, bool final) { return e.chat_diffs(r, final); },
              py::arg("request"), py::arg("final") = false,
              "OpenAI chunk deltas the chat message gained since the last call (JSON array), by partial parsing.")
+        .def("pump_sse", [](const Engine & e, Request & r, int fd, const py::bytes & prefix, const py::bytes & suffix,
+                            bool chat, double write_timeout_s, bool chunked) -> py::tuple {
+            SseTarget t;
+            t.fd = fd;
+            t.prefix = prefix;
+            t.suffix = suffix;
+            t.chunked = chunked;
+            t.write_timeout_s = write_timeout_s;
+            PumpResult res;
+            {
+                py::gil_scoped_release nogil;
+                res = pump_sse(e, r, t, chat);
+            }
+            if (!res.end) return py::make_tuple(res.outcome, res.events, py::none());
+            const char * kind = res.end->kind == Event::Done ? "done" : "error";
+            return py::make_tuple(res.outcome, res.events,
+                                  py::make_tuple(kind, py::bytes(res.end->text).attr("decode")("utf-8", "replace"),
+                                                 res.end->error_type));
+        }, py::arg("request"), py::arg("fd"), py::arg("prefix"), py::arg("suffix"), py::arg("chat") = false,
+           py::arg("write_timeout_s") = 30.0, py::arg("chunked") = true,
+           "Write the request's deltas to the client socket `fd` as server-sent events (prefix + JSON value + suffix "
+           "each, GIL released) until it ends: (outcome 'done'|'gone'|'slow'|'cancelled', events written, the end "
+           "event as next() gives it, or None).")
         .def("embed", [](Engine & e, const std::vector<std::string> & texts, bool normalize) {
             std::vector<std::vector<float>> out;
             {

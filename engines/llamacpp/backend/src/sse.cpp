@@ -1,0 +1,124 @@
+#include "sse.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+
+#include <poll.h>
+#include <sys/socket.h>
+
+namespace harness {
+
+namespace {
+
+enum class Wrote { Ok, Gone, Slow, Cancelled };
+
+// Poll in slices this long while a write waits, to see a cancel (the server cancels a request whose
+// client left, or that it is stopping) without waiting out the whole write timeout.
+constexpr int POLL_SLICE_MS = 100;
+
+Wrote write_all(int fd, const std::string & data, double timeout_s, const Request & req) {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+    const char * p = data.data();
+    size_t n = data.size();
+    while (n > 0) {
+        ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+        if (k > 0) {
+            p += k;
+            n -= (size_t) k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            // the client's socket buffer is full: wait until it takes more, the request is cancelled,
+            // or the event has waited the whole write timeout
+            while (true) {
+                if (req.cancelled.load()) return Wrote::Cancelled;
+                auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
+                if (left <= 0) return Wrote::Slow;
+                pollfd pfd{fd, POLLOUT, 0};
+                int r = ::poll(&pfd, 1, (int) std::min<long long>(left, POLL_SLICE_MS));
+                if (r < 0 && errno != EINTR) return Wrote::Gone;
+                if (r > 0) {
+                    if (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) return Wrote::Gone;
+                    if (pfd.revents & POLLOUT) break;
+                }
+            }
+            continue;
+        }
+        return Wrote::Gone;  // EPIPE, ECONNRESET, ...: the client is gone
+    }
+    return Wrote::Ok;
+}
+
+}  // namespace
+
+PumpResult pump_sse(const Engine & engine, Request & req, const SseTarget & t, bool chat) {
+    PumpResult out;
+    std::string buf;
+    auto emit = [&](const std::string & value) -> Wrote {
+        buf.clear();
+        const size_t len = t.prefix.size() + value.size() + t.suffix.size();
+        if (t.chunked) {
+            char head[24];
+            int h = std::snprintf(head, sizeof head, "%zx\r\n", len);
+            buf.append(head, (size_t) h);
+        }
+        buf += t.prefix;
+        buf += value;
+        buf += t.suffix;
+        if (t.chunked) buf += "\r\n";
+        Wrote w = write_all(t.fd, buf, t.write_timeout_s, req);
+        if (w == Wrote::Ok) out.events++;
+        return w;
+    };
+    auto stop = [&](Wrote w) -> PumpResult & {
+        req.cancel();
+        out.outcome = w == Wrote::Gone ? "gone" : w == Wrote::Slow ? "slow" : "cancelled";
+        return out;
+    };
+    while (true) {
+        std::optional<Event> e = req.next();
+        if (!e) {  // the end was taken before: nothing more will come
+            out.outcome = "done";
+            return out;
+        }
+        // every delta already there goes out in one event (a client that fell behind gets them
+        // coalesced; one that keeps up finds one delta each time)
+        std::string text;
+        while (e && e->kind == Event::Delta) {
+            text += e->text;
+            e = req.try_next();
+        }
+        std::optional<Event> end;
+        if (e) end = std::move(e);
+        if (!text.empty()) {
+            if (chat) {
+                for (const auto & d : engine.chat_diff_list(req, false)) {
+                    Wrote w = emit(d);
+                    if (w != Wrote::Ok) return stop(w);
+                }
+            } else {
+                Wrote w = emit(json_quote(text));
+                if (w != Wrote::Ok) return stop(w);
+            }
+        }
+        if (end) {
+            if (chat && end->kind == Event::Done) {
+                const std::string reason = req.finish_reason();
+                if (reason != "error" && reason != "cancelled") {
+                    for (const auto & d : engine.chat_diff_list(req, true)) {
+                        Wrote w = emit(d);
+                        if (w != Wrote::Ok) return stop(w);
+                    }
+                }
+            }
+            out.outcome = "done";
+            out.end = std::move(end);
+            return out;
+        }
+    }
+}
+
+}  // namespace harness
