@@ -158,7 +158,8 @@ class ModelConfig:
     """CPU threads for prompt processing and generation; unset uses the CPU count."""
 
     gpu_layers: int | None = _c(minimum=-1, maximum=INT_MAX)
-    """Layers offloaded to the GPU (-1, or more than the model has: all)."""
+    """Layers offloaded to the GPU (-1, or more than the model has: all). Unset: all of them on a GPU
+    variant (the engine's own default, and LocalAI's), none where there is no GPU device."""
 
     f16: bool | None = None
     """Keep the KV cache in 16-bit floats."""
@@ -302,7 +303,7 @@ class EngineOptions:
     """Physical batch size for prompt processing."""
 
     n_gpu_layers: int | None = _c(minimum=-1, maximum=INT_MAX)
-    """Layers offloaded to the GPU (-1: all); beats the config's gpu_layers."""
+    """Layers offloaded to the GPU (-1: all; unset: all on a GPU variant); beats the config's gpu_layers."""
 
     cache_type_k: str = "f16"
     """KV-cache type for keys (f16, q8_0, ...)."""

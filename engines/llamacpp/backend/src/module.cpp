@@ -43,7 +43,9 @@ EngineParams engine_params(const py::dict & d) {
     p.n_threads = get<int32_t>(d, "n_threads", 0);
     p.n_threads_batch = get<int32_t>(d, "n_threads_batch", 0);
     p.max_num_seqs = get<int32_t>(d, "max_num_seqs", 4);
-    p.n_gpu_layers = get<int32_t>(d, "n_gpu_layers", 0);
+    // unset: the engine's own default (every layer on the GPU of a GPU variant; LocalAI's default too),
+    // nothing to offload where there is no GPU device (a CPU variant)
+    p.n_gpu_layers = get<int32_t>(d, "n_gpu_layers", llama_model_default_params().n_gpu_layers);
     p.kv_cache_type = get<std::string>(d, "kv_cache_type", "f16");
     p.prefix_caching = get<int32_t>(d, "prefix_caching", 0);
     p.token_delay_us = get<int32_t>(d, "token_delay_us", 0);
