@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from harness.core import errors
 from harness.runtime.aio import AsyncRuntime, AsyncStream
 from harness.runtime.api import ChatDelta, ChatResult, Completion, coalesce
 from harness.serve import protocol, responses
@@ -476,10 +477,17 @@ class API:
             except Exception as e:
                 yield fail(protocol.from_engine_error(e))
                 return
-            if isinstance(stream, RemoteStream) and stream.outcome != "done":
-                # the worker stopped writing to the client: it left (gone), or did not read (slow)
+            closing = isinstance(m.engine, WorkerRuntime) and m.engine.closing
+            if isinstance(stream, RemoteStream) and stream.handed and (
+                    stream.outcome != "done" or (closing and stream.finish_reason == "cancelled")):
+                # the worker stopped writing to the client: it left (gone), did not read (slow), or the
+                # request was cancelled (the client left, or the server is stopping: that it is told, as
+                # a stream through the server is)
                 if stream.outcome == "slow" and direct is not None:
                     direct.connection.reset_slow_client(direct.connection.limits.write_timeout_s)
+                elif closing:
+                    yield fail(protocol.from_engine_error(
+                        errors.EngineClosedError(f"model {m.name}: the server is stopping")))
                 return
             self.metrics.done(m.name, stream.result)
             yield last(stream)

@@ -73,6 +73,8 @@ class RemoteStream:
         self.message: dict[str, Any] | None = None
         self.direct = False
         """True for a stream opened to be handed over (:meth:`hand_over`) and not yet handed."""
+        self.handed = False
+        """True once the worker has the client's socket: until its end comes, only the worker writes it."""
         self.outcome = "done"
         """How a handed-over stream ended: ``done``, or ``gone`` / ``slow`` / ``cancelled`` (the worker
         stopped writing to the client: it closed the connection, did not read, or was cancelled)."""
@@ -85,7 +87,7 @@ class RemoteStream:
         if not self.direct:
             return
         self.direct = False
-        self._runtime._go(self.rid, client_fd if spec is not None else None, spec)
+        self.handed = self._runtime._go(self.rid, client_fd if spec is not None else None, spec)
 
     # -------------------------------------------------- fed by the runtime, on the loop
     def _put(self, item: Any) -> None:
@@ -372,14 +374,18 @@ class WorkerRuntime:
             return self._dead
         return errors.EngineClosedError(f"the engine of model {self.name} is closed")
 
-    def _go(self, rid: int, client_fd: int | None, spec: dict[str, Any] | None) -> None:
+    def _go(self, rid: int, client_fd: int | None, spec: dict[str, Any] | None) -> bool:
+        """Send a direct stream's go (with the client's socket when ``spec`` is given); True when the socket went."""
         if spec is not None and client_fd is not None and self._fds is not None:
             try:
                 # before the go, on the other socket pair: the worker finds it there when it reads the go
                 socket.send_fds(self._fds, [struct.pack("!Q", rid)], [client_fd])
             except OSError:
                 spec = None  # the worker is going away: the go (if it gets there) says deltas
+        else:
+            spec = None
         self._send(("go", rid, spec))
+        return spec is not None
 
     def _cancel(self, rid: int) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -454,6 +460,11 @@ class WorkerRuntime:
         return dict(self._stats)
 
     @property
+    def closing(self) -> bool:
+        """True once :meth:`aclose` (or :meth:`close`) has begun."""
+        return self._closing
+
+    @property
     def open_streams(self) -> int:
         """Streams whose end has not come from the worker yet."""
         return len(self._streams)
@@ -465,6 +476,7 @@ class WorkerRuntime:
         if self._closing:
             return
         self._closing = True
+        await self._stop_writers()
         self._fail_all(errors.EngineClosedError(f"model {self.name}: {reason}"))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(pack(("close",)))
@@ -474,6 +486,18 @@ class WorkerRuntime:
         if self._fds is not None:
             with contextlib.suppress(OSError):
                 self._fds.close()
+
+    async def _stop_writers(self, timeout: float = 2.0) -> None:
+        """Cancel the streams the worker is writing to their clients and wait (``timeout`` at most) for
+        their ends: the error event the server then writes must not interleave with the worker's."""
+        handed = [s for s in self._streams.values() if s.handed and not s.ended]
+        if not handed or self._transport is None or self._dead is not None:
+            return
+        for s in handed:
+            s.close()
+        deadline = time.monotonic() + timeout
+        while any(not s.ended for s in handed) and time.monotonic() < deadline and self._dead is None:
+            await asyncio.sleep(0.01)
 
     def close(self) -> None:
         """Close without an event loop (start-up failed, or after the loop ended)."""

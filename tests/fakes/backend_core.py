@@ -49,9 +49,10 @@ class _Req:
         self.done = True
         self.finish_reason = "length"
         self._t = time.perf_counter()
-        # $FAKE_FLOOD=N: N deltas of 1 KiB each instead (a stream a slow reader cannot keep up with)
-        flood = int(os.environ.get("FAKE_FLOOD") or 0)
-        deltas = ["x" * 1024] * flood if flood else list(DELTAS)
+        # $FAKE_FLOOD=N: N deltas of 1 KiB each instead (a stream a slow reader cannot keep up with);
+        # $FAKE_DELTAS=N: N short deltas
+        flood, many = int(os.environ.get("FAKE_FLOOD") or 0), int(os.environ.get("FAKE_DELTAS") or 0)
+        deltas = ["x" * 1024] * flood if flood else [f" {i}" for i in range(many)] if many else list(DELTAS)
         self._events: list[tuple[str, str, str]] = [("delta", d, "") for d in deltas] + [("done", "length", "")]
         self._sent = 0
         self.reported = ""
@@ -62,6 +63,8 @@ class _Req:
         return ("done", "length", "")
 
     def next(self) -> tuple[str, str, str] | None:
+        if self._events and self._events[0][0] == "delta":  # $FAKE_DELTA_S: the time a token takes
+            time.sleep(float(os.environ.get("FAKE_DELTA_S") or 0))
         after = os.environ.get("FAKE_CRASH_AFTER")
         if _IDENT["variant"] == "crashy" and after and self._sent >= int(after):
             _crash()

@@ -51,6 +51,7 @@ class Served:
 
     def _run(self) -> None:
         async def main() -> None:  # as harness serve runs: the worker closed before the loop ends
+            self.loop = asyncio.get_running_loop()
             try:
                 await self.server.serve(sockets=[self.sock])
             finally:
@@ -257,3 +258,23 @@ def test_a_client_that_does_not_read_is_reset_and_its_stream_freed(served: Calla
     # and the next client, one that reads, gets the whole stream
     text = _post(s.url, "/v1/completions", {"model": "tiny", "prompt": "x", "stream": True}).text
     assert len(_said(_events(text), lambda e: e["choices"][0]["text"])[1]) == 4096 * 1024
+
+
+def test_a_worker_closed_mid_stream_stops_writing_before_the_server_says_so(served: Callable[..., Served],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # the server stopping (another model's engine died, or SIGTERM) while the worker writes a stream:
+    # the worker is told to stop first, then the server writes the error event: never both at once
+    monkeypatch.setenv("FAKE_DELTAS", "50")
+    monkeypatch.setenv("FAKE_DELTA_S", "0.05")
+    s = served("steady")
+    got: list[str] = []
+    with httpx.stream("POST", s.url + "/v1/completions", json={"model": "tiny", "prompt": "x", "stream": True},
+                      timeout=30) as r:
+        for line in r.iter_lines():
+            got.append(line)
+            if len([g for g in got if g.startswith("data: ")]) == 5:
+                asyncio.run_coroutine_threadsafe(s.runtime.aclose("a test closes it"), s.loop)
+    events = [json.loads(g[len("data: "):]) for g in got if g.startswith("data: ")]
+    texts = [e["choices"][0]["text"] for e in events[:-1]]
+    assert texts == [f" {i}" for i in range(len(texts))] and 5 <= len(texts) < 50, texts
+    assert events[-1]["error"]["code"] == "engine_closed", events[-1]
