@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.core import crash, errors
+from harness.core import crash, errors, hugepages
 from harness.runtime.api import STREAM_STALL_TIMEOUT_S, ChatResult, Completion
 from harness.serve.worker import Frames, decode_delta, pack
 
@@ -208,16 +208,22 @@ class WorkerRuntime:
     # ---------------------------------------------------------------- start
     @classmethod
     def start(cls, config: Path, *, name: str, models_dir: Path | None, variant: str | None,
-              max_queue: int | None, timeout: float = LOAD_TIMEOUT_S) -> WorkerRuntime:
+              max_queue: int | None, timeout: float = LOAD_TIMEOUT_S,
+              malloc_hugetlb: bool | None = None) -> WorkerRuntime:
         """Start a worker, have it load ``config``; returns once it is ready. A worker that fails to
-        load raises the worker's error; one that dies while loading raises EngineCrashError."""
+        load raises the worker's error; one that dies while loading raises EngineCrashError.
+
+        The worker is an engine process: it starts with glibc's malloc hugepages unless
+        ``malloc_hugetlb`` is False (None: ``$HARNESS_MALLOC_HUGETLB``; :mod:`harness.core.hugepages`)."""
         ours, theirs = socket.socketpair()
         note_dir = tempfile.TemporaryDirectory(prefix="harness-serve-")
         note = Path(note_dir.name) / "note.json"  # the worker notes its CPU level there once it has one
         try:
             # a session of its own: Ctrl-C at a terminal reaches the server, which closes its workers in order
             proc = subprocess.Popen([sys.executable, "-m", "harness.serve.worker", str(theirs.fileno())],
-                                    pass_fds=(theirs.fileno(),), env={**os.environ, crash.NOTE_ENV: str(note)},
+                                    pass_fds=(theirs.fileno(),),
+                                    env=hugepages.engine_env({**os.environ, crash.NOTE_ENV: str(note)},
+                                                             enabled=malloc_hugetlb),
                                     start_new_session=True)
         except BaseException:
             ours.close()
