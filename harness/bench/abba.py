@@ -38,7 +38,7 @@ from harness.bench.arms import ArmHandle, ArmSpec, Sample, started_arms
 from harness.bench.gate import headline_keys
 from harness.bench.stats import analyze
 from harness.bench.system import SystemState
-from harness.core import progress
+from harness.core import hugepages, progress
 from harness.core.errors import BenchError
 from harness.core.jsonvalue import json_value
 
@@ -246,6 +246,7 @@ def run_abba(
     on_sample: Callable[[Sample], None] | None = None,
     threads_source: str = "",
     record_system: bool = True,
+    malloc_hugetlb: bool | None = None,
 ) -> BenchResult:
     """Run ``a`` (baseline) against ``b`` (candidate) in ABBA blocks.
 
@@ -260,6 +261,10 @@ def run_abba(
     :param on_sample: called with each raw sample as it is taken.
     :param threads_source: where the arms' ``threads`` option came from, for the report.
     :param record_system: sample the machine's state before and after (:mod:`harness.bench.system`).
+    :param malloc_hugetlb: every arm's worker starts with glibc's malloc hugepages on (True) or off
+        (False, ``--no-malloc-hugetlb``); None: ``$HARNESS_MALLOC_HUGETLB`` says, on by default
+        (:mod:`harness.core.hugepages`). The system state records it. Arms created in this process
+        (``isolate=False``) run with this process's own environment, and that is what is recorded.
     """
     config = config or BenchConfig()
     specs = {"A": a, "B": b}
@@ -270,7 +275,9 @@ def run_abba(
     describe: dict[str, dict[str, Any]] = {}
     limit = config.limit
     total = 2 * limit * len(config.concurrency)
-    recorder = system.Recorder(threads=_threads(specs), threads_source=threads_source) if record_system else None
+    malloc = hugepages.malloc_hugepages(enabled=malloc_hugetlb) if isolate else hugepages.this_process()
+    recorder = (system.Recorder(threads=_threads(specs), threads_source=threads_source, malloc=malloc)
+                if record_system else None)
     stop: Stop | None = None
     of = f"{limit} max" if config.until_halfwidth is not None else str(limit)
     with _steps(f"bench {run_name}", total) as step, contextlib.ExitStack() as reused:
@@ -284,11 +291,13 @@ def run_abba(
                         # reclaimed or demoted by the host, which once made the second arm of every block slower)
                         step(f"block {block + 1}/{of}: starting {role}'s process", False)
                         arm = per_turn.enter_context(started_arms({role: specs[role]}, isolate=isolate,
-                                                                  extra_plugins=extra_plugins, process=block))[role]
+                                                                  extra_plugins=extra_plugins, process=block,
+                                                                  malloc_hugetlb=malloc_hugetlb))[role]
                     else:
                         if arms is None:
                             arms = reused.enter_context(started_arms(specs, isolate=isolate,
-                                                                     extra_plugins=extra_plugins))
+                                                                     extra_plugins=extra_plugins,
+                                                                     malloc_hugetlb=malloc_hugetlb))
                         arm = arms[role]
                     describe.setdefault(role, json_value(arm.describe()))
                     if config.warmup and (config.fresh_process or block == 0):

@@ -18,6 +18,9 @@ starting with ``_`` are runner context; arms ignore the ones they do not use (th
 Each worker's environment carries ``HARNESS_BENCH_ENV_PAD``, a random number of
 bytes (0 to 4 KiB, as pyperf does): the environment's size moves the initial
 stack, so no process keeps one lucky (or unlucky) memory layout for a whole arm.
+It is also an engine process's environment (:func:`harness.core.hugepages.engine_env`:
+glibc's malloc hugepages, on unless turned off), the same for both arms and handed on to
+what an arm starts (llama-bench, a server).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from harness.core import crash
+from harness.core import crash, hugepages
 from harness.core.errors import BenchError, EngineCrashError
 
 #: The keys every ``measure()`` result must carry, all positive numbers.
@@ -396,9 +399,13 @@ def _worker_main(conn: Connection, spec: ArmSpec, role: str, extra_plugins: tupl
 
 
 class ArmWorker:
-    """An arm in its own spawned worker process; use as a context manager or call :meth:`close`."""
+    """An arm in its own spawned worker process; use as a context manager or call :meth:`close`.
 
-    def __init__(self, spec: ArmSpec, role: str, extra_plugins: Sequence[str] = (), process: int = 0) -> None:
+    ``malloc_hugetlb`` overrides ``$HARNESS_MALLOC_HUGETLB`` for the worker (see :mod:`harness.core.hugepages`).
+    """
+
+    def __init__(self, spec: ArmSpec, role: str, extra_plugins: Sequence[str] = (), process: int = 0,
+                 malloc_hugetlb: bool | None = None) -> None:
         self.spec, self.role, self.process = spec, role, process
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
@@ -410,7 +417,7 @@ class ArmWorker:
         self._describe: dict[str, Any] | None = None
         self._closed = False
         try:
-            with _padded_environment():
+            with _worker_environment(malloc_hugetlb):
                 self._proc.start()
         finally:
             child.close()
@@ -527,32 +534,38 @@ _ENV_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _padded_environment() -> Iterator[None]:
-    """Set :data:`ENV_PAD` to a random number of bytes while a worker is spawned (it copies ``os.environ``)."""
+def _worker_environment(malloc_hugetlb: bool | None = None) -> Iterator[None]:
+    """While a worker is spawned (it copies ``os.environ``): :data:`ENV_PAD` set to a random number of
+    bytes, and an engine process's environment (:func:`harness.core.hugepages.engine_env`)."""
     import secrets
 
     with _ENV_LOCK:
-        old = os.environ.get(ENV_PAD)
-        os.environ[ENV_PAD] = "x" * secrets.randbelow(ENV_PAD_MAX + 1)
+        changes = {k: v for k, v in hugepages.engine_env(enabled=malloc_hugetlb).items() if os.environ.get(k) != v}
+        changes[ENV_PAD] = "x" * secrets.randbelow(ENV_PAD_MAX + 1)
+        old = {k: os.environ.get(k) for k in changes}
+        os.environ.update(changes)
         try:
             yield
         finally:
-            if old is None:
-                os.environ.pop(ENV_PAD, None)
-            else:
-                os.environ[ENV_PAD] = old
+            for key, value in old.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 @contextlib.contextmanager
-def started_arms(specs: Mapping[str, ArmSpec], *, isolate: bool = True,
-                 extra_plugins: Sequence[str] = (), process: int = 0) -> Iterator[dict[str, ArmHandle]]:
+def started_arms(specs: Mapping[str, ArmSpec], *, isolate: bool = True, extra_plugins: Sequence[str] = (),
+                 process: int = 0, malloc_hugetlb: bool | None = None) -> Iterator[dict[str, ArmHandle]]:
     """Start one handle per role (workers start in parallel); close them all on exit.
 
-    ``process`` numbers this set of handles among the run's (the arms see it as ``_process``)."""
+    ``process`` numbers this set of handles among the run's (the arms see it as ``_process``);
+    ``malloc_hugetlb`` (None: ``$HARNESS_MALLOC_HUGETLB``) is every worker's glibc malloc hugepages
+    setting (:mod:`harness.core.hugepages`): one setting for all arms."""
     handles: dict[str, ArmHandle] = {}
     try:
         for role, spec in specs.items():
-            handles[role] = (ArmWorker(spec, role, extra_plugins, process) if isolate
+            handles[role] = (ArmWorker(spec, role, extra_plugins, process, malloc_hugetlb) if isolate
                              else InProcessArm(spec, role, extra_plugins, process))
         for h in handles.values():
             h.describe()  # waits for the worker's arm

@@ -24,7 +24,7 @@ from harness.bench.stats import (
     MetricStats,
     metric_key,
 )
-from harness.bench.system import SystemState, summary_lines
+from harness.bench.system import SystemState, malloc_line, summary_lines
 
 if TYPE_CHECKING:
     from harness.bench.comparison import Comparison
@@ -204,6 +204,8 @@ def render_markdown(doc: Mapping[str, Any], analysis: Analysis, *, findings: Seq
         lines.append(f"- {doc['stop']['text']}")
     if state is not None and state.threads is not None:
         lines.append(f"- threads per arm: {state.threads}" + (f" ({state.threads_source})" if state.threads_source else ""))
+    if state is not None and state.malloc_hugetlb is not None:
+        lines.append(f"- {malloc_line(state)}")
     lines += [
         f"- {analysis.confidence:.0%} intervals: geometric mean of per-block B/A ratios, hull of a "
         f"seeded bootstrap ({analysis.resamples} resamples) and Student-t",

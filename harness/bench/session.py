@@ -62,15 +62,18 @@ def run_and_report(a: ArmSpec, b: ArmSpec, config: BenchConfig, *, name: str | N
                    host: Mapping[str, Any] | None = None, host_measure: Mapping[str, Any] | None = None,
                    gate: Mapping[str, float] | None = None, threads_source: str = "", aa: bool = False,
                    isolate: bool = True, extra_plugins: Sequence[str] = (), plots: bool = True,
-                   embed_plots: bool = False) -> Outcome:
+                   embed_plots: bool = False, malloc_hugetlb: bool | None = None) -> Outcome:
     """Run the benchmark and write its report; ``gate`` maps selectors to percent (see :func:`parse_gate`).
+
+    ``malloc_hugetlb`` is every arm's glibc malloc hugepages setting (None: ``$HARNESS_MALLOC_HUGETLB``,
+    on by default; see :mod:`harness.core.hugepages`).
 
     The gate is resolved against the run's concurrency before any arm starts, so a
     typo fails in a second, not after the run.
     """
     thresholds = resolve_gate(gate, config.concurrency) if gate else {}
     result = run_abba(a, b, config, name=name, aa=aa, isolate=isolate, extra_plugins=extra_plugins,
-                      threads_source=threads_source)
+                      threads_source=threads_source, malloc_hugetlb=malloc_hugetlb)
     analysis = analyze(result.samples, aa=aa)
     verdict = evaluate(thresholds, analysis, config.pn) if thresholds else None
     files = write_report(result, out=out, analysis=analysis, host=host, host_measure=host_measure, plots=plots,

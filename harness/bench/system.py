@@ -1,8 +1,9 @@
 """The state of the machine a benchmark ran on, as pyperf records it, and what in it can distort one.
 
 Read once per run: the kernel, the CPU frequency governor and driver, turbo/boost,
-isolated CPUs, SMT, the affinity mask and the thread count (from sysfs and psutil,
-no root needed). Sampled twice: the load average and the processes that use CPU
+isolated CPUs, SMT, the affinity mask, the thread count and whether the arms' processes
+started with glibc's malloc hugepages (:mod:`harness.core.hugepages`), from sysfs and psutil,
+no root needed. Sampled twice: the load average and the processes that use CPU
 time, once before the arms start (over a short window) and once after the last
 measurement, where each other process's CPU time over the whole run gives its
 average use while the benchmark ran. The benchmark's own processes (this one and
@@ -26,6 +27,7 @@ import psutil
 
 from harness.bench.stats import Finding, Level
 from harness.core.host import physical_cores
+from harness.core.hugepages import VALUE, MallocHugepages, tunable_value
 
 CPU_SYSFS = Path("/sys/devices/system/cpu")
 MM_SYSFS = Path("/sys/kernel/mm")
@@ -90,6 +92,13 @@ class SystemState:
     threads: int | None = None
     """Compute threads each arm runs with."""
     threads_source: str = ""
+    malloc_hugetlb: bool | None = None
+    """The arms' processes started with glibc's ``glibc.malloc.hugetlb`` on (``GLIBC_TUNABLES``);
+    None: not recorded (a report from before it was)."""
+    malloc_hugetlb_source: str = ""
+    """Why on or off: the harness's default, ``--no-malloc-hugetlb``, the user's own tunable, no glibc."""
+    glibc_tunables: str | None = None
+    """The ``GLIBC_TUNABLES`` the arms' processes started with."""
     before: Sample | None = None
     during: Sample | None = None
     """Other processes' CPU use from the start to the end of the measurements."""
@@ -116,6 +125,9 @@ class SystemState:
                    turbo_control=str(data.get("turbo_control", "")), isolated=str(data.get("isolated", "")),
                    smt=data.get("smt"), thp=data.get("thp"), reclaim=tuple(str(r) for r in data.get("reclaim") or ()),
                    threads=data.get("threads"), threads_source=str(data.get("threads_source", "")),
+                   malloc_hugetlb=data.get("malloc_hugetlb"),
+                   malloc_hugetlb_source=str(data.get("malloc_hugetlb_source", "")),
+                   glibc_tunables=data.get("glibc_tunables"),
                    before=sample(data.get("before")), during=sample(data.get("during")),
                    load_after=_triple(data.get("load_after")))
 
@@ -257,12 +269,18 @@ def _busy(t0: Mapping[int, tuple[float, float, str]], t1: Mapping[int, tuple[flo
 
 
 class Recorder:
-    """Samples the machine before and after a run: ``Recorder(threads=..)``, then ``.finish()``."""
+    """Samples the machine before and after a run: ``Recorder(threads=..)``, then ``.finish()``.
+
+    ``malloc`` is what the arms' processes start with (:func:`harness.core.hugepages.malloc_hugepages`).
+    """
 
     def __init__(self, *, threads: int | None = None, threads_source: str = "", window_s: float = BUSY_WINDOW_S,
-                 root: Path = CPU_SYSFS, mm: Path = MM_SYSFS) -> None:
+                 root: Path = CPU_SYSFS, mm: Path = MM_SYSFS, malloc: MallocHugepages | None = None) -> None:
         self._static = static_state(root, mm)
         self._threads, self._threads_source = threads, threads_source
+        self._malloc: dict[str, Any] = ({} if malloc is None else
+                        {"malloc_hugetlb": malloc.on, "malloc_hugetlb_source": malloc.source,
+                         "glibc_tunables": malloc.tunables})
         exclude = own_pids()
         t0, start = _cpu_table(), time.monotonic()
         time.sleep(window_s)
@@ -280,7 +298,8 @@ class Recorder:
         return SystemState(kernel=platform.release(), os=platform.system().lower(),
                            logical_cpus=os.cpu_count() or 1, physical_cores=physical_cores(),
                            affinity=_affinity(), threads=self._threads, threads_source=self._threads_source,
-                           before=self.before, during=during, load_after=_load_avg(), **self._static)
+                           before=self.before, during=during, load_after=_load_avg(), **self._malloc,
+                           **self._static)
 
 
 # ---------------------------------------------------------------------------
@@ -349,6 +368,21 @@ def findings(state: SystemState) -> list[Finding]:
     return out
 
 
+def malloc_line(state: SystemState) -> str:
+    """What the arms' processes started with of glibc's malloc hugepages, and what it does under the THP mode."""
+    if state.malloc_hugetlb is None:
+        return ""
+    tunables = f"GLIBC_TUNABLES={state.glibc_tunables}; " if state.glibc_tunables else ""
+    line = (f"glibc malloc hugepages for the arms' processes: {'on' if state.malloc_hugetlb else 'off'} "
+            f"({tunables}{state.malloc_hugetlb_source})")
+    if state.malloc_hugetlb and tunable_value(state.glibc_tunables) == VALUE:
+        effect = {"madvise": "in effect under THP madvise: malloc madvises its blocks of 2 MiB and more",
+                  "always": "no change under THP always: the kernel backs large mappings with hugepages anyway",
+                  "never": "no effect under THP never"}.get(state.thp or "", "THP mode unknown")
+        line += f"; {effect}"
+    return line
+
+
 def summary_lines(state: SystemState) -> list[str]:
     """``- key: value`` markdown lines for a report."""
     usable = len(state.affinity) if state.affinity else state.logical_cpus
@@ -362,6 +396,8 @@ def summary_lines(state: SystemState) -> list[str]:
              + ("; ".join(state.reclaim) if state.reclaim else "none seen")]
     if state.threads is not None:
         lines.append(f"- threads per arm: {state.threads}" + (f" ({state.threads_source})" if state.threads_source else ""))
+    if state.malloc_hugetlb is not None:
+        lines.append(f"- {malloc_line(state)}")
     b, d = state.before, state.during
     load = []
     if b is not None and b.load_avg is not None:

@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.core import crash, errors
+from harness.core import crash, errors, hugepages
 from harness.runtime.api import STREAM_STALL_TIMEOUT_S, ChatResult, Completion
 from harness.serve.worker import Frames, decode_delta, pack
 
@@ -228,9 +228,13 @@ class WorkerRuntime:
     # ---------------------------------------------------------------- start
     @classmethod
     def start(cls, config: Path, *, name: str, models_dir: Path | None, variant: str | None,
-              max_queue: int | None, timeout: float = LOAD_TIMEOUT_S) -> WorkerRuntime:
+              max_queue: int | None, timeout: float = LOAD_TIMEOUT_S,
+              malloc_hugetlb: bool | None = None) -> WorkerRuntime:
         """Start a worker, have it load ``config``; returns once it is ready. A worker that fails to
-        load raises the worker's error; one that dies while loading raises EngineCrashError."""
+        load raises the worker's error; one that dies while loading raises EngineCrashError.
+
+        The worker is an engine process: it starts with glibc's malloc hugepages unless
+        ``malloc_hugetlb`` is False (None: ``$HARNESS_MALLOC_HUGETLB``; :mod:`harness.core.hugepages`)."""
         ours, theirs = socket.socketpair()
         fds_ours, fds_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         note_dir = tempfile.TemporaryDirectory(prefix="harness-serve-")
@@ -240,7 +244,9 @@ class WorkerRuntime:
             proc = subprocess.Popen([sys.executable, "-m", "harness.serve.worker", str(theirs.fileno()),
                                      str(fds_theirs.fileno())],
                                     pass_fds=(theirs.fileno(), fds_theirs.fileno()),
-                                    env={**os.environ, crash.NOTE_ENV: str(note)}, start_new_session=True)
+                                    env=hugepages.engine_env({**os.environ, crash.NOTE_ENV: str(note)},
+                                                             enabled=malloc_hugetlb),
+                                    start_new_session=True)
         except BaseException:
             ours.close()
             fds_ours.close()

@@ -37,10 +37,11 @@ CRASH_HINT = ("`harness engine info` shows which CPU levels passed this host's s
 
 
 def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | None, max_queue: int | None,
-                isolate: bool = True) -> dict[str, ServedModel]:
+                isolate: bool = True, malloc_hugetlb: bool | None = None) -> dict[str, ServedModel]:
     """name -> :class:`ServedModel` for each config, loaded as ``Runtime.load(config=...)``: each in an
     engine worker of its own, or with ``isolate=False`` in this process (an engine crash then takes
-    the process with it: for tests and for embedding the app)."""
+    the process with it: for tests and for embedding the app). ``malloc_hugetlb=False`` starts the
+    workers without glibc's malloc hugepages (:mod:`harness.core.hugepages`)."""
     from harness.config.effective import load_config_file
     from harness.core.errors import ConfigError, UsageError
     from harness.runtime import Runtime
@@ -62,7 +63,7 @@ def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | 
                 # an invalid config is refused here, every diagnostic listed
                 if isolate:
                     engine = WorkerRuntime.start(path, name=str(name), models_dir=models_dir, variant=variant,
-                                                 max_queue=max_queue)
+                                                 max_queue=max_queue, malloc_hugetlb=malloc_hugetlb)
                     info = engine.info()
                 else:
                     loaded = Runtime.load(config=path, models_dir=models_dir, variant=variant)

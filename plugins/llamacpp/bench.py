@@ -19,7 +19,7 @@ from typing import Any
 
 from harness import __version__
 from harness.bench.arms import IN_PROCESS
-from harness.core import paths, progress
+from harness.core import hugepages, paths, progress
 from harness.core.errors import BenchError
 from harness.core.host import default_threads
 from harness.core.jsonvalue import json_value
@@ -445,7 +445,9 @@ class LlamaBenchArm:
         """Tokens/s of the one test ``args`` select (``-p N -n 0`` or ``-p 0 -n N -d D``)."""
         argv = [str(self.exe), "-m", self.opts["model"], "-t", str(self.opts["threads"]), *args, "-r", "1",
                 "-o", "json"]
-        r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600)
+        # an engine process: glibc's malloc hugepages as the other arms get them (harness.core.hugepages)
+        r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=3600,
+                           env=hugepages.engine_env())
         if r.returncode:
             from harness.core.errors import SubprocessError
 

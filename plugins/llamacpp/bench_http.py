@@ -5,13 +5,13 @@ Both serve one model with ``max_num_seqs`` parallel sequences sharing one unifie
 ``n_ctx`` cells, ``threads`` compute threads, batch 512, no prompt cache; the arm's worker sends
 each request to ``/v1/completions`` as token ids (the same prompts the in-process ``backend``
 arm uses), greedy, ``ignore_eos``, streamed, and times the server-sent events it reads: time to
-the first text, then decode tokens/s between the first and the last text.
+the first text, then decode tokens/s between the first and the last text. Either server starts with
+an engine process's environment (:func:`harness.core.hugepages.engine_env`), as every arm's does.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from harness import __version__
+from harness.core import hugepages
 from harness.core.errors import BenchError
 from harness_plugins.llamacpp.bench import (
     _metrics,
@@ -156,7 +157,7 @@ class ServerArm(_HttpArm):
                 "--port", str(self.port), "--max-queue", "256", "--log-level", "error"]
         if self.opts.get("variant"):
             argv += ["--variant", str(self.opts["variant"])]
-        return argv, dict(os.environ)
+        return argv, hugepages.engine_env()
 
     def describe(self) -> dict[str, Any]:
         health = self.client.get("/health").json()
@@ -180,7 +181,7 @@ class LlamaServerArm(_HttpArm):
         argv = [str(exe), "-m", self.opts["model"], "-t", t, "-tb", t, "-c", str(int(self.opts["n_ctx"])), "-np", s,
                 "-kvu", "-b", str(BATCH), "-ub", str(BATCH), "--no-cache-prompt", "--host", "127.0.0.1",
                 "--port", str(self.port), "--no-webui"]
-        return argv, dict(os.environ)
+        return argv, hugepages.engine_env()
 
     def _default_artifact(self) -> Path:
         from harness.build.cmake import artifact_dir

@@ -54,7 +54,7 @@ def test_one_process_per_arm_reports_its_offset_as_a_difference_fresh_processes_
 def test_workers_get_a_random_environment_size() -> None:
     sizes = set()
     for _ in range(20):
-        with armsmod._padded_environment():
+        with armsmod._worker_environment():
             sizes.add(len(os.environ[armsmod.ENV_PAD]))
             assert len(os.environ[armsmod.ENV_PAD]) <= armsmod.ENV_PAD_MAX
     assert len(sizes) > 10
