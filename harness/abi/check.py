@@ -102,14 +102,20 @@ def _cut(full: surf.Surface, committed: Mapping[str, Any]) -> surf.Surface:
     return surf.filter_surface(full, set(used)) if used is not None else full
 
 
-def uncovered_uses(abi: Mapping[str, Any], committed: Mapping[str, Any], full: Mapping[str, Any]) -> list[str]:
+def uncovered_uses(abi: Mapping[str, Any], committed: Mapping[str, Any], full: Mapping[str, Any],
+                   *, sources_root: Path | None = None) -> list[str]:
     """The engine names the backend's sources (``abi.used_from``) call today that the committed used set
-    lacks: a change of one of them upstream would pass the check unseen. One line per name."""
+    lacks: a change of one of them upstream would pass the check unseen. One line per name.
+
+    A relative ``abi.used_from`` is read below ``sources_root``: the root of the recipe the descriptor
+    comes from (an old pin's recipe carries its own backend source, the one its binding is built from),
+    else the checkout.
+    """
     configured, used = abi.get("used_from"), committed.get("used")
     if not configured or used is None:
         return []
     path = Path(str(configured))
-    path = path if path.is_absolute() else paths.project_root() / path
+    path = path if path.is_absolute() else (sources_root or paths.project_root()) / path
     if not path.exists():  # an installed harness without the engine sources
         return []
     from harness.abi.used import used_from
@@ -119,13 +125,14 @@ def uncovered_uses(abi: Mapping[str, Any], committed: Mapping[str, Any], full: M
             "the backend called it)" for name in sorted(names - set(used))]
 
 
-def differences(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]) -> list[str]:
+def differences(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any],
+                *, sources_root: Path | None = None) -> list[str]:
     """One line per difference between the committed surface and the pinned headers, and per engine
     name the backend uses that the committed surface does not cover."""
     full = _pinned(root, abi, committed)
     current = _cut(full, committed)
     lines = diff_surfaces(committed, current, version_macro=version_macro(abi))
-    lines += uncovered_uses(abi, committed, full)
+    lines += uncovered_uses(abi, committed, full, sources_root=sources_root)
     stored = str(committed.get("fingerprint", ""))
     if not lines and stored != current["fingerprint"]:
         # Nothing itemized yet the content hashes differ: a hand-edited file. Still a failure.
@@ -135,12 +142,15 @@ def differences(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]
 
 
 def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = "",
-               committed_path: Path | None = None) -> CheckResult:
-    """Raise :class:`AbiError` listing each difference; return what was checked otherwise."""
+               committed_path: Path | None = None, sources_root: Path | None = None) -> CheckResult:
+    """Raise :class:`AbiError` listing each difference; return what was checked otherwise.
+
+    ``sources_root``: where a relative ``abi.used_from`` lives (the recipe's root; default the checkout).
+    """
     t0 = time.perf_counter()
     path = committed_path or surface_path(engine)
     committed = load_committed(engine, path)
-    lines = differences(root, abi, committed)
+    lines = differences(root, abi, committed, sources_root=sources_root)
     if lines:
         where = f" ({pin})" if pin else ""
         rel = path.relative_to(paths.project_root()) if path.is_relative_to(paths.project_root()) else path
@@ -166,5 +176,8 @@ def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = ""
 
 
 def check_engine(spec: EngineSpec, tree: Path) -> CheckResult:
-    """The pipeline's ABI stage: the patched tree of ``spec`` against ``abi/<engine>/``."""
-    return check_tree(spec.name, tree, spec.abi, pin=spec.pin, committed_path=spec.surface_path)
+    """The pipeline's ABI stage: the patched tree of ``spec`` against ``abi/<engine>/`` of its recipe, with
+    the backend source of the same recipe (for an old pin from git history: that commit's, not the
+    working tree's; :mod:`harness.build.recipes`)."""
+    return check_tree(spec.name, tree, spec.abi, pin=spec.pin, committed_path=spec.surface_path,
+                      sources_root=spec.root.parent.parent)

@@ -32,8 +32,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_snapshot, extras=('build',))
 
     p = asub.add_parser("check", help="fail when the pinned headers disagree with the committed surface",
-                        description="Runs before any build; seconds, not minutes.")
+                        description="Runs before any build; seconds, not minutes. With --pin or --rev, the "
+                        "recipe of another pin from git history (its descriptor, patches, ABI surface and "
+                        "backend source: what `harness build --pin` builds) instead of the working tree's.")
     p.add_argument("engine")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--pin", metavar="VERSION",
+                       help="check this pin's recipe (the newest commit of any branch or tag that pinned it)")
+    which.add_argument("--rev", metavar="GITREV", help="check the recipe of this commit/branch/tag (e.g. main)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=cmd_check, extras=('build',))
 
@@ -148,17 +154,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     from harness.build.pipeline import patched_tree
     from harness.core import progress
 
-    spec = _load(args.engine)
+    pin, rev = args.pin, args.rev
+    if pin or rev:
+        from harness.build import recipes
+
+        spec = recipes.resolve(args.engine, pin=pin, rev=rev)
+    else:
+        spec = _load(args.engine)
     result = check_engine(spec, patched_tree(spec).path)
     if args.json:
         from dataclasses import asdict
 
         from harness.cli import print_json
 
-        print_json({**asdict(result), "ok": True, "seconds": round(result.seconds, 3)})
+        print_json({**asdict(result), "ok": True, "seconds": round(result.seconds, 3), "pin": spec.pin,
+                    "recipe_commit": spec.recipe_commit or None})
         return 0
+    recipe = f" (recipe from commit {spec.recipe_commit[:12]})" if spec.recipe_commit else ""
     progress.info(
-        f"ABI check passed: {spec.name} {spec.pin} matches {_shown(spec.surface_path)} "
+        f"ABI check passed: {spec.name} {spec.pin}{recipe} matches {_shown(spec.surface_path)} "
         f"({result.functions} functions, {result.structs} structs on {', '.join(result.targets)}; "
         f"fingerprint {result.fingerprint[:16]}) in {result.seconds:.2f} s"
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import shutil
 import sys
 import sysconfig
@@ -229,3 +231,75 @@ def test_a_name_the_backend_calls_outside_the_committed_used_set_is_a_difference
         "before the backend called it)"]
     assert uncovered_uses(abi, full, full) == []
     assert uncovered_uses({**abi, "used_from": str(tmp_path / "absent")}, committed, full) == []
+
+
+# --------------------------------------------------------------------------- another pin's recipe
+
+PREFIXED = r"\b(?:llama|ggml|gguf|LLAMA|GGML|GGUF)_\w+"
+USED_FROM = "engines/llamacpp/backend/src"
+
+
+def _backend(root: Path, text: str) -> None:
+    src = root / USED_FROM
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "engine.cpp").write_text(text)
+
+
+def _recipe(tmp_path: Path, backend: str) -> EngineSpec:
+    """An old pin's recipe as harness.build.recipes materializes it: engines/, abi/ and the backend
+    source of its commit under one root, its surface cut to what that backend used then."""
+    root = tmp_path / "recipes" / "llamacpp-0123456789ab"
+    _backend(root, backend)
+    s = surf.filter_surface(snapshot_config(tree(tmp_path / "cut"), ABI, meta={"engine": "llamacpp"}),
+                            {"llama_decode"})
+    surf.write(s, root / "abi" / "llamacpp" / "surface.json")
+    return dataclasses.replace(spec(root), abi={**ABI, "used_from": USED_FROM, "used_pattern": PREFIXED},
+                               recipe_commit="0123456789ab" * 3)
+
+
+def test_an_old_pins_check_reads_the_backend_source_of_its_recipe(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.abi.check import check_engine
+
+    # the working tree's backend calls only what the old recipe's surface covers ...
+    checkout = tmp_path / "checkout"
+    _backend(checkout, "llama_decode(1);\n")
+    monkeypatch.setenv("HARNESS_ROOT", str(checkout))
+    # ... but the old recipe's own backend (the one its binding is built from) calls one more name:
+    # the check reads that source, not the working tree's
+    old = _recipe(tmp_path, "llama_decode(1); auto p = llama_context_default_params();\n")
+    with pytest.raises(AbiError, match="the backend now uses llama_context_default_params") as e:
+        check_engine(old, tree(tmp_path / "pinned"))
+    assert "(0.3.16)" in str(e.value).splitlines()[0]
+    # the other way round: the working tree calls more, the recipe's backend does not: the old pin passes
+    _backend(checkout, "llama_decode(1); auto p = llama_context_default_params();\n")
+    ok = check_engine(_recipe(tmp_path / "b", "llama_decode(1);\n"), tree(tmp_path / "pinned"))
+    assert ok.functions == 1
+
+
+def test_cli_check_of_another_pin_checks_its_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import harness.build.pipeline as pipeline
+    from harness.build import recipes
+
+    old = _recipe(tmp_path, "llama_decode(1);\n")
+    asked: list[tuple[str, str | None, str | None]] = []
+
+    def resolve(engine: str, *, pin: str | None = None, rev: str | None = None) -> EngineSpec:
+        asked.append((engine, pin, rev))
+        return old
+
+    monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))
+    monkeypatch.setattr(recipes, "resolve", resolve)
+    monkeypatch.setattr(abi_cli, "_load", lambda name: pytest.fail("the working tree's recipe was loaded"))
+    monkeypatch.setattr(pipeline, "patched_tree", lambda s: argparse.Namespace(path=tree(tmp_path / "pinned")))
+    args = parse(["abi", "check", "llamacpp", "--pin", "0.3.35", "--json"])
+    assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert asked == [("llamacpp", "0.3.35", None)]
+    assert out["ok"] is True and out["pin"] == "0.3.16" and out["recipe_commit"] == old.recipe_commit
+    args = parse(["abi", "check", "llamacpp", "--rev", "main"])
+    assert args.func(args) == 0
+    assert asked[-1] == ("llamacpp", None, "main")
+    with pytest.raises(SystemExit):
+        parse(["abi", "check", "llamacpp", "--pin", "0.3.35", "--rev", "main"])

@@ -5,7 +5,7 @@
 #include "common.h"
 #include "json-schema-to-grammar.h"
 #include "ngram-map.h"
-#include "json.h"
+#include "json_compat.h"
 
 #include "ggml-backend.h"
 
@@ -123,7 +123,7 @@ size_t incomplete_utf8(const std::string & s) {
     }
     return 0;
 }
-std::string json_str(const std::string & s) { return common_json::make(s).dump(); }
+std::string json_str(const std::string & s) { return cjson::dump(cjson::string(s)); }
 
 // JSON Schema of the envelope: {"tool_call": {"name": ..., "arguments": {...}}} (or {"response": "..."}).
 std::string generic_tool_schema(const std::vector<common_chat_tool> & tools, bool required) {
@@ -152,7 +152,7 @@ std::string generic_tool_prompt(const std::vector<common_chat_tool> & tools, boo
 }
 }  // namespace
 
-std::string json_quote(const std::string & s) { return common_json::make(s).dump_safe(); }
+std::string json_quote(const std::string & s) { return cjson::dump_safe(cjson::string(s)); }
 
 std::vector<std::string> Engine::recent_log() const {
     std::lock_guard<std::mutex> lk(g_log_mu);
@@ -581,7 +581,7 @@ std::shared_ptr<Request> Engine::submit(std::vector<llama_token> prompt, const S
     }
     try {
         if (!sp.json_schema.empty()) {
-            cps.grammar = {COMMON_GRAMMAR_TYPE_OUTPUT_FORMAT, json_schema_to_grammar(common_json::parse(sp.json_schema))};
+            cps.grammar = {COMMON_GRAMMAR_TYPE_OUTPUT_FORMAT, json_schema_to_grammar(cjson::parse(sp.json_schema))};
         } else if (!sp.grammar.empty()) {
             cps.grammar = {COMMON_GRAMMAR_TYPE_USER, sp.grammar};
         }
@@ -646,8 +646,8 @@ std::shared_ptr<Request> Engine::submit_chat(const std::string & messages_json, 
     if (!templates_) throw std::invalid_argument("model has no usable chat template (tokenizer.chat_template)");
     common_chat_templates_inputs in;
     try {
-        in.messages = common_chat_msgs_parse_oaicompat(common_json::parse(messages_json));
-        if (!tools_json.empty()) in.tools = common_chat_tools_parse_oaicompat(common_json::parse(tools_json));
+        in.messages = common_chat_msgs_parse_oaicompat(cjson::parse(messages_json));
+        if (!tools_json.empty()) in.tools = common_chat_tools_parse_oaicompat(cjson::parse(tools_json));
     } catch (const std::exception & e) {
         throw std::invalid_argument(std::string("invalid messages/tools: ") + e.what());
     }
@@ -878,7 +878,7 @@ common_chat_msg Engine::chat_message(const Request & req, bool partial) const {
 }
 
 std::string Engine::parse_chat(const Request & req) const {
-    return chat_message(req, false).to_json_oaicompat().dump();
+    return cjson::dump(chat_message(req, false).to_json_oaicompat());
 }
 
 std::string Engine::chat_diffs(Request & req, bool final) const {
@@ -903,25 +903,25 @@ std::vector<std::string> Engine::chat_diff_list(Request & req, bool final) const
     req.chat_sent = std::move(now);
     std::vector<std::string> out;
     for (const auto & d : diffs) {
-        auto delta = common_json::object();
-        if (!d.reasoning_content_delta.empty()) delta["reasoning_content"] = common_json::make(d.reasoning_content_delta);
-        if (!d.content_delta.empty()) delta["content"] = common_json::make(d.content_delta);
+        auto delta = cjson::object();
+        if (!d.reasoning_content_delta.empty()) delta["reasoning_content"] = cjson::string(d.reasoning_content_delta);
+        if (!d.content_delta.empty()) delta["content"] = cjson::string(d.content_delta);
         if (d.tool_call_index != std::string::npos) {
-            auto call = common_json::object();
-            call["index"] = common_json::make((int64_t) d.tool_call_index);
+            auto call = cjson::object();
+            call["index"] = cjson::integer((int64_t) d.tool_call_index);
             if (!d.tool_call_delta.id.empty()) {
-                call["id"] = common_json::make(d.tool_call_delta.id);
-                call["type"] = common_json::make("function");
+                call["id"] = cjson::string(d.tool_call_delta.id);
+                call["type"] = cjson::string("function");
             }
-            auto fn = common_json::object();
-            if (!d.tool_call_delta.name.empty()) fn["name"] = common_json::make(d.tool_call_delta.name);
-            fn["arguments"] = common_json::make(d.tool_call_delta.arguments);
+            auto fn = cjson::object();
+            if (!d.tool_call_delta.name.empty()) fn["name"] = cjson::string(d.tool_call_delta.name);
+            fn["arguments"] = cjson::string(d.tool_call_delta.arguments);
             call["function"] = fn;
-            auto calls = common_json::array();
+            auto calls = cjson::array();
             calls.push_back(call);
             delta["tool_calls"] = calls;
         }
-        out.push_back(delta.dump());
+        out.push_back(cjson::dump(delta));
     }
     return out;
 }
