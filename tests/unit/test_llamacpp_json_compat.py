@@ -31,10 +31,11 @@ class common_json {
     static common_json make(const std::string & val);
     static common_json make(int64_t val);
     std::string dump(int indent = -1) const;
+    std::string dump_safe(int indent = -1) const;  // invalid UTF-8 replaced (nlohmann's error_handler_t::replace)
 };
 """
 # vendor/nlohmann/json.hpp, reduced the same way (basic_json's static parse/array/object, its converting
-# constructors and dump with a defaulted indent)
+# constructors and dump with its defaulted indent, indent character, ensure_ascii and error handler)
 NLOHMANN = """\
 #pragma once
 #include <cstdint>
@@ -42,12 +43,14 @@ NLOHMANN = """\
 namespace nlohmann {
 class ordered_json {
   public:
+    enum class error_handler_t { strict, replace, ignore };
     ordered_json(const std::string & s);
     ordered_json(int64_t v);
     static ordered_json parse(const std::string & text);
     static ordered_json array();
     static ordered_json object();
-    std::string dump(int indent = -1) const;
+    std::string dump(int indent = -1, char indent_char = ' ', bool ensure_ascii = false,
+                     error_handler_t error_handler = error_handler_t::strict) const;
 };
 }
 """
@@ -69,6 +72,7 @@ std::string use(const common_chat_msg & m) {{
     (void) harness::cjson::string("x");
     (void) harness::cjson::integer(3);
     (void) harness::cjson::parse("{{}}");
+    (void) harness::cjson::dump_safe(harness::cjson::string("\\xff"));
     return harness::cjson::dump(m.to_json_oaicompat()) + harness::cjson::dump(out) + harness::cjson::dump(o);
 }}
 """
