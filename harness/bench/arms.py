@@ -579,3 +579,29 @@ def started_arms(specs: Mapping[str, ArmSpec], *, isolate: bool = True, extra_pl
                 errors.append(e)
         if errors and sys.exc_info()[0] is None:
             raise errors[0]
+
+
+def run_concurrently(fn: Any, prompts: Sequence[Any], arm: str) -> tuple[list[Any], float]:
+    """Run ``fn`` on each prompt, all at once (one thread each); return the results in prompt order and the
+    wall time. A request that raised, or returned None, is a BenchError naming the ``arm``."""
+    results: list[Any] = [None] * len(prompts)
+    failures: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = fn(prompts[i])
+        except BaseException as e:  # re-raised in the caller's thread below
+            failures.append(e)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if failures:
+        raise BenchError(f"a request of the {arm} arm failed: {type(failures[0]).__name__}: {failures[0]}")
+    if any(r is None for r in results):
+        raise BenchError(f"a request of the {arm} arm did not finish")
+    return results, wall

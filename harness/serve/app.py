@@ -273,6 +273,12 @@ class API:
         conn = (request.scope.get("extensions") or {}).get(CONNECTION_EXTENSION)
         return conn if isinstance(conn, BoundedH11Protocol) else None
 
+    def _direct(self, request: Request, m: ServedModel, event: Callable[[Any], bytes]) -> _Direct | None:
+        """How the engine worker writes this request's stream itself (``event(value)``: the route's delta
+        event), or None where it cannot (:meth:`_connection`)."""
+        conn = self._connection(request, m)
+        return _Direct(conn, *_split(event)) if conn is not None else None
+
     def _authorized(self, request: Request) -> None:
         if self.api_key is None:
             return
@@ -382,8 +388,7 @@ class API:
                                  "finish_reason": protocol.finish_reason(result.finish_reason)}],
                     "usage": result.usage.as_openai()}
 
-        conn = self._connection(request, m) if req.stream else None
-        direct = _Direct(conn, *_split(lambda v: chunk(v, None))) if conn is not None else None
+        direct = self._direct(request, m, lambda v: chunk(v, None)) if req.stream else None
 
         def events(s: EngineStream, release: Callable[[], None]) -> AsyncIterator[bytes]:
             return self._events(m, s, release, opening=chunk({"role": "assistant", "content": ""}, None),
@@ -420,8 +425,7 @@ class API:
                                  "finish_reason": protocol.finish_reason(c.finish_reason)}],
                     "usage": c.usage.as_openai()}
 
-        conn = self._connection(request, m) if req.stream else None
-        direct = _Direct(conn, *_split(lambda v: chunk(v, None))) if conn is not None else None
+        direct = self._direct(request, m, lambda v: chunk(v, None)) if req.stream else None
 
         def events(s: EngineStream, release: Callable[[], None]) -> AsyncIterator[bytes]:
             return self._events(m, s, release, opening=b"", each=lambda ds: chunk("".join(ds), None), last=last,

@@ -12,13 +12,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.bench.arms import IN_PROCESS
+from harness.bench.arms import IN_PROCESS, run_concurrently
 from harness.core import hugepages, paths, progress
 from harness.core.errors import BenchError
 from harness.core.host import default_threads
@@ -70,31 +69,6 @@ def _model_facts(path: str) -> dict[str, Any]:
     except Exception:
         pass
     return {"name": Path(path).name, "path": path, "bytes": size, "n_params": n_params}
-
-
-def run_concurrently(fn: Any, prompts: list[list[int]], arm: str) -> tuple[list[Any], float]:
-    """Run one request per prompt, all at once (one thread each); return results and wall time."""
-    results: list[Any] = [None] * len(prompts)
-    failures: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            results[i] = fn(prompts[i])
-        except BaseException as e:  # re-raised in the caller's thread below
-            failures.append(e)
-
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    if failures:
-        raise BenchError(f"a request of the {arm} arm failed: {type(failures[0]).__name__}: {failures[0]}")
-    if any(r is None for r in results):
-        raise BenchError(f"a request of the {arm} arm did not finish")
-    return results, wall
 
 
 def _metrics(pn: int, wall: float, runs: list[tuple[float, float, int]]) -> dict[str, Any]:

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import json
 import struct
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.bench.arms import IN_PROCESS
+from harness.bench.arms import IN_PROCESS, run_concurrently
 from harness.core.errors import BenchError
 from harness.core.host import default_threads
 from harness.core.inputs import open_input
@@ -103,25 +101,8 @@ class VllmArm:
         self._check_length(pn)
         sampling = {"temperature": 0.0, "max_tokens": gn, "ignore_eos": True}
         prompts = [text_prompt(pn, i) for i in range(concurrency)]
-        results: list[Any] = [None] * concurrency
-        failures: list[BaseException] = []
-
-        def run(i: int) -> None:
-            try:
-                results[i] = self.engine.start(prompts[i], sampling).result()
-            except BaseException as e:  # re-raised below, in the caller's thread
-                failures.append(e)
-
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(concurrency)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
-        if failures:
-            raise BenchError(f"a request of the vllm.cpp arm failed: {type(failures[0]).__name__}: {failures[0]}")
-        bad = [r.finish_reason for r in results if r is None or r.finish_reason not in ("length", "stop")]
+        results, wall = run_concurrently(lambda p: self.engine.start(p, sampling).result(), prompts, "vllm.cpp")
+        bad = [r.finish_reason for r in results if r.finish_reason not in ("length", "stop")]
         if bad:
             raise BenchError(f"a request of the vllm.cpp arm did not finish: {bad}")
         ttft = max(r.ttft_s for r in results)
