@@ -13,7 +13,11 @@ no stream being read, as /health and /metrics say) and still answers. Seconds on
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -74,3 +78,75 @@ def test_slow_and_malformed_clients_are_bounded_while_others_are_served(loaded: 
     assert "read too slowly" in loaded.log.read_text(), "the slow reader was not dropped by the write timeout"
     _wait_idle(loaded)
     print(f"abuse: {a}")
+
+
+def _sse_texts(raw: bytes, chat: bool) -> list[str]:
+    """The text of each event of a streamed answer read whole as ``raw`` (parsed with h11)."""
+    import h11
+
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method="POST", target="/", headers=[("Host", "x")]))
+    conn.send(h11.EndOfMessage())
+    conn.receive_data(raw)
+    body = b""
+    while True:
+        ev = conn.next_event()
+        if isinstance(ev, h11.Response):
+            assert ev.status_code == 200, raw[:500]
+        elif isinstance(ev, h11.Data):
+            body += ev.data
+        elif isinstance(ev, h11.EndOfMessage):
+            break
+        elif ev is h11.NEED_DATA:
+            pytest.fail(f"the stream did not end: {raw[-300:]!r}")
+    assert body.endswith(b"data: [DONE]\n\n")
+    out = []
+    for event in body.split(b"\n\n")[:-2]:
+        chunk = json.loads(event.removeprefix(b"data: "))
+        for c in chunk["choices"]:
+            out.append((c["delta"].get("content") or "") if chat else c["text"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def long(variant: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One sequence with room for 3,500 tokens: a stream of ~600 KB, more than a connection's
+    socket buffers hold (the server caps its send buffer at 128 KiB)."""
+    require_variant(variant)
+    tiny = model_path("HARNESS_TINY_MODEL").resolve()
+    tmp = tmp_path_factory.mktemp("serve-long")
+    cfg = _config(tmp, "tiny.yaml", serve_load.CONFIG.format(name="tiny", model=tiny.name, parallel=1)
+                  .replace("context_size: 1024", "context_size: 4096"))
+    yield from _start(tmp, variant, [cfg], "--models-dir", str(tiny.parent))
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_a_reader_that_falls_behind_gets_every_token_in_order(long: Server, chat: bool) -> None:
+    """While a client keeps up the engine's thread writes each delta itself; once the client's socket
+    is full, the stream's writer takes over and coalesces what queued. Nothing lost, nothing reordered:
+    the streamed text is the blocking answer's."""
+    path = "/chat/completions" if chat else "/completions"
+    body: dict[str, Any] = {"model": "tiny", "max_tokens": 3500, "temperature": 0, "ignore_eos": True}
+    body.update({"messages": serve_load.PROMPT} if chat else {"prompt": "Once upon a time"})
+    blocking = httpx.post(long.base + path, json=body, timeout=120).json()
+    want = blocking["choices"][0]["message"]["content"] if chat else blocking["choices"][0]["text"]
+    data = json.dumps({**body, "stream": True}).encode()
+    port = int(long.root.rsplit(":", 1)[1])
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # a small window: the server's writes fill it
+        s.settimeout(60)
+        s.connect(("127.0.0.1", port))
+        s.sendall(f"POST /v1{path} HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
+                  + data)
+        time.sleep(3.0)  # not reading: the socket fills while the engine decodes (3,500 tokens in ~1.5 s)
+        raw = b""
+        for _ in range(50):  # then slowly, a little at a time
+            raw += s.recv(256)
+            time.sleep(0.01)
+        while chunk := s.recv(65536):
+            raw += chunk
+    texts = _sse_texts(raw, chat)
+    assert "".join(texts) == want
+    # it fell behind, so some events carry several tokens: fewer text events than tokens
+    assert len([t for t in texts if t]) < blocking["usage"]["completion_tokens"]

@@ -183,11 +183,38 @@ void SamplingParams::validate() const {
 // ---------------------------------------------------------------------------
 
 void Request::push(Event e) {
-    {
-        std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
+    if (writer_ && e.kind == Event::Delta) {
+        // Taken before mu_ is let go, so that unset_writer(), which sets writer_ under mu_ and then
+        // takes write_mu_, returns only after this write.
+        std::unique_lock<std::mutex> wlk(write_mu_);
+        Writer w = writer_;
+        lk.unlock();
+        if (w(e.text)) return;
+        wlk.unlock();
+        lk.lock();
+        writer_ = nullptr;
+        events_.push_back({Event::Delta, "", ""});  // wakes the caller, who writes what the writer kept
+    } else {
         events_.push_back(std::move(e));
     }
+    lk.unlock();
     cv_.notify_all();
+}
+
+bool Request::set_writer(Writer w) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!events_.empty() || finished_) return false;
+    writer_ = std::move(w);
+    return true;
+}
+
+void Request::unset_writer() {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        writer_ = nullptr;
+    }
+    std::lock_guard<std::mutex> wlk(write_mu_);
 }
 
 void Request::finish(const std::string & reason) {

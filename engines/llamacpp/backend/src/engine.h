@@ -105,6 +105,15 @@ public:
     Timings timings() const;
     std::string text() const;
 
+    // Direct writing (sse.cpp): while a writer is set, a delta the loop pushes is handed to it on the
+    // loop's thread instead of being queued (no thread wake per token). It returns false when it could
+    // not write the delta whole: it keeps what is left, the writer is unset, and the caller is woken
+    // (next() returns an empty delta) to take over. set_writer fails while events are queued (the
+    // caller writes those first); unset_writer returns once no call of the writer is in progress.
+    using Writer = std::function<bool(const std::string & delta)>;
+    bool set_writer(Writer w);
+    void unset_writer();
+
     // loop side
     void push(Event e);
     void finish(const std::string & reason);
@@ -132,6 +141,8 @@ private:
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<Event> events_;
+    Writer writer_;                          // set: deltas go to it (under write_mu_), not to events_
+    std::mutex write_mu_;                    // held while the writer runs; taken after mu_, never before
     bool finished_ = false;
     bool consumed_end_ = false;
     std::string finish_reason_;

@@ -54,21 +54,75 @@ Wrote write_all(int fd, const std::string & data, double timeout_s, const Reques
 
 }  // namespace
 
+namespace {
+
+// One event's bytes: the chunk head (chunked responses), prefix + value + suffix, the chunk's end.
+void append_event(std::string & buf, const SseTarget & t, const std::string & value) {
+    const size_t len = t.prefix.size() + value.size() + t.suffix.size();
+    if (t.chunked) {
+        char head[24];
+        int h = std::snprintf(head, sizeof head, "%zx\r\n", len);
+        buf.append(head, (size_t) h);
+    }
+    buf += t.prefix;
+    buf += value;
+    buf += t.suffix;
+    if (t.chunked) buf += "\r\n";
+}
+
+// What the loop's thread writes while the pump waits (Request::set_writer): each delta's events,
+// sent at once without waiting. What the client's socket did not take stays in `rest` for the pump.
+struct InlineWriter {
+    const Engine & engine;
+    Request & req;
+    const SseTarget & t;
+    bool chat;
+    std::string buf, rest;
+    size_t events = 0;
+    bool gone = false;
+
+    bool write(const std::string & delta) {
+        if (delta.empty()) return true;
+        buf.clear();
+        size_t n = 0;
+        if (chat) {
+            for (const auto & d : engine.chat_diff_list(req, false)) {
+                append_event(buf, t, d);
+                n++;
+            }
+        } else {
+            append_event(buf, t, json_quote(delta));
+            n = 1;
+        }
+        if (buf.empty()) return true;
+        size_t off = 0;
+        while (off < buf.size()) {
+            ssize_t k = ::send(t.fd, buf.data() + off, buf.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) {
+                off += (size_t) k;
+                continue;
+            }
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+            gone = true;  // EPIPE, ECONNRESET, ...
+            return false;
+        }
+        events += n;  // counted as written: what is left goes out first when the pump takes over
+        if (off == buf.size()) return true;
+        rest.assign(buf, off, std::string::npos);
+        return false;
+    }
+};
+
+}  // namespace
+
 PumpResult pump_sse(const Engine & engine, Request & req, const SseTarget & t, bool chat) {
     PumpResult out;
     std::string buf;
+    InlineWriter iw{engine, req, t, chat, {}, {}, 0, false};
     auto emit = [&](const std::string & value) -> Wrote {
         buf.clear();
-        const size_t len = t.prefix.size() + value.size() + t.suffix.size();
-        if (t.chunked) {
-            char head[24];
-            int h = std::snprintf(head, sizeof head, "%zx\r\n", len);
-            buf.append(head, (size_t) h);
-        }
-        buf += t.prefix;
-        buf += value;
-        buf += t.suffix;
-        if (t.chunked) buf += "\r\n";
+        append_event(buf, t, value);
         Wrote w = write_all(t.fd, buf, t.write_timeout_s, req);
         if (w == Wrote::Ok) out.events++;
         return w;
@@ -76,12 +130,26 @@ PumpResult pump_sse(const Engine & engine, Request & req, const SseTarget & t, b
     auto stop = [&](Wrote w) -> PumpResult & {
         req.cancel();
         out.outcome = w == Wrote::Gone ? "gone" : w == Wrote::Slow ? "slow" : "cancelled";
+        out.events += iw.events;
         return out;
     };
     while (true) {
+        // Nothing queued: the loop's thread writes the deltas itself until the client's socket is full
+        // (or the client gone), which wakes this thread; the end wakes it too.
+        const bool inline_on = req.set_writer([w = &iw](const std::string & d) { return w->write(d); });
         std::optional<Event> e = req.next();
+        if (inline_on) {
+            req.unset_writer();
+            if (iw.gone) return stop(Wrote::Gone);
+            if (!iw.rest.empty()) {
+                Wrote w = write_all(t.fd, iw.rest, t.write_timeout_s, req);
+                iw.rest.clear();
+                if (w != Wrote::Ok) return stop(w);
+            }
+        }
         if (!e) {  // the end was taken before: nothing more will come
             out.outcome = "done";
+            out.events += iw.events;
             return out;
         }
         // every delta already there goes out in one event (a client that fell behind gets them
@@ -116,6 +184,7 @@ PumpResult pump_sse(const Engine & engine, Request & req, const SseTarget & t, b
             }
             out.outcome = "done";
             out.end = std::move(end);
+            out.events += iw.events;
             return out;
         }
     }
