@@ -48,6 +48,9 @@ _LENGTH = struct.Struct("!I")
 OUTBOX_BYTES = 1 << 20
 #: How often the worker looks at the engine's scheduler counters (pushed only when they change).
 STATS_INTERVAL_S = 0.05
+#: The counters the server shows (/health, /metrics): a change of these is pushed; the others
+#: (tokens decoded, ...) change at every step and would wake both processes 20 times a second.
+SERVED_STATS = ("active", "pending")
 
 
 def capacity(parallel: int, max_queue: int | None) -> tuple[int, int]:
@@ -291,14 +294,15 @@ class Worker:
             self.send(message)
 
     def _stats(self) -> None:
-        last: dict[str, int] | None = None
+        last: tuple[int, ...] | None = None
         while not self._closed.wait(STATS_INTERVAL_S):
             try:
                 now = dict(self.engine.stats())
             except Exception:  # an engine without scheduler counters (embeddings)
                 return
-            if now != last:
-                last = now
+            shown = tuple(now.get(k, 0) for k in SERVED_STATS)
+            if shown != last:
+                last = shown
                 self._reply(("stats", now))
 
     # ---------------------------------------------------------------- the process
