@@ -37,12 +37,15 @@ from harness.video.families import VideoFamily, family_for
 
 #: Sampling defaults when neither parameters nor options set them. LocalAI's own (ModelConfig.SetDefaults,
 #: core/config/model_config.go at 8f5f7d6ca9f8523bc524bd6501993fcb7a69a601: top_p 0.95, top_k 40,
-#: temperature 0.9, max_tokens 0, seed -1) are labelled so; the rest are the engine's.
+#: temperature 0.9, max_tokens 0, seed -1) are labelled so; the rest are the engine's (llama.cpp's
+#: common_params_sampling: penalty_repeat 1.00, i.e. off, and penalty_last_n 64; LocalAI's llama.cpp
+#: backend leaves that neutral default in place when a config names no repeat penalty,
+#: backend/cpp/llama-cpp/grpc-server.cpp parse_options).
 LOCALAI_SAMPLING_DEFAULTS: dict[str, Any] = {
     "temperature": 0.9, "top_p": 0.95, "top_k": 40, "max_tokens": 0, "seed": -1,
 }
 SAMPLING_DEFAULTS: dict[str, Any] = {
-    **LOCALAI_SAMPLING_DEFAULTS, "min_p": 0.0, "repeat_penalty": 1.1, "repeat_last_n": 64,
+    **LOCALAI_SAMPLING_DEFAULTS, "min_p": 0.0, "repeat_penalty": 1.0, "repeat_last_n": 64,
     "presence_penalty": 0.0, "frequency_penalty": 0.0, "ignore_eos": False,
 }
 LOCALAI_DEFAULT = "LocalAI default"
