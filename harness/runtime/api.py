@@ -286,8 +286,10 @@ class Stream:
                  chat: bool = False) -> tuple[str, int]:
         """Write the rest of the stream to the client socket ``fd`` as server-sent events, in C++ with
         the GIL released (``harness serve``'s engine worker, once the server has written the response
-        head): each delta one event ``prefix + JSON value + suffix``, every delta already there in one,
-        in HTTP/1.1 chunks when ``chunked``. Returns (outcome, events written): ``done`` (``result``
+        head): each delta one event ``prefix + JSON value + suffix``, in HTTP/1.1 chunks when
+        ``chunked``. While the client keeps up the engine's decode thread sends each delta itself (no
+        thread wake per token); when the client's socket is full this call's thread takes over and
+        puts every delta already there in one event. Returns (outcome, events written): ``done`` (``result``
         is set; an engine error is raised after the events before it, as iterating does), ``gone``
         (the client closed the connection), ``slow`` (an event waited ``write_timeout_s`` for the
         client to take it) or ``cancelled``; in those three the request is cancelled."""

@@ -80,6 +80,21 @@ def test_max_tokens(smol: Runtime) -> None:
     assert c.n_generated == 5 and c.finish_reason == "length"
 
 
+def test_greedy_with_ignore_eos_skips_the_end_token_as_the_sampler_does(smol: Runtime) -> None:
+    """Greedy decoding takes the argmax directly (no sampler chain); with ignore_eos the argmax must skip
+    end-of-generation tokens exactly as the sampler's -inf bias on them does. The prompt ends an
+    answer, so the model's first choice after "Paris." is <|im_end|>: the skip is exercised."""
+    prompt = ("<|im_start|>user\nWhat is the capital of France? One word.<|im_end|>\n<|im_start|>assistant\n")
+    stopped = smol.complete(prompt, temperature=0.0, max_tokens=40)
+    assert stopped.finish_reason == "stop" and stopped.n_generated < 40  # the model wants to end here
+    direct = smol.complete(prompt, temperature=0.0, max_tokens=40, ignore_eos=True)
+    # the same choice through the sampler chain: top_k 1 leaves only the argmax of the biased logits
+    sampled = smol.complete(prompt, temperature=0.7, top_k=1, max_tokens=40, ignore_eos=True, seed=1)
+    assert direct.n_generated == sampled.n_generated == 40
+    assert direct.text == sampled.text
+    assert direct.text.startswith(stopped.text)
+
+
 def test_seed_reproducibility(smol: Runtime) -> None:
     a = smol.complete("Write a word:", temperature=1.0, seed=1234, max_tokens=20)
     b = smol.complete("Write a word:", temperature=1.0, seed=1234, max_tokens=20)

@@ -646,9 +646,9 @@ std::shared_ptr<Request> Engine::submit(std::vector<llama_token> prompt, const S
     }
     // Greedy with nothing that reshapes the logits: take the argmax directly instead of
     // building the sampler's candidate array over the whole vocabulary every token.
+    // ignore_eos too: the sampler's -inf bias on end-of-generation tokens is the argmax skipping them.
     req->plain_greedy = sp.temperature <= 0.0f && cps.grammar.grammar.empty() && !req->chat &&
-                        sp.repetition_penalty == 1.0f && sp.frequency_penalty == 0.0f && sp.presence_penalty == 0.0f &&
-                        !sp.ignore_eos;
+                        sp.repetition_penalty == 1.0f && sp.frequency_penalty == 0.0f && sp.presence_penalty == 0.0f;
     req->sampler.reset(common_sampler_init(model_, cps));
     if (!req->sampler) throw std::invalid_argument("could not build the sampler (invalid grammar?): " + last_errors());
     req->t.n_prompt = (int32_t) req->prompt.size();
@@ -1192,7 +1192,7 @@ void Engine::loop() {
             n_gen_tokens_++;
             llama_token tok;
             if (s.req->plain_greedy) {
-                tok = argmax(s.i_batch);
+                tok = argmax(s.i_batch, s.req->sampling.ignore_eos);
             } else {
                 tok = common_sampler_sample(s.req->sampler.get(), ctx_, s.i_batch);
                 common_sampler_accept(s.req->sampler.get(), tok, true);
@@ -1352,7 +1352,7 @@ void Engine::verify(Slot & s) {
     for (size_t i = 0; i <= draft.size(); ++i) {
         llama_token tok;
         if (r.plain_greedy) {
-            tok = argmax(s.i_batch + (int32_t) i);
+            tok = argmax(s.i_batch + (int32_t) i, r.sampling.ignore_eos);
         } else {
             tok = common_sampler_sample(r.sampler.get(), ctx_, s.i_batch + (int32_t) i);
             common_sampler_accept(r.sampler.get(), tok, true);
@@ -1386,9 +1386,9 @@ void Engine::verify(Slot & s) {
     }
 }
 
-llama_token Engine::argmax(int32_t i_batch) const { return argmax_ctx(ctx_, i_batch); }
+llama_token Engine::argmax(int32_t i_batch, bool skip_eog) const { return argmax_ctx(ctx_, i_batch, skip_eog); }
 
-llama_token Engine::argmax_ctx(llama_context * ctx, int32_t i_batch) const {
+llama_token Engine::argmax_ctx(llama_context * ctx, int32_t i_batch, bool skip_eog) const {
     const float * logits = llama_get_logits_ith(ctx, i_batch);
     const int32_t n = llama_vocab_n_tokens(vocab_);
     llama_token best = 0;
@@ -1399,11 +1399,17 @@ llama_token Engine::argmax_ctx(llama_context * ctx, int32_t i_batch) const {
             best = t;
         }
     }
-    if (!suppressed_.empty() && std::find(suppressed_.begin(), suppressed_.end(), best) != suppressed_.end()) {
-        // rare: a suppressed token won; redo the scan without them
+    auto excluded = [&](llama_token t) {
+        return (skip_eog && llama_vocab_is_eog(vocab_, t)) ||
+               (!suppressed_.empty() && std::find(suppressed_.begin(), suppressed_.end(), t) != suppressed_.end());
+    };
+    if (excluded(best)) {
+        // rare: a suppressed (or, with ignore_eos, an end-of-generation) token won; redo the scan
+        // without them, as the sampler's -inf bias on them would
+        best = 0;
         best_v = -INFINITY;
         for (int32_t t = 0; t < n; ++t) {
-            if (logits[t] > best_v && std::find(suppressed_.begin(), suppressed_.end(), t) == suppressed_.end()) {
+            if (logits[t] > best_v && !excluded(t)) {
                 best_v = logits[t];
                 best = t;
             }

@@ -241,8 +241,8 @@ private:
     void release(Slot & s, const std::string & reason);
     void on_token(Slot & s, llama_token tok);
     void emit(Slot & s, bool final);
-    llama_token argmax(int32_t i_batch) const;
-    llama_token argmax_ctx(llama_context * ctx, int32_t i_batch) const;
+    llama_token argmax(int32_t i_batch, bool skip_eog = false) const;
+    llama_token argmax_ctx(llama_context * ctx, int32_t i_batch, bool skip_eog = false) const;
     // speculation
     bool speculating() const { return spec_kind_ != SpecKind::None; }
     void init_speculation(const llama_context_params & cp);

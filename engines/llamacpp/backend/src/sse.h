@@ -32,8 +32,12 @@ struct PumpResult {
     size_t events = 0;             // events written whole
 };
 
-// Read `req`'s events (blocking, as Request::next) and write each delta to the client until the
-// request ends or the client cannot be written to. chat: the deltas are the engine's partial chat
+// Write each of `req`'s deltas to the client until the request ends or the client cannot be
+// written to. While nothing is queued the engine's decode thread writes each delta itself at the end
+// of its step (Request::set_writer: a send that does not wait); when the client's socket is full (or
+// the client gone) this thread is woken, writes what was left and the deltas queued since (reading
+// them as Request::next, every one already there in one event, bounded by the write timeout), and
+// hands back to the decode thread once it has caught up. chat: the deltas are the engine's partial chat
 // parse (chat_diff_list), the final one included; else each text delta as a JSON string.
 PumpResult pump_sse(const Engine & engine, Request & req, const SseTarget & target, bool chat);
 
