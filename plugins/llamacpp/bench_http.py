@@ -5,15 +5,17 @@ Both serve one model with ``max_num_seqs`` parallel sequences sharing one unifie
 ``n_ctx`` cells, ``threads`` compute threads, batch 512, no prompt cache; the arm's worker sends
 each request to ``/v1/completions`` as token ids (the same prompts the in-process ``backend``
 arm uses), greedy, ``ignore_eos``, streamed, and times the server-sent events it reads: time to
-the first text, then decode tokens/s between the first and the last text. The client only reads
-and stamps bytes while a stream runs and parses them after it (:meth:`_HttpArm._one`): on a host
-whose cores the server's engine fills, the client's CPU per event is taken from the server under test. Either server starts with
+the first text, then decode tokens/s between the first and the last text. One client thread reads
+every stream of a measurement, only reading and stamping bytes while they run and parsing them
+after (:meth:`_HttpArm._streams`): on a host whose cores the server's engine fills, the client's
+CPU per event is taken from the server under test. Either server starts with
 an engine process's environment (:func:`harness.core.hugepages.engine_env`), as every arm's does.
 """
 
 from __future__ import annotations
 
 import json
+import selectors
 import socket
 import subprocess
 import sys
@@ -33,7 +35,6 @@ from harness_plugins.llamacpp.bench import (
     _model_facts,
     _opts,
     n_vocab_of,
-    run_concurrently,
     synthetic_prompt,
 )
 
@@ -142,46 +143,78 @@ class _HttpArm:
             time.sleep(0.2)
 
     def _one(self, prompt: list[int], gn: int) -> tuple[float, float, int]:
-        """(ttft_s, decode tok/s, generated) of one streamed request, timed as the client reads it.
+        """(ttft_s, decode tok/s, generated) of one streamed request, timed as the client reads it."""
+        return self._streams([prompt], gn)[0][0]
 
-        The client does nothing per event while the stream runs but read and stamp the bytes (a
-        ``recv`` and a clock read: ~0.05 ms of CPU per event, against ~0.2 ms for httpx's line
-        iterator and a JSON parse, CPU the server under test would lose on a small host); h11 parses
-        the response once it has ended, each event timed by the read that completed it.
+    def _streams(self, prompts: list[list[int]], gn: int) -> tuple[list[tuple[float, float, int]], float]:
+        """Each prompt one streamed request, all at once, read by this one thread: (ttft_s, decode tok/s,
+        generated) per request as the client reads it, and the wall time of the whole.
+
+        The client does nothing per event while the streams run but read and stamp the bytes (one
+        ``select`` wake-up serves every stream with bytes waiting, then a ``recv`` each: ~0.05 ms of
+        CPU per event, against ~0.2 ms for httpx's line iterator and a JSON parse in a thread per
+        request, CPU the server under test would lose on a small host); h11 parses each response once
+        it has ended, each event timed by the read that completed it.
         """
-        body = json.dumps({"model": "bench", "prompt": prompt, "max_tokens": gn, "temperature": 0, "stream": True,
-                           "ignore_eos": True, **self.extra_body}).encode()
-        head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        reads: list[tuple[float, bytes]] = []
-        t0 = time.perf_counter()
-        with socket.create_connection(("127.0.0.1", self.port), timeout=STREAM_TIMEOUT_S) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(head + body)
-            while True:
-                try:
-                    data = sock.recv(1 << 18)
-                except TimeoutError as e:
-                    msg = f"{self.kind}: no byte of the stream for {STREAM_TIMEOUT_S:.0f} s"
-                    raise BenchError(msg) from e
-                if not data:
-                    break
-                reads.append((time.perf_counter(), data))
-                # "Connection: close" ends the stream; a chunked body's last chunk ends it as well
-                if data.endswith(b"0\r\n\r\n") and _parse_stream(self.kind, reads)[2]:
-                    break
-        first, last, _ = _parse_stream(self.kind, reads)
-        if not first:
-            raise BenchError(f"{self.kind}: the stream carried no text")
-        decode = (gn - 1) / (last - first) if gn > 1 and last > first else 0.0
-        return first - t0, decode, gn
+        n = len(prompts)
+        reads: list[list[tuple[float, bytes]]] = [[] for _ in range(n)]
+        sent = [0.0] * n
+        sel = selectors.DefaultSelector()
+        socks: list[socket.socket] = []
+        try:
+            begin = time.perf_counter()
+            for i, prompt in enumerate(prompts):
+                body = json.dumps({"model": "bench", "prompt": prompt, "max_tokens": gn, "temperature": 0,
+                                   "stream": True, "ignore_eos": True, **self.extra_body}).encode()
+                head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                        "Connection: close\r\n\r\n").encode()
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=STREAM_TIMEOUT_S)
+                socks.append(sock)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sent[i] = time.perf_counter()
+                sock.sendall(head + body)
+                sock.setblocking(False)
+                sel.register(sock, selectors.EVENT_READ, i)
+            left = n
+            while left:
+                ready = sel.select(timeout=STREAM_TIMEOUT_S)
+                if not ready:
+                    msg = f"{self.kind}: no byte of {left} open stream(s) for {STREAM_TIMEOUT_S:.0f} s"
+                    raise BenchError(msg)
+                now = time.perf_counter()
+                for key, _ in ready:
+                    i = int(key.data)
+                    try:
+                        data = socks[i].recv(1 << 18)
+                    except BlockingIOError:
+                        continue
+                    if data:
+                        reads[i].append((now, data))
+                    # "Connection: close" ends a stream; a chunked body's last chunk ends it as well
+                    if not data or (data.endswith(b"0\r\n\r\n") and _parse_stream(self.kind, reads[i])[2]):
+                        sel.unregister(socks[i])
+                        left -= 1
+            wall = time.perf_counter() - begin
+        finally:
+            sel.close()
+            for sock in socks:
+                sock.close()
+        out = []
+        for i in range(n):
+            first, last, _ = _parse_stream(self.kind, reads[i])
+            if not first:
+                raise BenchError(f"{self.kind}: the stream carried no text")
+            decode = (gn - 1) / (last - first) if gn > 1 and last > first else 0.0
+            out.append((first - sent[i], decode, gn))
+        return out, wall
 
     def warmup(self) -> None:
         self._one(synthetic_prompt(64, self.n_vocab), 8)
 
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         prompts = [synthetic_prompt(pn, self.n_vocab, salt=i) for i in range(concurrency)]
-        done, wall = run_concurrently(lambda p: self._one(p, gn), prompts, self.kind)
+        done, wall = self._streams(prompts, gn)
         return _metrics(pn, wall, done)
 
     def describe(self) -> dict[str, Any]:

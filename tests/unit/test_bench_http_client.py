@@ -31,27 +31,37 @@ HEAD = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encodin
 
 
 class Server:
-    """One connection at a time; each answer is a list of (seconds to wait, bytes to send)."""
+    """``connections`` connections, each served on a thread of its own; each answer is a list of
+    (seconds to wait, bytes to send)."""
 
-    def __init__(self, script: list[tuple[float, bytes]], *, close: bool = True) -> None:
-        self.script, self.close = script, close
+    def __init__(self, script: list[tuple[float, bytes]], *, close: bool = True, connections: int = 1) -> None:
+        self.script, self.close, self.connections = script, close, connections
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.request = b""
-        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.requests: list[bytes] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
         self.thread.start()
 
-    def _serve(self) -> None:
+    @property
+    def request(self) -> bytes:
+        return self.requests[0]
+
+    def _accept(self) -> None:
         with self.sock:
-            conn, _ = self.sock.accept()
+            for _ in range(self.connections):
+                conn, _ = self.sock.accept()
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
         with conn:
-            while b"\r\n\r\n" not in self.request:
-                self.request += conn.recv(65536)
-            head, _, body = self.request.partition(b"\r\n\r\n")
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += conn.recv(65536)
+            head, _, body = request.partition(b"\r\n\r\n")
             length = int(next(h.split(b":")[1] for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")))
             while len(body) < length:
                 body += conn.recv(65536)
-            self.request = head + b"\r\n\r\n" + body
+            self.requests.append(head + b"\r\n\r\n" + body)
             for wait, data in self.script:
                 time.sleep(wait)
                 conn.sendall(data)
@@ -125,3 +135,14 @@ def test_garbage_instead_of_http_is_a_bench_error() -> None:
     server = Server([(0.0, b"SSH-2.0-OpenSSH_9.6\r\n\r\n")])
     with pytest.raises(BenchError, match="not an HTTP response"):
         _arm(server.port)._one([1], 2)
+
+
+def test_several_streams_at_once_are_read_by_one_thread() -> None:
+    server = Server(_stream(["a", "b", "c", "d", "e"], 0.04, cut=5), connections=3)
+    results, wall = _arm(server.port)._streams([[1], [2, 2], [3, 3, 3]], 5)
+    assert len(results) == 3
+    for ttft, decode, n in results:
+        assert n == 5 and 0.0 < ttft < 1.0
+        assert 4 / 0.5 < decode < 4 / 0.1  # 4 gaps of 0.04 s between the first and the last text
+    assert 0.16 <= wall < 0.4  # together, not one after the other (3 x 0.16 s)
+    assert sorted(json.loads(r.partition(b"\r\n\r\n")[2])["prompt"] for r in server.requests) == [[1], [2, 2], [3, 3, 3]]
