@@ -248,11 +248,11 @@ def test_config_with_speculative_settings_loads_and_speculates(variant: str, tmp
     (tmp_path / model.name).symlink_to(model)
     cfg = tmp_path / "smol-spec.yaml"
     cfg.write_text(f"name: smol-spec\nbackend: llama-cpp\ncontext_size: 4096\nparameters:\n  model: {model.name}\n"
-                   f"  temperature: 0\ndraft_model: {model.name}\nn_draft: 6\n")
+                   f"  temperature: 0\n  repeat_penalty: 1.1\ndraft_model: {model.name}\nn_draft: 6\n")
     with Runtime.load(config=cfg, models_dir=tmp_path, threads=2) as eng:
         info = eng.info()
         assert info["spec_type"] == "draft-simple" and info["n_draft"] == 6, info
-        # the config's sampling defaults apply (repeat_penalty 1.1 over the last 64 tokens): the
+        # the config's sampling applies (its repeat_penalty 1.1 over the default last 64 tokens): the
         # penalty sampler runs at every verified position
         c = eng.complete(PROMPTS[0], max_tokens=64)
         assert c.text == plain.complete(PROMPTS[0], temperature=0.0, max_tokens=64, repetition_penalty=1.1,
