@@ -23,8 +23,8 @@ a thread of its own, the engine blocking in C++ with the GIL released as in-proc
   the engine and ends the worker, as does the server going away (end of file).
 
 The worker pushes the engine's scheduler counters (``("stats", {...})``) when those the server
-shows (active, pending) change, so the server answers /health and /metrics without a round trip. Messages are pickles behind a 4-byte
-length: both ends are this package, on one machine.
+shows (active, pending) change, so the server answers /health and /metrics without a round trip.
+Messages are pickles behind a 4-byte length: both ends are this package, on one machine.
 """
 
 from __future__ import annotations

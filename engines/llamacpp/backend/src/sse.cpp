@@ -52,10 +52,6 @@ Wrote write_all(int fd, const std::string & data, double timeout_s, const Reques
     return Wrote::Ok;
 }
 
-}  // namespace
-
-namespace {
-
 // One event's bytes: the chunk head (chunked responses), prefix + value + suffix, the chunk's end.
 void append_event(std::string & buf, const SseTarget & t, const std::string & value) {
     const size_t len = t.prefix.size() + value.size() + t.suffix.size();
@@ -70,6 +66,22 @@ void append_event(std::string & buf, const SseTarget & t, const std::string & va
     if (t.chunked) buf += "\r\n";
 }
 
+// The events for what the request gained since the last ones: chat, the engine's partial chat parse
+// (`final`: the last, whole parse), else `text` as one JSON string. Returns how many were appended.
+size_t append_deltas(std::string & buf, const Engine & engine, Request & req, const SseTarget & t, bool chat,
+                     const std::string & text, bool final = false) {
+    if (!chat) {
+        append_event(buf, t, json_quote(text));
+        return 1;
+    }
+    size_t n = 0;
+    for (const auto & d : engine.chat_diff_list(req, final)) {
+        append_event(buf, t, d);
+        n++;
+    }
+    return n;
+}
+
 // What the loop's thread writes while the pump waits (Request::set_writer): each delta's events,
 // sent at once without waiting. What the client's socket did not take stays in `rest` for the pump.
 struct InlineWriter {
@@ -77,24 +89,14 @@ struct InlineWriter {
     Request & req;
     const SseTarget & t;
     bool chat;
+    PumpResult & out;
     std::string buf, rest;
-    size_t events = 0;
     bool gone = false;
 
     bool write(const std::string & delta) {
         if (delta.empty()) return true;
         buf.clear();
-        size_t n = 0;
-        if (chat) {
-            for (const auto & d : engine.chat_diff_list(req, false)) {
-                append_event(buf, t, d);
-                n++;
-            }
-        } else {
-            append_event(buf, t, json_quote(delta));
-            n = 1;
-        }
-        if (buf.empty()) return true;
+        const size_t n = append_deltas(buf, engine, req, t, chat, delta);
         size_t off = 0;
         while (off < buf.size()) {
             ssize_t k = ::send(t.fd, buf.data() + off, buf.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -107,7 +109,7 @@ struct InlineWriter {
             gone = true;  // EPIPE, ECONNRESET, ...
             return false;
         }
-        events += n;  // counted as written: what is left goes out first when the pump takes over
+        out.events += n;  // counted as written: what is left goes out first when the pump takes over
         if (off == buf.size()) return true;
         rest.assign(buf, off, std::string::npos);
         return false;
@@ -119,18 +121,10 @@ struct InlineWriter {
 PumpResult pump_sse(const Engine & engine, Request & req, const SseTarget & t, bool chat) {
     PumpResult out;
     std::string buf;
-    InlineWriter iw{engine, req, t, chat, {}, {}, 0, false};
-    auto emit = [&](const std::string & value) -> Wrote {
-        buf.clear();
-        append_event(buf, t, value);
-        Wrote w = write_all(t.fd, buf, t.write_timeout_s, req);
-        if (w == Wrote::Ok) out.events++;
-        return w;
-    };
+    InlineWriter iw{engine, req, t, chat, out, {}, {}, false};
     auto stop = [&](Wrote w) -> PumpResult & {
         req.cancel();
         out.outcome = w == Wrote::Gone ? "gone" : w == Wrote::Slow ? "slow" : "cancelled";
-        out.events += iw.events;
         return out;
     };
     while (true) {
@@ -149,7 +143,6 @@ PumpResult pump_sse(const Engine & engine, Request & req, const SseTarget & t, b
         }
         if (!e) {  // the end was taken before: nothing more will come
             out.outcome = "done";
-            out.events += iw.events;
             return out;
         }
         // every delta already there goes out in one event (a client that fell behind gets them
@@ -161,30 +154,20 @@ PumpResult pump_sse(const Engine & engine, Request & req, const SseTarget & t, b
         }
         std::optional<Event> end;
         if (e) end = std::move(e);
-        if (!text.empty()) {
-            if (chat) {
-                for (const auto & d : engine.chat_diff_list(req, false)) {
-                    Wrote w = emit(d);
-                    if (w != Wrote::Ok) return stop(w);
-                }
-            } else {
-                Wrote w = emit(json_quote(text));
-                if (w != Wrote::Ok) return stop(w);
-            }
+        buf.clear();
+        size_t n = text.empty() ? 0 : append_deltas(buf, engine, req, t, chat, text);
+        if (chat && end && end->kind == Event::Done) {
+            const std::string reason = req.finish_reason();
+            if (reason != "error" && reason != "cancelled") n += append_deltas(buf, engine, req, t, chat, "", true);
+        }
+        if (!buf.empty()) {
+            Wrote w = write_all(t.fd, buf, t.write_timeout_s, req);
+            if (w != Wrote::Ok) return stop(w);
+            out.events += n;
         }
         if (end) {
-            if (chat && end->kind == Event::Done) {
-                const std::string reason = req.finish_reason();
-                if (reason != "error" && reason != "cancelled") {
-                    for (const auto & d : engine.chat_diff_list(req, true)) {
-                        Wrote w = emit(d);
-                        if (w != Wrote::Ok) return stop(w);
-                    }
-                }
-            }
             out.outcome = "done";
             out.end = std::move(end);
-            out.events += iw.events;
             return out;
         }
     }
