@@ -365,14 +365,16 @@ class API:
         self._fits(m, req.sampling)
         cid, created = protocol.new_id("chatcmpl"), protocol.now()
 
-        def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+        def chunk(delta: dict[str, Any], finish: str | None, **extra: Any) -> bytes:
             return _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": m.name,
-                         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+                         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+                         **extra})
 
         def last(s: EngineStream) -> bytes:
             result = s.result
             reason = s.finish_reason or (result.finish_reason if result else "stop")
-            out = chunk({}, protocol.finish_reason(reason))
+            extra = {"timings": protocol.timings(result)} if result is not None else {}
+            out = chunk({}, protocol.finish_reason(reason), **extra)
             if req.include_usage and result is not None:
                 out += _sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": m.name,
                              "choices": [], "usage": result.usage.as_openai()})
@@ -386,7 +388,7 @@ class API:
             return {"id": cid, "object": "chat.completion", "created": created, "model": m.name,
                     "choices": [{"index": 0, "message": message, "logprobs": None,
                                  "finish_reason": protocol.finish_reason(result.finish_reason)}],
-                    "usage": result.usage.as_openai()}
+                    "usage": result.usage.as_openai(), "timings": protocol.timings(result.completion)}
 
         direct = self._direct(request, m, lambda v: chunk(v, None)) if req.stream else None
 
@@ -406,13 +408,15 @@ class API:
         self._fits(m, req.sampling)
         cid, created = protocol.new_id("cmpl"), protocol.now()
 
-        def chunk(text: str, finish: str | None) -> bytes:
+        def chunk(text: str, finish: str | None, **extra: Any) -> bytes:
             return _sse({"id": cid, "object": "text_completion", "created": created, "model": m.name,
-                         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]})
+                         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                         **extra})
 
         def last(s: EngineStream) -> bytes:
             result = s.result
-            out = chunk("", protocol.finish_reason(result.finish_reason if result else "stop"))
+            extra = {"timings": protocol.timings(result)} if result is not None else {}
+            out = chunk("", protocol.finish_reason(result.finish_reason if result else "stop"), **extra)
             if req.include_usage and result is not None:
                 out += _sse({"id": cid, "object": "text_completion", "created": created, "model": m.name,
                              "choices": [], "usage": result.usage.as_openai()})
@@ -423,7 +427,7 @@ class API:
             return {"id": cid, "object": "text_completion", "created": created, "model": m.name,
                     "choices": [{"index": 0, "text": c.text, "logprobs": None,
                                  "finish_reason": protocol.finish_reason(c.finish_reason)}],
-                    "usage": c.usage.as_openai()}
+                    "usage": c.usage.as_openai(), "timings": protocol.timings(c)}
 
         direct = self._direct(request, m, lambda v: chunk(v, None)) if req.stream else None
 

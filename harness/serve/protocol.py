@@ -15,6 +15,7 @@ from typing import Any
 
 from harness.core import errors
 from harness.runtime import requests as engine_requests
+from harness.runtime.api import Completion
 from harness.runtime.sampling import Sampling
 
 #: Request bodies larger than this are refused before they are parsed.
@@ -400,6 +401,22 @@ def new_id(prefix: str) -> str:
 
 def now() -> int:
     return int(time.time())
+
+
+def timings(c: Completion) -> dict[str, Any]:
+    """llama-server's ``timings`` object for a finished request (a :class:`Completion`),
+    measured by the engine itself: ``prompt_ms`` from submission to the first token (queueing and
+    prefill), ``predicted_ms`` from the first token to the last, ``predicted_n`` generated tokens.
+    Clients that compare the engine's rate with what they read (harness bench's server arms) see how
+    much of a gap is delivery and how much is the engine."""
+    prompt_ms, predicted_ms = 1e3 * c.ttft_s, 1e3 * max(0.0, c.total_s - c.ttft_s)
+    n_prompt = max(0, c.n_prompt - c.n_cached)
+    return {"cache_n": c.n_cached, "prompt_n": n_prompt, "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / n_prompt if n_prompt else 0.0,
+            "prompt_per_second": 1e3 * n_prompt / prompt_ms if prompt_ms > 0 else 0.0,
+            "predicted_n": c.n_generated, "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / c.n_generated if c.n_generated else 0.0,
+            "predicted_per_second": 1e3 * c.n_generated / predicted_ms if predicted_ms > 0 else 0.0}
 
 
 def finish_reason(engine_reason: str) -> str:

@@ -201,6 +201,9 @@ class BackendArm:
         out["acceptance"] = sum(r.n_accepted for r in done) / drafted if drafted else 0.0
         out["tokens_per_step"] = sum(r.n_generated for r in done) / steps if steps else 1.0
         out["drafted_per_step"] = drafted / steps if steps else 0.0
+        # the engine's own stamps are what this arm measures: the same figures the server arms report
+        # from their servers' timings, beside the client's
+        out["engine_ttft_s"], out["engine_decode_tps"] = out["ttft_s"], out["decode_tps"]
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -45,13 +45,15 @@ STREAM_TIMEOUT_S = 3600.0
 BATCH = 512
 
 
-def _parse_stream(kind: str, reads: list[tuple[float, bytes]]) -> tuple[float, float, bool]:
-    """(time of the first event with text, of the last, whether the response ended) of a streamed
-    /v1/completions response read as ``reads`` (when each read came back, its bytes)."""
+def _parse_stream(kind: str, reads: list[tuple[float, bytes]]) -> tuple[float, float, bool, dict[str, Any]]:
+    """(time of the first event with text, of the last, whether the response ended, the server's own
+    ``timings`` object or {}) of a streamed /v1/completions response read as ``reads`` (when each
+    read came back, its bytes). Both servers send llama-server's ``timings`` with the last event."""
     conn = h11.Connection(h11.CLIENT)
     conn.send(h11.Request(method="POST", target="/v1/completions", headers=[("Host", "127.0.0.1")]))
     conn.send(h11.EndOfMessage())
     first = last = 0.0
+    timings: dict[str, Any] = {}
     status, pending, error = 0, b"", b""
     for at, data in reads:
         conn.receive_data(data)
@@ -83,13 +85,26 @@ def _parse_stream(kind: str, reads: list[tuple[float, bytes]]) -> tuple[float, f
                         if any(c.get("text") for c in chunk.get("choices", ())):
                             last = at
                             first = first or at
+                        if isinstance(chunk.get("timings"), dict):
+                            timings = chunk["timings"]
             elif isinstance(ev, h11.EndOfMessage):
                 if status != 200:
                     raise BenchError(f"{kind}: HTTP {status}: {error[:500]!r}")
-                return first, last, True
+                return first, last, True, timings
     if status and status != 200:
         raise BenchError(f"{kind}: HTTP {status}: {error[:500]!r}")
-    return first, last, False
+    return first, last, False, timings
+
+
+def _engine_side(timings: dict[str, Any]) -> tuple[float, float] | None:
+    """(TTFT s, decode tok/s) as the server's engine measured them, from llama-server's ``timings``
+    (``prompt_ms``; ``predicted_n`` tokens over ``predicted_ms``, which starts at the first token: the
+    rate is taken over the n - 1 tokens after it, as the client's is); None when absent."""
+    try:
+        prompt_ms, n, ms = float(timings["prompt_ms"]), int(timings["predicted_n"]), float(timings["predicted_ms"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return prompt_ms / 1e3, (n - 1) / (ms / 1e3) if n > 1 and ms > 0 else 0.0
 
 
 def _free_port() -> int:
@@ -107,6 +122,8 @@ class _HttpArm:
     def __init__(self, options: dict[str, Any]) -> None:
         self.opts = _opts(options)
         self.opts.setdefault("max_num_seqs", 4)
+        #: per request of the last measurement: (TTFT s, decode tok/s) from the server's ``timings``
+        self.engine_side: list[tuple[float, float] | None] = []
         self.n_vocab = n_vocab_of(self.opts["model"])
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -201,12 +218,14 @@ class _HttpArm:
             for sock in socks:
                 sock.close()
         out = []
+        self.engine_side = []
         for i in range(n):
-            first, last, _ = _parse_stream(self.kind, reads[i])
+            first, last, _, timings = _parse_stream(self.kind, reads[i])
             if not first:
                 raise BenchError(f"{self.kind}: the stream carried no text")
             decode = (gn - 1) / (last - first) if gn > 1 and last > first else 0.0
             out.append((first - sent[i], decode, gn))
+            self.engine_side.append(_engine_side(timings))
         return out, wall
 
     def warmup(self) -> None:
@@ -215,7 +234,12 @@ class _HttpArm:
     def measure(self, pn: int, gn: int, concurrency: int) -> dict[str, Any]:
         prompts = [synthetic_prompt(pn, self.n_vocab, salt=i) for i in range(concurrency)]
         done, wall = self._streams(prompts, gn)
-        return _metrics(pn, wall, done)
+        out = _metrics(pn, wall, done)
+        # the server's own figures beside the client's: what a gap owes to delivery, what to the engine
+        if self.engine_side and all(e is not None for e in self.engine_side):
+            out["engine_ttft_s"] = max(e[0] for e in self.engine_side if e)
+            out["engine_decode_tps"] = sum(e[1] for e in self.engine_side if e) / len(self.engine_side)
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "engine": "llamacpp", "argv": self.argv, "versions": {"harness": __version__},

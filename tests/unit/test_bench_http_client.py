@@ -146,3 +146,20 @@ def test_several_streams_at_once_are_read_by_one_thread() -> None:
         assert 4 / 0.5 < decode < 4 / 0.1  # 4 gaps of 0.04 s between the first and the last text
     assert 0.16 <= wall < 0.4  # together, not one after the other (3 x 0.16 s)
     assert sorted(json.loads(r.partition(b"\r\n\r\n")[2])["prompt"] for r in server.requests) == [[1], [2, 2], [3, 3, 3]]
+
+
+def test_the_servers_own_timings_are_read_beside_the_clients() -> None:
+    """llama-server's ``timings`` on the last event (both servers send it) gives the engine's TTFT and
+    decode rate, over the n - 1 tokens after the first as the client's; a stream without it gives none."""
+    timings = {"prompt_n": 3, "prompt_ms": 12.5, "predicted_n": 5, "predicted_ms": 40.0}
+    last = json.dumps({"id": "cmpl-1", "object": "text_completion", "model": "bench", "timings": timings,
+                       "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": "length"}]})
+    script = _stream(["a", "b", "c", "d", "e"], 0.01)
+    script.insert(-1, (0.0, _chunk(f"data: {last}\n\n".encode())))
+    arm = _arm(Server(script).port)
+    arm._one([1], 5)
+    assert arm.engine_side == [pytest.approx((0.0125, 4 / 0.040))]
+    plain = _arm(Server(_stream(["a", "b"], 0.01)).port)
+    plain._one([1], 2)
+    assert plain.engine_side == [None]
+    assert bench_http._engine_side({"prompt_ms": "x", "predicted_n": 2, "predicted_ms": 1}) is None

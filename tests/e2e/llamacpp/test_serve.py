@@ -202,6 +202,22 @@ def test_completions_stream_and_blocking(client: Any) -> None:
     assert "".join(p.choices[0].text for p in parts if p.choices) == r.choices[0].text
 
 
+def test_the_engines_own_timings_come_with_the_answer(client: Any) -> None:
+    """llama-server's ``timings`` (the engine's stamps): on a whole answer and on a stream's last event,
+    counting the tokens the client got, so a client can tell delivery time from engine time."""
+    r = client.completions.create(model="smol", prompt="Count: 1, 2, 3,", max_tokens=12,
+                                  extra_body={"ignore_eos": True})
+    t = r.model_extra["timings"]
+    assert t["predicted_n"] == r.usage.completion_tokens == 12 and t["prompt_n"] == r.usage.prompt_tokens
+    assert t["prompt_ms"] > 0 and t["predicted_ms"] > 0
+    assert t["predicted_per_second"] == pytest.approx(1e3 * 12 / t["predicted_ms"])
+    chunks = list(client.chat.completions.create(model="smol", messages=GEO, max_tokens=8, stream=True,
+                                                 stream_options={"include_usage": True}))
+    timed = [c for c in chunks if (c.model_extra or {}).get("timings")]
+    assert len(timed) == 1 and timed[0].choices[0].finish_reason is not None
+    assert timed[0].model_extra["timings"]["predicted_n"] == chunks[-1].usage.completion_tokens
+
+
 def test_tool_call_not_streamed(client: Any) -> None:
     r = client.chat.completions.create(model="smol", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
                                        tools=[WEATHER], tool_choice="required", max_tokens=64)
