@@ -42,6 +42,8 @@ GROUP_TITLES: dict[str, str] = {
     "aa": "A/A run: a family-wise interval excludes 1.0 for an arm measured against itself: the setup is biased",
     "aa-chance": "A/A run: a 95% interval misses 1.0 by chance; its family-wise interval contains it",
     "system": "the machine's state",
+    "engine-side": ("the client's decode rates beside the engines' own stamps (a server's `timings`, the in-process "
+                    "arm's): where the arms differ, in delivery or in the engines"),
 }
 
 

@@ -23,7 +23,14 @@ from harness.bench.abba import BenchResult
 from harness.bench.comparison import CompareRow, Comparison
 from harness.bench.gate import GateResult, headlines
 from harness.bench.roofline import roofline_pcts
-from harness.bench.stats import Analysis, Finding, Interval, analyze, metric_key
+from harness.bench.stats import (
+    Analysis,
+    Finding,
+    Interval,
+    analyze,
+    engine_side_findings,
+    metric_key,
+)
 from harness.bench.system import findings as system_findings
 from harness.core import paths
 from harness.core.errors import BenchError
@@ -67,7 +74,7 @@ def report_dir(out: Path, name: str, started_at: float) -> Path:
 
 def all_findings(result: BenchResult, analysis: Analysis) -> list[Finding]:
     """The statistics' findings, then what the machine's state says."""
-    found = list(analysis.findings)
+    found = list(analysis.findings) + engine_side_findings(result.samples)
     if result.system is not None:
         found += system_findings(result.system)
     return found

@@ -401,6 +401,42 @@ def analyze(samples: Sequence[Sample], *, confidence: float = 0.95, resamples: i
                     aa_intervals=aa_iv, blocks=n_blocks)
 
 
+def engine_side_findings(samples: Sequence[Sample]) -> list[Finding]:
+    """Where both arms also report the engine's own figures (``engine_decode_tps``, ``engine_ttft_s``
+    in a sample's extra: the in-process arm's stamps, a server's ``timings``), one note per
+    concurrency level: the decode ratio as the client read it beside the engines' own, and each arm's
+    client/engine rate, so a gap is placed in delivery or in the engines. TTFT only at c=1 (a server's
+    own prompt time may leave out queueing)."""
+    by: dict[int, dict[int, dict[str, Sample]]] = {}
+    for s in samples:
+        if "engine_decode_tps" in s.extra and "engine_ttft_s" in s.extra:
+            by.setdefault(s.concurrency, {}).setdefault(s.block, {})[s.arm] = s
+    out: list[Finding] = []
+    for c, blocks in sorted(by.items()):
+        pairs = [(v["A"], v["B"]) for _, v in sorted(blocks.items()) if "A" in v and "B" in v]
+        pairs = [(a, b) for a, b in pairs if min(a.decode_tps, b.decode_tps, a.extra["engine_decode_tps"],
+                                                   b.extra["engine_decode_tps"]) > 0]
+        if not pairs:
+            continue
+        client = geometric_mean([b.decode_tps / a.decode_tps for a, b in pairs])
+        engine = geometric_mean([b.extra["engine_decode_tps"] / a.extra["engine_decode_tps"] for a, b in pairs])
+        delivery = {role: geometric_mean([x.decode_tps / x.extra["engine_decode_tps"] for x in arm])
+                    for role, arm in (("A", [a for a, _ in pairs]), ("B", [b for _, b in pairs]))}
+        ttft = ""
+        if c == 1:
+            ms = {role: 1e3 * float(np.median([x.ttft_s - x.extra["engine_ttft_s"] for x in arm]))
+                  for role, arm in (("A", [a for a, _ in pairs]), ("B", [b for _, b in pairs]))}
+            ttft = f"; TTFT beyond the engine's own (median): A {ms['A']:.1f} ms, B {ms['B']:.1f} ms"
+        where = ("in the engines (the client reads each at its engine's rate)"
+                 if abs(client / engine - 1.0) <= 0.01
+                 else f"delivery for {100.0 * (client / engine - 1.0):+.1f}%, the engines for {_fmt_pct(engine)}")
+        detail = (f"decode B/A {client:.3f} as read, {engine:.3f} by the engines' own stamps; client/engine rate "
+                  f"A {delivery['A']:.3f}, B {delivery['B']:.3f}{ttft}; {len(pairs)} blocks")
+        out.append(Finding(level="note", metric=metric_key("decode_tps", c), kind="engine-side", detail=detail,
+                           message=f"decode @ c={c}: {detail}: the difference between the arms is {where}"))
+    return out
+
+
 def _aa_check(metrics: dict[str, MetricStats], findings: list[Finding], *, confidence: float,
               resamples: int, seed: int) -> tuple[float, dict[str, Interval]]:
     """A/A: every metric's ratio must be 1.0 within a family-wise interval.

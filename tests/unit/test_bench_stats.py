@@ -116,3 +116,32 @@ def test_analysis_serialises() -> None:
     assert d["aa"] is True and d["blocks"] == 3
     assert math.isclose(d["metrics"]["decode_tps@c1"]["ratio"]["ratio"]["point"],
                         an.metrics["decode_tps@c1"].ratio.ratio.point)  # type: ignore[union-attr]
+
+
+def _timed(arm: str, block: int, client_tps: float, engine_tps: float, ttft_s: float, engine_ttft_s: float,
+           c: int = 1) -> Sample:
+    return Sample(arm=arm, block=block, position=0, sequence=0, concurrency=c, pn=8, gn=8, ttft_s=ttft_s,
+                  decode_tps=client_tps, aggregate_tps=client_tps, peak_rss_bytes=1, started_at=0.0, finished_at=1.0,
+                  extra={"engine_decode_tps": engine_tps, "engine_ttft_s": engine_ttft_s})
+
+
+def test_engine_side_note_places_a_gap_in_the_engines_or_in_delivery() -> None:
+    from harness.bench.stats import engine_side_findings
+
+    # B's engine is 10% faster and its client reads at the engine's rate: the gap is the engines'
+    same = [s for b in range(4) for s in (_timed("A", b, 100.0, 100.0, 0.100, 0.100),
+                                          _timed("B", b, 110.0, 110.0, 0.102, 0.100))]
+    (f,) = engine_side_findings(same)
+    assert f.kind == "engine-side" and f.metric == "decode_tps@c1"
+    assert "1.100 as read, 1.100 by the engines" in f.message and "B 2.0 ms" in f.message
+    assert "in the engines" in f.message
+    # equal engines, B's client reads 8% slower: delivery
+    slow = [s for b in range(4) for s in (_timed("A", b, 100.0, 100.0, 0.1, 0.1), _timed("B", b, 92.0, 100.0, 0.1, 0.1))]
+    (g,) = engine_side_findings(slow)
+    assert "0.920 as read, 1.000 by the engines" in g.message and "client/engine rate A 1.000, B 0.920" in g.message
+    assert "delivery for -8.0%, the engines for +0.0%" in g.message
+    # arms without the engine's figures give no note; at c > 1 no TTFT is compared
+    plain = [Sample(**{**vars(s), "extra": {}}) for s in same]
+    assert engine_side_findings(plain) == []
+    (h,) = engine_side_findings([_timed("A", 0, 100.0, 100.0, 1.0, 0.5, c=16), _timed("B", 0, 100.0, 100.0, 1.0, 0.9, c=16)])
+    assert "TTFT" not in h.message and h.metric == "decode_tps@c16"
