@@ -420,12 +420,13 @@ def engine_side_findings(samples: Sequence[Sample]) -> list[Finding]:
             continue
         client = geometric_mean([b.decode_tps / a.decode_tps for a, b in pairs])
         engine = geometric_mean([b.extra["engine_decode_tps"] / a.extra["engine_decode_tps"] for a, b in pairs])
+        sides = {"A": [a for a, _ in pairs], "B": [b for _, b in pairs]}
         delivery = {role: geometric_mean([x.decode_tps / x.extra["engine_decode_tps"] for x in arm])
-                    for role, arm in (("A", [a for a, _ in pairs]), ("B", [b for _, b in pairs]))}
+                    for role, arm in sides.items()}
         ttft = ""
         if c == 1:
             ms = {role: 1e3 * float(np.median([x.ttft_s - x.extra["engine_ttft_s"] for x in arm]))
-                  for role, arm in (("A", [a for a, _ in pairs]), ("B", [b for _, b in pairs]))}
+                  for role, arm in sides.items()}
             ttft = f"; TTFT beyond the engine's own (median): A {ms['A']:.1f} ms, B {ms['B']:.1f} ms"
         where = ("in the engines (the client reads each at its engine's rate)"
                  if abs(client / engine - 1.0) <= 0.01
