@@ -31,6 +31,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.core import inputs
+from harness.core.errors import AbiError
+
 SCHEMA = 1
 CATEGORIES: tuple[str, ...] = ("functions", "structs", "enums", "typedefs", "constants")
 DEFAULT_TARGETS: tuple[str, ...] = ("x86_64-linux-gnu", "aarch64-linux-gnu", "arm64-apple-darwin")
@@ -181,7 +184,9 @@ def write(surface: Mapping[str, Any], path: Path) -> None:
 
 
 def load(path: Path) -> Surface:
-    data = json.loads(path.read_text())
+    """The surface at ``path``; :class:`AbiError` for a file that is not a regular one within the
+    ``surface`` limit, ``ValueError`` for one that is not a surface."""
+    data = json.loads(inputs.read_text(path, kind="surface", error=AbiError))
     if not isinstance(data, dict):
         msg = f"{path}: not an ABI surface (expected a JSON object)"
         raise ValueError(msg)

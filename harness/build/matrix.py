@@ -19,7 +19,7 @@ import jsonschema
 import pluggy
 from packaging.version import InvalidVersion, Version
 
-from harness.core import paths
+from harness.core import inputs, paths
 from harness.core.datafile import load_yaml
 from harness.core.errors import ConfigError, UnknownNameError, UsageError
 from harness.core.types import Buildability, EngineSpec, HostInfo, Variant
@@ -36,7 +36,7 @@ def matrix_files(directory: Path | None = None) -> list[tuple[Path, dict[str, An
     directory = directory or paths.project_root() / "matrix"
     files = []
     for f in sorted(directory.glob("*.yaml")):
-        data = load_yaml(f.read_text())
+        data = load_yaml(inputs.read_text(f, kind="descriptor", error=ConfigError))
         errors = list(jsonschema.Draft202012Validator(_schema()).iter_errors(data))
         if errors:
             lines = [f"{f}: {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]

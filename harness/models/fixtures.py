@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeAlias
 import yaml
 from filelock import FileLock
 
-from harness.core import paths, progress
+from harness.core import inputs, paths, progress
 from harness.core.datafile import load_yaml
 from harness.core.errors import (
     ConfigError,
@@ -210,8 +210,8 @@ def _fixture(name: str, raw: Any, where: Path) -> Fixture:
 def load_fixtures(path: Path = FIXTURES_FILE) -> FixtureSet:
     """Parse and check the pins (kinds, keys, references between fixtures)."""
     try:
-        data = load_yaml(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError))
+    except yaml.YAMLError as e:
         msg = f"cannot read the model fixture pins {path}: {e}"
         raise ConfigError(msg) from e
     if not isinstance(data, dict) or not isinstance(data.get("fixtures"), dict):

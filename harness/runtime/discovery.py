@@ -207,9 +207,13 @@ def committed_fingerprint(engine: str) -> str | None:
     found = descriptor_path(engine)
     root = found.parent.parent.parent if found is not None else project_root()
     p = root / "abi" / engine / "surface.json"
+    if not p.exists() and not p.is_symlink():
+        return None
+    from harness.abi.surface import load
+
     try:
-        return str(json.loads(p.read_text())["fingerprint"])
-    except (OSError, KeyError, ValueError):
+        return str(load(p)["fingerprint"])
+    except (KeyError, ValueError):
         return None
 
 

@@ -13,12 +13,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
 
-from harness.core import paths
+from harness.core import inputs, paths
 from harness.core.errors import PatchError
 from harness.core.types import PatchedTree, PatchOutcome, SourceTree
 from harness.source.cache import (
@@ -49,19 +49,39 @@ _NAME = re.compile(r"^\d{4}-[a-z0-9][a-z0-9._-]*\.patch$")
 
 @dataclass(frozen=True, kw_only=True)
 class Patch:
+    """One patch of the series: its bytes are read once (:func:`read_patch`) and every later use
+    (the series hash, the path checks, ``git apply`` on stdin) sees those bytes, never the file again."""
+
     path: Path
     header: dict[str, str]
+    data: bytes = field(repr=False)
 
     @property
     def name(self) -> str:
         return self.path.name
 
 
-def parse_header(path: Path) -> dict[str, str]:
+def read_patch(path: Path) -> bytes:
+    """The bytes of a patch file: a regular file within the ``patch`` limit, opened without ever
+    blocking (a FIFO or ``/dev/zero`` in the series is a :class:`PatchError` naming it)."""
+    try:
+        return inputs.read_bytes(path, kind="patch", error=PatchError)
+    except PatchError as e:
+        msg = f"{e}; a patch of the series is a regular text file: put the patch's text there or remove it"
+        raise PatchError(msg) from None
+
+
+def _text(data: bytes) -> str:
+    # A hunk may carry any bytes; the header and the paths are read as UTF-8, the rest is kept.
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def parse_header(path: Path | bytes) -> dict[str, str]:
     """Read ``Key: value`` lines (with indented continuations) before the diff."""
     header: dict[str, str] = {}
     key = None
-    for line in path.read_text().splitlines():
+    data = path if isinstance(path, bytes) else read_patch(path)
+    for line in _text(data).splitlines():
         if line.startswith(("diff --git", "---", "+++", "@@")):
             break
         m = re.match(r"^([A-Za-z-]+):\s?(.*)$", line)
@@ -82,28 +102,31 @@ def load_series(directory: Path) -> list[Patch]:
         if not _NAME.match(p.name):
             msg = f"{p}: patch files are named NNNN-topic.patch (lowercase), found {p.name!r}"
             raise PatchError(msg)
-        header = parse_header(p)
+        data = read_patch(p)
+        header = parse_header(data)
         missing = [k for k in HEADER_KEYS if not header.get(k)]
         if missing:
             msg = f"{p}: header lacks {', '.join(missing)}; every patch says why, its upstream status and when to retire it"
             raise PatchError(msg)
-        series.append(Patch(path=p, header=header))
+        series.append(Patch(path=p, header=header, data=data))
     return series
 
 
 def series_hash(series: list[Patch]) -> str:
     h = hashlib.sha256()
     for p in series:
-        h.update(p.name.encode() + b"\0" + p.path.read_bytes() + b"\0")
+        h.update(p.name.encode() + b"\0" + p.data + b"\0")
     return h.hexdigest()
 
 
-def _git_apply(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = ["git", "apply", "--verbose", *extra, str(patch.resolve())]
+def _git_apply(tree: Path, patch: Patch, *extra: str) -> subprocess.CompletedProcess[str]:
+    # The patch goes on stdin: git applies the bytes that were checked, not the file as it is now.
+    argv = ["git", "apply", "--verbose", *extra, "-"]
     # The ceiling keeps git from treating an enclosing repository as the target,
     # in which case it would silently skip paths outside that repository.
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tree.parent)}
-    return subprocess.run(argv, cwd=tree, capture_output=True, text=True, check=False, env=env)
+    r = subprocess.run(argv, cwd=tree, input=patch.data, capture_output=True, check=False, env=env)
+    return subprocess.CompletedProcess(r.args, r.returncode, _text(r.stdout), _text(r.stderr))
 
 
 def _failure_detail(output: str) -> str:
@@ -112,9 +135,9 @@ def _failure_detail(output: str) -> str:
     return "\n".join(keep or output.splitlines()[-10:])
 
 
-def touched_files(patch: Path) -> list[str]:
+def touched_files(patch: Patch) -> list[str]:
     files: list[str] = []
-    for line in patch.read_text().splitlines():
+    for line in _text(patch.data).splitlines():
         m = re.match(r"^diff --git a/(\S+) b/(\S+)$", line)
         if m:
             files.extend({m.group(1), m.group(2)})
@@ -131,18 +154,18 @@ def check_series(source: SourceTree, series: list[Patch]) -> list[PatchOutcome]:
         scratch = Path(tmp) / "tree"
         scratch.mkdir()
         for p in series:
-            for rel in touched_files(p.path):
+            for rel in touched_files(p):
                 src, dst = source.path / rel, scratch / rel
                 if src.is_file() and not dst.exists():
                     dst.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(src, dst)
         for p in series:
-            fwd = _git_apply(scratch, p.path, "--check")
+            fwd = _git_apply(scratch, p, "--check")
             if fwd.returncode == 0:
-                _git_apply(scratch, p.path)
+                _git_apply(scratch, p)
                 outcomes.append(PatchOutcome(patch=p.path, status="applies"))
                 continue
-            rev = _git_apply(scratch, p.path, "--check", "--reverse")
+            rev = _git_apply(scratch, p, "--check", "--reverse")
             if rev.returncode == 0:
                 outcomes.append(PatchOutcome(patch=p.path, status="already-upstream",
                                              detail=f"applies in reverse: retire it ({p.header.get('Retire-when', '')})"))
@@ -250,7 +273,7 @@ def _make_copy(dest: Path, source: SourceTree, series: list[Patch], *, sh: str, 
 
 
 def _apply_one(tree: Path, p: Patch, source: SourceTree, *, engine: str) -> None:
-    r = _git_apply(tree, p.path)
+    r = _git_apply(tree, p)
     if r.returncode != 0:
         msg = (f"patch {p.path} does not apply to {engine} {source.pin}:\n"
                f"{_failure_detail(r.stdout + r.stderr)}\n"
