@@ -18,6 +18,7 @@ import argparse
 import importlib
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -90,6 +91,33 @@ def print_json(data: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; a reader that closes stdout early (``| head -1``) ends it quietly, exit 0.
+
+    As ``ls`` and ``git`` do: the reader has what it wanted. The flush happens here, not at
+    interpreter exit, so the error is caught once for every command (the recipe of the Python
+    docs' note on SIGPIPE); stdout then points at /dev/null so the exit-time flush finds nothing.
+    """
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return 0
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a test's capture: nothing to flush at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     raw = list(argv) if argv is not None else sys.argv[1:]
     # What follows "--" belongs to a tool the command runs (harness e2e -- -k greedy).
