@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness import __version__
-from harness.core.errors import HarnessError, MissingExtraError
+from harness.core.errors import HarnessError
 
 #: Modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -143,7 +143,7 @@ def _run(argv: Sequence[str] | None) -> int:
         extra = extras.extra_for_module(e.name or "")
         if extra is None:
             raise
-        return _report(MissingExtraError(command, extra, [e.name or "?"]))
+        return _report(extras.missing_error(command, extra, [e.name or "?"]))
     except HarnessError as e:
         return _report(e)
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.cli import add_json_flag, print_json
+from harness.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from harness.config.effective import Effective
@@ -26,13 +27,15 @@ if TYPE_CHECKING:
 FORMATS = ("text", "json", "github")
 #: Longest value shown in a `config show` table cell (templates are long); --json has all of it.
 CELL_CHARS = 80
+#: The exit code of a config with errors (or, with --strict, warnings): ConfigError's, as the README's table says.
+INVALID = ConfigError.exit_code
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "validate", help="check model config YAML files (schema and semantics)",
         description="Check model configs: files or directories (recursively, *.yaml/*.yml). "
-                    "Exit 1 on any error, or on warnings with --strict.")
+                    "Exit 3 (ConfigError) on any error, or on warnings with --strict.")
     p.add_argument("paths", nargs="+", metavar="PATH", help="config file or directory")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
     _template_flags(p)
@@ -119,7 +122,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     fmt = args.format or ("json" if args.json else "text")
     validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template)
     report = validator.validate_paths(args.paths)
-    code = report.exit_code(strict=args.strict)
+    code = INVALID if report.exit_code(strict=args.strict) else 0
     if fmt == "json":
         print_json(report.to_json(strict=args.strict))
         return code
@@ -169,10 +172,10 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     if eff is None or validated is None:
         if args.json:
             print_json({"ok": False, "diagnostics": [d.to_json() for d in diags]})
-        return 1
+        return INVALID
     if args.json:
         print_json({"ok": not failed, **eff.to_json(), "diagnostics": [d.to_json() for d in diags]})
-        return 1 if failed else 0
+        return INVALID if failed else 0
     title = eff.name or ("(gallery template: named by its entry)" if validated.template else "(no name)")
     backend = eff.backend or "backend chosen by harness select"
     if eff.backend and validated.engine and validated.engine != eff.backend:
@@ -187,7 +190,7 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     Console(soft_wrap=False, width=140).print(t)
     for note in eff.notes:
         progress.info(f"note: {note}")
-    return 1 if failed else 0
+    return INVALID if failed else 0
 
 
 def cmd_config_schema(args: argparse.Namespace) -> int:
@@ -240,12 +243,13 @@ def cmd_select(args: argparse.Namespace) -> int:
     if validated is None or validated.config is None:
         if args.json:
             print_json({"ok": False, "diagnostics": [d.to_json() for d in diags]})
-        return 1
+        return INVALID
     config = validated.config
     host = probe_host()
     sel = select_engine(config, host, models_dir=models_dir)
     wheel, wheel_text = wheel_index(host)
-    code = 1 if failed or sel.chosen is None else 0
+    # an invalid config says so first; a valid one no engine here can serve is a failed selection (1)
+    code = INVALID if failed else 1 if sel.chosen is None else 0
     if args.json:
         print_json({"ok": code == 0, **sel.to_json(), "wheel_index": wheel or "cpu",
                     "diagnostics": [d.to_json() for d in diags]})
@@ -259,7 +263,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     Console(soft_wrap=False, width=140).print(t)
     if sel.chosen is None:
         print(f"no engine selected: {sel.reason}")
-        return 1
+        return code
     print(f"selected {sel.chosen.engine}" + (f" variant {sel.chosen.variant}" if sel.chosen.variant else "")
           + f" (GPU wheel index: {wheel_text})" + (" -- but the config is invalid" if failed else ""))
     return code

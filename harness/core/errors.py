@@ -54,11 +54,14 @@ class HostError(HarnessError):
 class MissingExtraError(HostError):
     """A command needs an optional dependency group (an extra) this install lacks."""
 
-    def __init__(self, command: str, extra: str, missing: Sequence[str]) -> None:
+    def __init__(self, command: str, extra: str, missing: Sequence[str], *, in_all: bool = True) -> None:
+        """``in_all``: whether ``harness[all]`` pulls ``extra`` in (``test`` and ``lint`` it does not)."""
         self.command, self.extra, self.missing = command, extra, tuple(missing)
+        everything = "all" if in_all else f"all,{extra}"
         super().__init__(
             f"{command} needs the `{extra}` extra ({', '.join(self.missing)} not installed): "
-            f"pip install 'harness[{extra}]' (or 'harness[all]'; in a checkout: pip install -e '.[{extra}]')")
+            f"pip install 'harness[{extra}]' (or 'harness[{everything}]'; in a checkout: "
+            f"pip install -e '.[{extra}]')")
 
 
 class SourceError(HarnessError):

@@ -51,6 +51,29 @@ def extras() -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
+@functools.cache
+def in_all() -> frozenset[str]:
+    """The extras ``harness[all]`` pulls in: its own ``harness[...]; extra == "all"`` requirement."""
+    import importlib.metadata
+
+    try:
+        requires = importlib.metadata.requires("harness") or []
+    except importlib.metadata.PackageNotFoundError:
+        return frozenset()
+    for req in requires:
+        spec, _, marker = req.partition(";")
+        m = _EXTRA_MARKER.search(marker)
+        own = re.fullmatch(r"\s*harness\s*\[([^\]]*)\]\s*", spec)
+        if m and m.group(1) == "all" and own:
+            return frozenset(e.strip() for e in own.group(1).split(",") if e.strip())
+    return frozenset()
+
+
+def missing_error(command: str, extra: str, lacking: list[str]) -> MissingExtraError:
+    """The error for ``command`` lacking ``extra``: its install hint names ``all,EXTRA`` where ``all`` lacks it."""
+    return MissingExtraError(command, extra, lacking, in_all=extra in in_all() or extra == "all")
+
+
 def missing(extra: str) -> list[str]:
     """The distributions of ``extra`` that cannot be imported here."""
     return [d for d in extras().get(extra, ()) if importlib.util.find_spec(import_name(d)) is None]
@@ -61,7 +84,7 @@ def require(command: str, *names: str) -> None:
     for extra in names:
         lacking = missing(extra)
         if lacking:
-            raise MissingExtraError(command, extra, lacking)
+            raise missing_error(command, extra, lacking)
 
 
 def extra_for_module(module: str) -> str | None:

@@ -73,7 +73,7 @@ def test_examples_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_examples_fail_without_model_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli("validate", "--models-dir", tmp_path, EXAMPLES / "smollm2-chat.yaml") == 1
+    assert cli("validate", "--models-dir", tmp_path, EXAMPLES / "smollm2-chat.yaml") == 3
     assert "not found in the models directory" in capsys.readouterr().out
 
 
@@ -85,9 +85,9 @@ def test_validate_output_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
     assert out.out == (f"{f}:5:11: warning: unknown option key 'blok_size': ignored (it may belong "
                        "to another engine) (did you mean 'block_size'?)\n")
     assert "1 files, 1 configs: 0 errors, 1 warnings, 0 notes (ok)" in out.err
-    assert cli("validate", "--strict", f) == 1
+    assert cli("validate", "--strict", f) == 3
     capsys.readouterr()
-    assert cli("validate", "--json", "--strict", f) == 1
+    assert cli("validate", "--json", "--strict", f) == 3
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is False and data["diagnostics"][0]["line"] == 5
 
@@ -113,7 +113,7 @@ def test_config_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 def test_config_show_refuses_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("name: m\nparameters: {model: ../x.gguf}\n")
-    assert cli("config", "show", f) == 1
+    assert cli("config", "show", f) == 3
     assert capsys.readouterr().out.startswith(f"{f}:2:21: error: parameters.model '../x.gguf' escapes")
     assert cli("config", "show", tmp_path / "missing.yaml") == 2
 

@@ -282,14 +282,14 @@ def test_config_show_prints_diagnostics_then_values(tmp_path: Path, wired: None,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "c.yaml"
     f.write_text(BAD)
-    assert cli("config", "show", f) == 1
+    assert cli("config", "show", f) == 3
     out = capsys.readouterr().out
     first, rest = out.split("\n", 1)
     assert first == f"{f}:3:15: error: context_size: expected an integer, found string 'lots'"
     assert "temperature: expected a finite number, found nan" in rest
     assert "INVALID" in rest and "n_parallel" in rest and "stopwords" in rest
     assert rest.index("finite number") < rest.index("n_parallel")
-    assert cli("config", "show", "--json", f) == 1
+    assert cli("config", "show", "--json", f) == 3
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is False and len(data["diagnostics"]) == 2
     assert data["params"]["n_parallel"] == {"value": 4, "source": "options"}
@@ -300,11 +300,11 @@ def test_config_show_prints_diagnostics_then_values(tmp_path: Path, wired: None,
 def test_select_answers_for_an_invalid_config(tmp_path: Path, wired: None, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "c.yaml"
     f.write_text(BAD)
-    assert cli("select", f) == 1
+    assert cli("select", f) == 3
     out = capsys.readouterr().out
     assert out.startswith(f"{f}:3:15: error: context_size")
     assert "llamacpp" in out and "selected llamacpp variant cpu" in out and "the config is invalid" in out
-    assert cli("select", "--json", f) == 1
+    assert cli("select", "--json", f) == 3
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is False and data["chosen"]["engine"] == "llamacpp" and data["engine"] == "llamacpp"
 
@@ -312,7 +312,7 @@ def test_select_answers_for_an_invalid_config(tmp_path: Path, wired: None, capsy
 def test_json_is_always_valid(tmp_path: Path, wired: None, capsys: pytest.CaptureFixture[str]) -> None:
     f = tmp_path / "c.yaml"
     f.write_text("name: m\nparameters: {model: m.gguf}\nengine_args: {gpu_memory_utilization: .nan, x: -.inf}\n")
-    assert cli("config", "show", "--json", f) == 1
+    assert cli("config", "show", "--json", f) == 3
     text = capsys.readouterr().out
 
     def refuse(constant: str) -> Any:
@@ -387,10 +387,10 @@ def test_size_guard_names_its_limit(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_empty_directory_is_an_error(tmp_path: Path, wired: None, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "notes.txt").write_text("x")
-    assert cli("validate", tmp_path) == 1
+    assert cli("validate", tmp_path) == 3
     assert capsys.readouterr().out == (f"{tmp_path}:1:1: error: no model configs here: the directory holds "
                                        "no *.yaml or *.yml file\n")
-    assert cli("validate", "--json", tmp_path) == 1
+    assert cli("validate", "--json", tmp_path) == 3
     assert json.loads(capsys.readouterr().out)["ok"] is False
 
 
@@ -430,10 +430,10 @@ def test_select_refuses_a_file_that_is_not_gguf(tmp_path: Path, wired: None,
     (tmp_path / "a.gguf").write_bytes(bytes(range(256)) * 4)
     f = tmp_path / "c.yaml"
     f.write_text("name: m\nbackend: llamacpp\nparameters: {model: a.gguf}\n")
-    assert cli("select", "--models-dir", tmp_path, f) == 1
+    assert cli("select", "--models-dir", tmp_path, f) == 3
     out = " ".join(capsys.readouterr().out.split())
     assert "a.gguf is not a GGUF file" in out and "no engine selected" in out
-    assert cli("validate", "--models-dir", tmp_path, f) == 1
+    assert cli("validate", "--models-dir", tmp_path, f) == 3
     assert "parameters.model: a.gguf is not a GGUF file (it starts with" in capsys.readouterr().out
 
 
@@ -443,10 +443,10 @@ def test_select_refuses_an_architecture_the_pin_does_not_know(
     tiny_gguf(tmp_path / "m.gguf", arch="mamba9")
     f = tmp_path / "c.yaml"
     f.write_text("name: m\nbackend: llamacpp\nparameters: {model: m.gguf}\n")
-    assert cli("select", "--models-dir", tmp_path, f) == 1
+    assert cli("select", "--models-dir", tmp_path, f) == 3
     out = " ".join(capsys.readouterr().out.split())
     assert "architecture 'mamba9' is not one the pinned llama.cpp loads" in out
-    assert cli("validate", "--models-dir", tmp_path, f) == 1
+    assert cli("validate", "--models-dir", tmp_path, f) == 3
     assert "(did you mean 'mamba2'?)" in capsys.readouterr().out
     tiny_gguf(tmp_path / "m.gguf", arch="llama")
     assert cli("select", "--models-dir", tmp_path, f) == 0
@@ -574,6 +574,6 @@ def test_validate_template_flag(tmp_path: Path, wired: None, capsys: pytest.Capt
     f.write_text("backend: llama-cpp\ncontext_size: 4096\nf16: true\nstopwords: ['</s>']\n")
     assert cli("validate", "--strict", f) == 0  # recognised as a body on its own
     assert "note: gallery body: checked as a template" in capsys.readouterr().out
-    assert cli("validate", "--no-template", f) == 1
+    assert cli("validate", "--no-template", f) == 3
     assert "missing the required key 'name'" in capsys.readouterr().out
     assert cli("validate", "--template", "--strict", f) == 0
