@@ -33,6 +33,7 @@ from harness.source.cache import (
     write_json,
     write_seal,
 )
+from harness.source.confine import check_links_inside, check_patch
 from harness.source.manifest import (
     VERSION,
     check_tree,
@@ -135,30 +136,29 @@ def _failure_detail(output: str) -> str:
     return "\n".join(keep or output.splitlines()[-10:])
 
 
-def touched_files(patch: Patch) -> list[str]:
-    files: list[str] = []
-    for line in _text(patch.data).splitlines():
-        m = re.match(r"^diff --git a/(\S+) b/(\S+)$", line)
-        if m:
-            files.extend({m.group(1), m.group(2)})
-    return files
+def confine_series(tree: Path, series: list[Patch]) -> dict[str, list[str]]:
+    """Every patch of the series checked against ``tree`` (the pristine source) before any is
+    applied (:func:`harness.source.confine.check_patch`: paths inside the tree, no symlink on the
+    way, links that point inside); :class:`PatchError` naming the patch otherwise. Returns the
+    paths each patch touches, by patch name."""
+    links: dict[str, str] = {}
+    return {p.name: check_patch(tree, p.path, p.data, links) for p in series}
 
 
 def check_series(source: SourceTree, series: list[Patch]) -> list[PatchOutcome]:
     """Per patch: ``applies``, ``already-upstream`` (applies in reverse: retire it), or ``conflicts``.
 
-    Works on a scratch copy of only the touched files, applying cumulatively.
+    Works on a scratch copy of only the touched files, applying cumulatively. A patch that
+    leaves the tree is refused first (:func:`confine_series`), before any file is copied.
     """
     outcomes = []
+    touched = confine_series(source.path, series)
     with tempfile.TemporaryDirectory(prefix="harness-patch-check-") as tmp:
         scratch = Path(tmp) / "tree"
         scratch.mkdir()
         for p in series:
-            for rel in touched_files(p):
-                src, dst = source.path / rel, scratch / rel
-                if src.is_file() and not dst.exists():
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(src, dst)
+            for rel in touched[p.name]:
+                _copy_entry(source.path / rel, scratch / rel)
         for p in series:
             fwd = _git_apply(scratch, p, "--check")
             if fwd.returncode == 0:
@@ -172,7 +172,21 @@ def check_series(source: SourceTree, series: list[Patch]) -> list[PatchOutcome]:
             else:
                 outcomes.append(PatchOutcome(patch=p.path, status="conflicts",
                                              detail=_failure_detail(fwd.stdout + fwd.stderr)))
+        check_links_inside(scratch)
     return outcomes
+
+
+def _copy_entry(src: Path, dst: Path) -> None:
+    """``src`` into the scratch tree as what it is: a symlink as a symlink (never followed), a
+    regular file by its bytes; anything else (or nothing) is left out."""
+    if dst.exists() or dst.is_symlink():
+        return
+    if src.is_symlink():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.symlink_to(os.readlink(src))
+    elif src.is_file():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst, follow_symlinks=False)
 
 
 def copy_dir(source: SourceTree, series_hash_: str, *, engine: str) -> Path:
@@ -257,8 +271,10 @@ def _make_copy(dest: Path, source: SourceTree, series: list[Patch], *, sh: str, 
         # would then refuse to apply anything. Byte code is derived, never copied.
         shutil.copytree(source.path, tree, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__"))
         _make_writable(tree)
+        confine_series(tree, series)
         for p in series:
             _apply_one(tree, p, source, engine=engine)
+        check_links_inside(tree)
         if (dest / "tree").is_dir():
             _carry_mtimes(dest / "tree", tree)
         manifest = scan_tree(tree)
