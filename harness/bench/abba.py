@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -67,6 +68,9 @@ class BenchConfig:
     max_seconds: float | None = None
     """Adaptive: the run's wall-clock budget; no block pair starts once it is spent (the report then
     says what the budget resolved)."""
+    stop_when_futile: bool = False
+    """Adaptive: stop once the first blocks' noise shows the target needs more blocks than the limit or
+    the budget allow (the report says how many it would take), instead of spending the budget."""
     fresh_process: bool = True
     """A new worker per arm for every block (the process is the sampling unit); ``False``
     keeps one per arm for the whole run, whose per-process offset the interval then misses."""
@@ -119,19 +123,27 @@ class Stop:
 
     reason: str
     """``blocks`` (a fixed count), ``halfwidth`` (every headline interval narrow enough),
-    ``max-blocks`` (the limit came first) or ``budget`` (the wall-clock budget was spent)."""
+    ``max-blocks`` (the limit came first), ``budget`` (the wall-clock budget was spent) or ``futile``
+    (the host's noise, measured in the first blocks, needs more blocks than the limit or budget allow)."""
     blocks: int
     target_pct: float | None = None
     max_blocks: int | None = None
     halfwidths: dict[str, float | None] = field(default_factory=dict)
     """Headline metric key -> its ratio interval's half-width (percent) when the run stopped."""
     budget_s: float | None = None
+    needed_blocks: int | None = None
+    """``futile``: about how many blocks the widest interval would need to reach the target."""
 
     def text(self) -> str:
         widths = ", ".join(f"{_short_key(k)} ±{'n/a' if v is None else f'{v:.1f}'}%" for k, v in self.halfwidths.items())
         if self.reason == "halfwidth":
             return (f"adaptive: stopped after {self.blocks} blocks, every headline interval within "
                     f"±{self.target_pct:g}% ({widths})")
+        if self.reason == "futile":
+            return (f"adaptive: stopped after {self.blocks} blocks: at this host's noise ({widths}) reaching "
+                    f"±{self.target_pct:g}% needs about {self.needed_blocks} blocks, more than "
+                    + (f"the {self.budget_s:g} s budget pays for" if self.budget_s else f"--max-blocks {self.max_blocks}")
+                    + "; the rest of the budget was not spent")
         if self.reason == "budget":
             return (f"adaptive: stopped after {self.blocks} blocks when the {self.budget_s:g} s budget was spent; "
                     f"what it resolved: {widths} (target ±{self.target_pct:g}%)")
@@ -149,7 +161,7 @@ class Stop:
     def from_dict(cls, data: Mapping[str, Any]) -> Stop:
         return cls(reason=str(data["reason"]), blocks=int(data["blocks"]), target_pct=data.get("target_pct"),
                    max_blocks=data.get("max_blocks"), halfwidths=dict(data.get("halfwidths") or {}),
-                   budget_s=data.get("budget_s"))
+                   budget_s=data.get("budget_s"), needed_blocks=data.get("needed_blocks"))
 
 
 def _short_key(key: str) -> str:
@@ -355,11 +367,36 @@ def _should_stop(config: BenchConfig, samples: Sequence[Sample], done: int, *, a
         widths[key] = None if ms is None or ms.ratio is None else ms.ratio.ratio.half_width_pct
     if all(w is not None and w <= target for w in widths.values()):
         return Stop(reason="halfwidth", blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths)
+    needed = _needed_blocks(widths, target, done)
+    affordable = config.limit
+    if config.max_seconds is not None and per_block > 0:
+        affordable = min(affordable, int(config.max_seconds // per_block))
+    if config.stop_when_futile and not at_limit and needed is not None and needed > affordable:
+        return Stop(reason="futile", blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths,
+                    budget_s=config.max_seconds, needed_blocks=needed)
     if at_limit:
         reason = "max-blocks" if done >= config.limit else "budget"
         return Stop(reason=reason, blocks=done, target_pct=target, max_blocks=config.limit, halfwidths=widths,
                     budget_s=config.max_seconds)
     return None
+
+
+def _needed_blocks(widths: Mapping[str, float | None], target: float, done: int) -> int | None:
+    """Blocks the widest interval would need to reach ``target`` percent: a half-width shrinks as the t
+    quantile over the square root of the blocks; None when it cannot be told (fewer than 3 blocks)."""
+    from scipy.stats import t as student
+
+    known = [w for w in widths.values() if w is not None]
+    if not known or done < 3:
+        return None
+    worst = max(known)
+    if worst <= target:
+        return done
+    scale = worst * math.sqrt(done) / float(student.ppf(0.975, done - 1))
+    for n in range(done + 1, 100 * done + 1):
+        if scale * float(student.ppf(0.975, n - 1)) / math.sqrt(n) <= target:
+            return n
+    return 100 * done
 
 
 def _take(arm: ArmHandle, *, block: int, position: int, sequence: int, concurrency: int,

@@ -31,6 +31,13 @@ arms are KIND[:key=value,...]; A is the baseline, B the candidate:
       exit 18 when the run cannot resolve 5% (the interval straddles 0.95): undecided, not a pass
   harness bench --a A --b B --until-halfwidth 3 --max-blocks 24
       add blocks until every headline interval is within +-3% (or 24 blocks are done)
+  harness bench --instrument simulation --a llama-bench:artifact=DIR,model=M.gguf --b in-process:model=M.gguf \
+      --fail-on-slower 3
+      the binding's code path against its engine's tool, counted, not timed: one thread, CPU level
+      haswell (Valgrind executes no AVX-512 or AMX), per-token figures from two run lengths; the same
+      figure on a busy or a quiet host. --instrument walltime,simulation measures both, side by side
+  the simulation gate's error rates (injected 3% kernel and 2% binding regressions, A/A):
+      python scripts/sim_error_rates.py --help
   harness bench --concurrency 1 --a TOOL:pin=OLD,model=M.gguf --b TOOL:pin=NEW,model=M.gguf
       old pin vs new pin through an engine's own benchmark tool arm: each pin's recipe (descriptor,
       patches, ABI surface) comes from the newest commit of any branch or tag that pinned it (or
@@ -101,6 +108,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="embed the plots in report.md as data URIs (for viewers that show them)")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="extra plugin module for the arm workers (repeatable)")
+    p.add_argument("--instrument", action="append", metavar="NAME[,NAME...]",
+                   help="what measures the arms (default: walltime): walltime (ABBA blocks, intervals), "
+                   "simulation (each arm's one-thread request under Valgrind's cachegrind: instructions and "
+                   "simulated cache misses per token, deterministic on a noisy host; needs valgrind), counters "
+                   "(hardware instructions and cycles through perf_event_open, where the host exposes them); "
+                   "several give their ratios side by side and each gate says which decided it")
+    p.add_argument("--sim-shape", metavar="P1,P2,G1,G2", default=None,
+                   help="simulation run lengths: per-token prefill from prompts P1 and P2, decode from G1 and G2 "
+                   "generated tokens (default: 32,96,4,20)")
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     add_json_flag(p)
     p.set_defaults(func=cmd_bench, extras=('bench',))
@@ -163,6 +179,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from harness.core import progress
     from harness.core.host import resolve_threads
 
+    instruments = parse_instruments(args.instrument)
     threads, source = resolve_threads(args.threads)
     a_spec = ArmSpec.parse(args.a)
     b_spec = ArmSpec.parse(args.b) if args.b else None
@@ -192,6 +209,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
                               f"which cannot resolve the {pct:g}% gate on {key} (it needs a half-width under "
                               f"{pct:g}%): expect 'undecided' unless B differs by much more", markup=True)
 
+    sim_plan = None
+    if "simulation" in instruments or "counters" in instruments:
+        from harness.bench.simulation import SimPlan
+
+        sim_plan = SimPlan.parse(args.sim_shape) if args.sim_shape else SimPlan()
+    if "walltime" not in instruments:
+        return _bench_without_walltime(args, a, b, gate, instruments, sim_plan)
+
     from harness.core import host as hostmod
 
     host = hostmod.as_dict(hostmod.probe())
@@ -207,6 +232,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              embed_plots=args.embed_plots, malloc_hugetlb=False if args.no_malloc_hugetlb else None)
     analysis, files, verdict = outcome.analysis, outcome.files, outcome.gate
     stop = outcome.result.stop
+    extra = _other_instruments(args, a, b, gate, instruments, sim_plan, files.directory)
+    decisions = None
+    if extra.get("simulation") is not None:
+        from harness.bench.verdict import decide
+
+        decisions = decide(verdict, extra["simulation"], gate_pcts=_metric_pcts(gate))
     if args.json:
         print_json({"report": str(files.directory), "results": str(files.results),
                     "markdown": str(files.markdown), "plots": [str(p) for p in files.plots],
@@ -215,9 +246,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     "gate": None if verdict is None else verdict.as_dict(),
                     "blocks": outcome.result.blocks_run, "stop": None if stop is None else stop.as_dict(),
                     "system": None if outcome.result.system is None else outcome.result.system.as_dict(),
-                    "findings": [asdict(f) for f in all_findings(outcome.result, analysis)]})
+                    "findings": [asdict(f) for f in all_findings(outcome.result, analysis)],
+                    **_extra_json(extra, decisions)})
     else:
         _print_bench(outcome)
+        _print_extra(extra, decisions)
+    if decisions is not None:
+        return _decided_rc(decisions, aa_failed=args.aa and not analysis.aa_ok)
     rc = 0
     if args.aa and not analysis.aa_ok:
         progress.console.print("[bold red]A/A check failed:[/] an interval excludes 1.0 for an arm "
@@ -231,6 +266,122 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 progress.console.print(f"  {check.message}", highlight=False, soft_wrap=True)
         rc = rc or (BenchError.exit_code if verdict.failures else GateUndecidedError.exit_code)
     return rc
+
+
+def parse_instruments(values: list[str] | None) -> tuple[str, ...]:
+    """``--instrument`` values (repeatable, comma lists) -> instrument names, checked."""
+    from harness.bench.simulation import INSTRUMENTS
+
+    names = tuple(dict.fromkeys(n.strip() for v in (values or ["walltime"]) for n in v.split(",") if n.strip()))
+    bad = [n for n in names if n not in INSTRUMENTS]
+    if bad or not names:
+        from harness.core.errors import did_you_mean
+
+        hint = did_you_mean(bad[0], INSTRUMENTS) if bad else ""
+        msg = f"unknown --instrument {', '.join(bad) or '(empty)'}{hint}; expected one or more of {', '.join(INSTRUMENTS)}"
+        raise UsageError(msg)
+    if names == ("counters",):
+        msg = "--instrument counters needs walltime or simulation beside it (counters confirm, they do not gate)"
+        raise UsageError(msg)
+    return names
+
+
+def _metric_pcts(gate: dict[str, float]) -> dict[str, float]:
+    """The gate's prefill/decode percents as simulation reads them (``all`` applies to both)."""
+    out: dict[str, float] = {m: gate[m] for m in ("prefill", "decode") if m in gate}
+    if "all" in gate:
+        out = {"prefill": gate["all"], "decode": gate["all"], **out}
+    return out
+
+
+def _other_instruments(args: argparse.Namespace, a: ArmSpec, b: ArmSpec, gate: dict[str, float],
+                       instruments: tuple[str, ...], sim_plan: Any, directory: Path) -> dict[str, Any]:
+    """Simulation and counters for the arms, written into ``directory`` (simulation.json/.md, counters.json)."""
+    import json
+
+    from harness.bench import counters, simulation
+
+    extra: dict[str, Any] = {"simulation": None, "counters": None, "counters_note": None}
+    if "simulation" not in instruments and "counters" not in instruments:
+        return extra
+    level = simulation.level_for_host()
+    ta = simulation.target_for(a.kind, a.options, level=level)
+    tb = simulation.target_for(b.kind, b.options, level=level)
+    if args.aa:
+        tb = simulation.target_for(a.kind, {**a.options, "name": f"{ta.name} (2)"}, level=level)
+    if "simulation" in instruments:
+        sim = simulation.simulate(ta, tb, sim_plan, directory / "simulation", gate=_metric_pcts(gate) or None,
+                                  level=level)
+        (directory / "simulation.json").write_text(json.dumps(sim.as_dict(), indent=2) + "\n")
+        (directory / "simulation.md").write_text(sim.markdown())
+        extra["simulation"] = sim
+    if "counters" in instruments:
+        avail = counters.probe()
+        if avail.available:
+            extra["counters"] = counters.measure([ta, tb], sim_plan)
+            (directory / "counters.json").write_text(json.dumps(extra["counters"], indent=2) + "\n")
+        else:
+            extra["counters_note"] = f"counters: not available on this host ({avail.reason})"
+    return extra
+
+
+def _extra_json(extra: dict[str, Any], decisions: Any) -> dict[str, Any]:
+    sim = extra.get("simulation")
+    return {"simulation": None if sim is None else sim.as_dict(), "counters": extra.get("counters"),
+            "counters_note": extra.get("counters_note"),
+            "decisions": None if decisions is None else [d.as_dict() for d in decisions]}
+
+
+def _print_extra(extra: dict[str, Any], decisions: Any) -> None:
+    out = _stdout()
+    sim = extra.get("simulation")
+    if sim is not None:
+        out.print(sim.summary(), highlight=False, soft_wrap=True)
+    if extra.get("counters"):
+        for c in extra["counters"]["checks"]:
+            out.print(f"counters {c['metric']}: instructions B/A speed {c['instructions_speed']:.4f}x, "
+                      f"cycles {c['cycles_speed']:.4f}x", highlight=False)
+    if extra.get("counters_note"):
+        out.print(extra["counters_note"], highlight=False, soft_wrap=True)
+    for d in decisions or ():
+        style = {"passed": "green", "warning": "yellow", "undecided": "yellow"}.get(d.status, "red")
+        out.print(f"[{style}]{d.line()}[/]", highlight=False, soft_wrap=True)
+
+
+def _decided_rc(decisions: Any, *, aa_failed: bool) -> int:
+    from harness.bench.verdict import overall
+
+    status = overall(decisions)
+    if aa_failed or status == "FAILED":
+        return BenchError.exit_code
+    return GateUndecidedError.exit_code if status == "undecided" else 0
+
+
+def _bench_without_walltime(args: argparse.Namespace, a: ArmSpec, b: ArmSpec, gate: dict[str, float],
+                            instruments: tuple[str, ...], sim_plan: Any) -> int:
+    """Simulation (and counters) only: no ABBA blocks; a report dir with simulation.json/.md."""
+    import time
+
+    from harness.bench.verdict import decide
+    from harness.core import paths, progress
+
+    name = args.name or (f"aa-{a.kind}" if args.aa else f"{a.kind}-vs-{b.kind}")
+    directory = (args.out or paths.reports_dir()) / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{name}-simulation"
+    directory.mkdir(parents=True, exist_ok=True)
+    extra = _other_instruments(args, a, b, gate, instruments, sim_plan, directory)
+    decisions = decide(None, extra["simulation"], gate_pcts=_metric_pcts(gate)) if gate else []
+    if args.json:
+        print_json({"report": str(directory), **_extra_json(extra, decisions)})
+    else:
+        _print_extra(extra, decisions)
+        _stdout().print(f"report: {directory}", highlight=False)
+    if args.aa:
+        sim = extra["simulation"]
+        off = [c for c in sim.checks if not c.lo <= 1.0 <= c.hi]
+        if off:
+            progress.console.print("[bold red]A/A check failed:[/] " + "; ".join(c.text() for c in off), highlight=False)
+            return BenchError.exit_code
+    return _decided_rc(decisions, aa_failed=False)
 
 
 def summary(analysis: Analysis) -> dict[str, Any]:

@@ -13,8 +13,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="fetch, patch, ABI check, build every default buildable variant, build the "
                        "backend, fetch the fixture models, run the e2e specs per variant, the cross-variant check "
                        "and ABBA benchmarks of our cpu build against the engine's peer baseline on each bench model (adaptive "
-                       "blocks, gated by --fail-on-slower); writes "
-                       "reports/<timestamp>-qualify-<engine>/qualify.{md,json}. Exit 1 when a stage failed, 18 when none failed but a benchmark gate was undecided (its interval straddles the floor: not a pass). "
+                       "blocks, gated by --fail-on-slower); the engine-ceiling and old-pin gates are decided by CPU simulation "
+                       "(Valgrind: instructions and simulated cache misses per token, deterministic on a noisy host) "
+                       "beside wall-clock, which alone fails a gate it resolves below the floor; qualify.md opens "
+                       "with each gate, its verdict and the instrument that decided it. Writes "
+                       "reports/<timestamp>-qualify-<engine>/qualify.{md,json}. Exit 1 when a stage failed, 18 when "
+                       "none failed but a gate was decided by no instrument (not a pass); a gate simulation passed "
+                       "while wall-clock could not resolve it on this host is a warning (exit 0). "
                        "Moving a pin? Add --old-pin OLD (or --old-rev main) for the pull request's material: the "
                        "API/ABI diff and old-vs-new figures of the engine's own benchmark tool in the same report.")
     p.add_argument("engine", nargs="?", default=None, help="engine name (default: the default text engine)")
@@ -38,6 +43,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="matrix rows to build and test, fnmatch pattern(s), comma-separated (default: the rows "
                    "marked default: true that the engine builds); what a `harness matrix --ci github` entry passes")
     p.add_argument("--no-bench", action="store_true", help="skip the benchmark stage")
+    p.add_argument("--instrument", action="append", metavar="NAME[,NAME...]",
+                   help="what the bench stages measure with: walltime, simulation, counters (default: the "
+                   "descriptor's qualify.bench.instruments, else walltime,simulation)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--old-pin", metavar="VERSION",
                    help="also compare with the pin this one replaces: the API/ABI diff and an ABBA run of both "
@@ -52,6 +60,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_qualify, extras=('build', 'bench'))
 
 
+def _instruments(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    from harness.cli.bench import parse_instruments
+
+    return list(parse_instruments(values))
+
+
 def cmd_qualify(args: argparse.Namespace) -> int:
     from harness.qualify import qualify
 
@@ -60,7 +76,7 @@ def cmd_qualify(args: argparse.Namespace) -> int:
                            bench_concurrency=conc, out=args.out, run_bench=not args.no_bench,
                            old_pin=args.old_pin, old_rev=args.old_rev, threads=args.threads,
                            fail_on_slower=args.fail_on_slower, until_halfwidth=args.until_halfwidth,
-                           max_blocks=args.max_blocks, variant=args.variant,
+                           max_blocks=args.max_blocks, variant=args.variant, instruments=_instruments(args.instrument),
                            arch=None if args.arch is None else [a for a in args.arch if a != "none"])
     if args.json:
         print_json({"passed": q.passed, "report": str(directory),

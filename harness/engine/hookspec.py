@@ -124,6 +124,13 @@ def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
 
 
 @hookspec(firstresult=True)
+def harness_sim_target(kind: str, options: dict[str, Any]) -> Any | None:
+    """The simulation instrument's target for an arm of ``kind`` (:class:`harness.bench.simulation.SimTarget`:
+    a command running one request, one thread, at ``options["level"]`` when given), or None when this
+    plugin cannot simulate that kind. Stops at first non-None result."""
+
+
+@hookspec(firstresult=True)
 def harness_bench_arm_prepare(kind: str, options: dict[str, Any]) -> dict[str, Any] | None:
     """Prepare an arm in the parent process before its worker starts (e.g. build the artifact it
     runs, with progress shown); return the options the worker gets. Stops at first non-None result."""

@@ -33,7 +33,8 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
             run_bench: bool = True, old_pin: str | None = None, old_rev: str | None = None,
             threads: int | None = None, fail_on_slower: Sequence[str] | None = None,
             until_halfwidth: float | None = None, max_blocks: int | None = None,
-            variant: str | None = None, arch: Sequence[str] | None = None) -> tuple[Qualification, Path]:
+            variant: str | None = None, arch: Sequence[str] | None = None,
+            instruments: Sequence[str] | None = None) -> tuple[Qualification, Path]:
     """Every stage for the engine's pin; with ``old_pin``/``old_rev`` also the pin move's PR material:
     the ABI/API diff from the old pin and an old-vs-new ABBA run of the engine's own benchmark tool
     on the cpu variant. ``engine_name`` None: the default text engine.
@@ -58,7 +59,7 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
     engine = load_engine(engine_name or registry.default("text").name)
     plan = bench_plan(engine, blocks=bench_blocks, pn=bench_pn, gn=bench_gn, concurrency=bench_concurrency,
                       until_halfwidth=until_halfwidth, max_blocks=max_blocks, fail_on_slower=fail_on_slower,
-                      threads=threads)
+                      threads=threads, instruments=instruments)
     q = Qualification(engine=engine.name)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     report = (out or paths.reports_dir()) / f"{stamp}-qualify-{engine.name}"

@@ -14,15 +14,19 @@ from typing import Any
 
 from harness.bench.abba import BenchConfig
 from harness.bench.gate import parse_gate, resolve_gate
+from harness.bench.simulation import INSTRUMENTS, SimPlan
 from harness.core.errors import UsageError
 from harness.core.types import EngineSpec
 
 #: Adaptive-block defaults when the descriptor says nothing.
 UNTIL_HALFWIDTH = 3.0
 MAX_BLOCKS = 12
-#: Each adaptive bench stage's wall-clock budget (seconds) unless the descriptor says: the main job
-#: runs four bench stages (peer and engine ceiling, on two models), so about 40 minutes of them at most.
-BUDGET_S = 600.0
+#: Each adaptive bench stage's wall-clock budget (seconds) unless the descriptor says. Code-path gates
+#: are decided by simulation; wall-clock runs beside it for what simulation cannot see, and stops
+#: early when the host's noise makes the gate unreachable within the budget.
+BUDGET_S = 240.0
+#: The instruments a qualification measures with, unless the descriptor or the command line says.
+DEFAULT_INSTRUMENTS: tuple[str, ...] = ("walltime", "simulation")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,15 +48,24 @@ class BenchPlan:
     threads_source: str = ""
     models: tuple[str, ...] = ("HARNESS_MODEL",)
     """Model environment variables (from ``harness models``), one bench stage each."""
+    instruments: tuple[str, ...] = DEFAULT_INSTRUMENTS
+    """``walltime``, ``simulation``, ``counters``: what the bench stages measure with."""
+    sim: dict[str, SimPlan] = field(default_factory=dict)
+    """Model variable -> the simulation's run lengths (``qualify.bench.simulation``); :data:`SIM_DEFAULT` otherwise."""
+
+    def sim_plan(self, model_var: str) -> SimPlan:
+        return self.sim.get(model_var) or SIM_DEFAULT
 
     def config(self, concurrency: tuple[int, ...] | None = None) -> BenchConfig:
         return BenchConfig(blocks=self.blocks, pn=self.pn, gn=self.gn, concurrency=concurrency or self.concurrency,
                            until_halfwidth=self.until_halfwidth,
                            max_blocks=self.max_blocks if self.until_halfwidth is not None else None,
-                           max_seconds=self.budget_s if self.until_halfwidth is not None else None)
+                           max_seconds=self.budget_s if self.until_halfwidth is not None else None,
+                           stop_when_futile=self.until_halfwidth is not None)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"blocks": self.blocks, "pn": self.pn, "gn": self.gn, "concurrency": list(self.concurrency),
+        return {"instruments": list(self.instruments), "simulation": {k: v.as_dict() for k, v in self.sim.items()},
+                "blocks": self.blocks, "pn": self.pn, "gn": self.gn, "concurrency": list(self.concurrency),
                 "until_halfwidth": self.until_halfwidth, "max_blocks": self.max_blocks, "budget_s": self.budget_s, "gate": dict(self.gate),
                 "threads": self.threads, "threads_source": self.threads_source, "models": list(self.models)}
 
@@ -60,7 +73,7 @@ class BenchPlan:
 def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int = 512, gn: int = 128,
                concurrency: tuple[int, ...] = (1, 4), until_halfwidth: float | None = None,
                max_blocks: int | None = None, fail_on_slower: Sequence[str] | None = None,
-               threads: int | None = None) -> BenchPlan:
+               threads: int | None = None, instruments: Sequence[str] | None = None) -> BenchPlan:
     """The plan from the descriptor's ``qualify.bench`` and the command line (which wins).
 
     ``until_halfwidth=0`` turns adaptive blocks off (``blocks`` is then the fixed count).
@@ -76,11 +89,24 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int = 512, 
     if not models:
         msg = f"qualify.bench.models of {engine.name} is empty; expected model variables such as HARNESS_MODEL"
         raise UsageError(msg)
-    return BenchPlan(blocks=blocks or int(raw.get("blocks", 4)), pn=pn, gn=gn, concurrency=concurrency,
+    chosen = tuple(instruments) if instruments else tuple(raw.get("instruments") or DEFAULT_INSTRUMENTS)
+    unknown = [i for i in chosen if i not in INSTRUMENTS]
+    if unknown or ("walltime" not in chosen and "simulation" not in chosen):
+        msg = (f"expected instruments from {', '.join(INSTRUMENTS)} including walltime or simulation, found "
+               f"{', '.join(chosen)}; e.g. --instrument walltime,simulation")
+        raise UsageError(msg)
+    sims = {str(k): SimPlan(**{kk: int(vv) for kk, vv in dict(v).items()})
+            for k, v in (raw.get("simulation") or {}).items()}
+    return BenchPlan(instruments=chosen, sim=sims,
+                     blocks=blocks or int(raw.get("blocks", 4)), pn=pn, gn=gn, concurrency=concurrency,
                      until_halfwidth=float(width) if width else None,
                      max_blocks=max_blocks or int(raw.get("max_blocks", MAX_BLOCKS)), gate=gate,
                      budget_s=float(raw.get("budget_s", BUDGET_S)) or None,
                      threads=n_threads, threads_source=source, models=models)
+
+
+#: The simulation's run lengths for a model the descriptor gives none for.
+SIM_DEFAULT = SimPlan()
 
 
 def stage_name(model_var: str) -> str:

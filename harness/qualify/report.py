@@ -31,11 +31,38 @@ def write_qualification(q: Qualification, d: Path) -> Path:
 
 
 def _verdict(doc: Mapping[str, Any]) -> str:
-    """PASSED, FAILED, or UNDECIDED (no stage failed, a gate could not be resolved: not a pass)."""
+    """PASSED (with N warnings), FAILED, or UNDECIDED (no stage failed, a gate could not be resolved: not a pass)."""
+    statuses = [s.get("status") for s in doc.get("stages", [])]
     if doc["passed"]:
-        return "PASSED"
-    statuses = {s.get("status") for s in doc.get("stages", [])}
+        warned = statuses.count("warning")
+        return f"PASSED with {warned} warning{'s' if warned != 1 else ''}" if warned else "PASSED"
     return "UNDECIDED (not a pass)" if "undecided" in statuses and "failed" not in statuses else "FAILED"
+
+
+def verdict_block(doc: Mapping[str, Any]) -> list[str]:
+    """The report's first screen: every performance gate (its verdict, the instrument that decided it,
+    what wall-clock and simulation said), then the stages that did not pass, each on one line."""
+    rows = []
+    for s in doc.get("stages", []):
+        for d in (s.get("data") or {}).get("decisions") or ():
+            wall = str(d.get("walltime") or "not run").replace("|", "/")
+            sim = str(d.get("simulation") or "not run").replace("|", "/")
+            rows.append(f"| {s['name']}: {d['gate']} | {d['status']} | {d.get('instrument') or 'nothing'} | {wall} | {sim} |")
+    lines = ["## Verdict", ""]
+    if rows:
+        lines += ["| gate (speed B/A, floor 1 - gate) | verdict | decided by | wall-clock, 95% CI | simulation |",
+                  "|---|---|---|---|---|", *rows, ""]
+    for s in doc.get("stages", []):
+        status = s.get("status")
+        if status in ("failed", "undecided", "warning"):
+            text = (s.get("data") or {}).get("advisory") or (s["summary"].splitlines() or [""])[0]
+            lines.append(f"- **{s['name']}: {status}**: {text[:400]}")
+        elif status == "skipped":
+            lines.append(f"- {s['name']}: skipped: {(s['summary'].splitlines() or [''])[0][:200]}")
+    ran = sum(1 for s in doc.get("stages", []) if s.get("status") in ("passed", "warning"))
+    lines += ["", f"{ran} of {len(doc.get('stages', []))} stages passed "
+              f"({sum(float(s.get('seconds') or 0) for s in doc.get('stages', [])) / 60:.1f} min)."]
+    return lines
 
 
 def render_markdown(doc: dict[str, Any]) -> str:
@@ -49,6 +76,10 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"host {h['os']} {h['arch']}, {h['cpu_model']} [archspec: {h['microarch']}], {h['cores']} cores, "
         f"{h['memory_bytes'] / 2**30:.1f} GiB; started {doc['started_at']}"
         + (f"; threads {doc['threads']} ({doc.get('threads_source') or 'given'})" if doc.get("threads") else ""),
+        "",
+        *verdict_block(doc),
+        "",
+        "## Stages",
         "",
         "| stage | status | seconds | summary |",
         "|---|---|---:|---|",
@@ -258,6 +289,16 @@ def bench_section(title: str, data: Mapping[str, Any]) -> list[str]:
     shown = [p for p in sections if heading(p) in SHOWN_SECTIONS]
     folded = [p for p in sections if heading(p) not in SHOWN_SECTIONS]
     lines = ["", f"## {title}", "", f"Full report: [{rel}/report.md]({rel}/report.md)", ""]
+    from harness.bench.verdict import Decision
+    from harness.bench.verdict import markdown as decisions_md
+
+    decisions = [Decision(**d) for d in data.get("decisions") or ()]
+    if decisions:
+        lines += ["### Gates and the instrument that decided each", "", decisions_md(decisions)]
+    if data.get("simulation_markdown"):
+        lines += [str(data["simulation_markdown"]).replace("### CPU simulation", "### CPU simulation", 1), ""]
+    elif data.get("simulation_note"):
+        lines += [f"CPU simulation: not run ({data['simulation_note']}).", ""]
     for part in (preamble, *shown):
         lines += [*demoted(part), ""]
     if folded:

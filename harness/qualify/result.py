@@ -22,6 +22,9 @@ class StageResult:
     data: dict[str, Any] = field(default_factory=dict)
     product: object | None = None
     """What later stages get from this one (:meth:`QualifyContext.product`); not in the report."""
+    status: str = "passed"
+    """``passed``, or ``warning``: passed on what decided it, with something the report must flag
+    (a gate simulation decided while wall-clock could not resolve it on this host)."""
 
 
 class SkippedStage(Exception):

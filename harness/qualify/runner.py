@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from harness.qualify.context import QualifyContext
 
 
+#: Stage statuses that let the stages needing them run (a warning passed on what decided it).
+PASSING = ("passed", "warning")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Stage:
     """One stage of a qualification: what it is called, what must have passed before it, what runs."""
@@ -77,7 +81,7 @@ class Qualification:
                  needs: tuple[str, ...]) -> tuple[StageRecord, StageResult | None]:
         st = StageRecord(name=name)
         self.stages.append(st)
-        missing = [n for n in needs if self.status(n) != "passed"]
+        missing = [n for n in needs if self.status(n) not in PASSING]
         if missing:
             st.status, st.summary = "skipped", f"needs {', '.join(missing)}"
             progress.info(f"[yellow]skip[/] {progress.escape(f'{name}: {st.summary}')}", markup=True)
@@ -88,7 +92,7 @@ class Qualification:
         try:
             result = fn()
             st.summary, st.data = result.summary, dict(result.data)
-            st.status = "passed"
+            st.status = "warning" if result.status == "warning" else "passed"
         except SkippedStage as e:
             st.status, st.summary = "skipped", str(e)
         except StageUndecided as e:  # the run could not resolve a gate: not a pass, not a failure
@@ -101,10 +105,11 @@ class Qualification:
             st.status, st.summary = "failed", f"{type(e).__name__}: {e}"
             st.data["traceback"] = traceback.format_exc(limit=-6)
         st.seconds = round(time.perf_counter() - t0, 2)
-        colour = {"passed": "green", "failed": "red", "skipped": "yellow", "undecided": "yellow"}[st.status]
+        colour = {"passed": "green", "failed": "red", "skipped": "yellow", "undecided": "yellow",
+                  "warning": "yellow"}[st.status]
         first = st.summary.splitlines()[0] if st.summary else ""
         progress.info(f"  [{colour}]{st.status}[/] in {st.seconds:.1f} s: {progress.escape(first)}", markup=True)
-        return st, result if st.status == "passed" else None
+        return st, result if st.status in PASSING else None
 
     def status(self, name: str) -> str:
         return next((s.status for s in self.stages if s.name == name), "missing")

@@ -50,3 +50,18 @@ def harness_bench_arm_prepare(kind: str, options: dict[str, Any]) -> dict[str, A
 
         return prepare_in_process(options)
     return None
+
+
+@hookimpl
+def harness_sim_target(kind: str, options: dict[str, Any]) -> Any | None:
+    if options.get("engine", "llamacpp") != "llamacpp":
+        return None
+    if kind == IN_PROCESS:
+        from harness_plugins.llamacpp.simulate import BindingTarget
+
+        return BindingTarget(options)
+    if kind == "llama-bench":
+        from harness_plugins.llamacpp.simulate import LlamaBenchTarget
+
+        return LlamaBenchTarget(options)
+    return None

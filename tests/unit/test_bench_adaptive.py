@@ -123,3 +123,18 @@ def test_a_wall_clock_budget_stops_an_adaptive_run_and_says_what_it_resolved(
     assert Stop.from_dict(r.stop.as_dict()) == r.stop
     with pytest.raises(BenchError, match="--max-seconds"):
         BenchConfig(blocks=2, max_seconds=60)  # a budget without --until-halfwidth
+
+
+def test_a_futile_target_stops_after_the_first_blocks_and_says_how_many_it_needs() -> None:
+    """With stop_when_futile (qualify's bench stages), noise that needs far more blocks than the limit
+    stops the run after its first blocks instead of spending the budget."""
+    r = _run("fake:noise=0.2,seed=1", "fake:noise=0.2,seed=1", blocks=4, until_halfwidth=1.0, max_blocks=12,
+             stop_when_futile=True)
+    assert r.stop is not None and r.stop.reason == "futile" and r.blocks_run == 4
+    assert r.stop.needed_blocks is not None and r.stop.needed_blocks > 12
+    assert f"needs about {r.stop.needed_blocks} blocks" in r.stop.text()
+    assert Stop.from_dict(r.stop.as_dict()) == r.stop
+    # a reachable target is not cut short
+    near = _run("fake:noise=0.03,seed=4", "fake:noise=0.03,seed=4", blocks=4, until_halfwidth=2.5, max_blocks=40,
+                stop_when_futile=True)
+    assert near.stop is not None and near.stop.reason == "halfwidth"

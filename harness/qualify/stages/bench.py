@@ -54,34 +54,84 @@ def old_pin(ctx: QualifyContext) -> StageResult:
 
     env = ctx.product("models", Models).env
     # the last bench model: the bandwidth-bound one where the descriptor lists it, where kernels show
-    model = next((env[v] for v in reversed(ctx.plan.models) if v in env), None)
-    if model is None:
+    model_var = next((v for v in reversed(ctx.plan.models) if v in env), None)
+    model = env[model_var] if model_var else None
+    if model is None or model_var is None:
         raise SkippedStage(f"none of the bench models ({', '.join(ctx.plan.models)}) is in place")
     return old_pin_bench(ctx.engine, old, artifact_dir(ctx.engine, get_variant("cpu")), model,
                          ctx.report / "bench-old-pin", host=hostmod.as_dict(ctx.host), plan=ctx.plan,
-                         host_measure=measure_host())
+                         host_measure=measure_host(), model_var=model_var)
+
+
+def simulate_pair(plan: BenchPlan, model_var: str, a: tuple[str, Mapping[str, Any]], b: tuple[str, Mapping[str, Any]],
+                  *, out: Path, gate: Mapping[str, float]) -> tuple[Any, str | None]:
+    """Arms A and B (kind, options) under the simulation instrument when the plan has it:
+    (:class:`~harness.bench.simulation.SimResult`, None), or (None, why it did not run)."""
+    if "simulation" not in plan.instruments:
+        return None, "not in this run's instruments"
+    from harness.bench import simulation
+    from harness.core.errors import HostError
+
+    level = simulation.level_for_host()
+    try:
+        ta = simulation.target_for(a[0], a[1], level=level)
+        tb = simulation.target_for(b[0], b[1], level=level)
+        return simulation.simulate(ta, tb, plan.sim_plan(model_var), out, gate=gate, level=level), None
+    except HostError as e:
+        return None, str(e)
+
+
+def _gate_pcts(outcome: Any, plan_gate: Mapping[str, float]) -> dict[str, float]:
+    """prefill/decode -> percent, from the run's gate checks (or the plan's ``all``)."""
+    pcts: dict[str, float] = {}
+    if outcome.gate is not None:
+        for c in outcome.gate.checks:
+            pcts.setdefault(c.label.split(" @ ", 1)[0], c.threshold_pct)
+    for metric in ("prefill", "decode"):
+        if metric not in pcts and (metric in plan_gate or "all" in plan_gate):
+            pcts[metric] = float(plan_gate.get(metric, plan_gate.get("all", 0.0)))
+    return pcts
 
 
 def bench_stage_result(outcome: Any, report_root: Path, model: str, *, label: str | None = None,
-                  extra: Mapping[str, Any] | None = None) -> StageResult:
-    """A bench stage's result: the report's place, headline, gate and stop; failed when the gate failed.
+                       extra: Mapping[str, Any] | None = None, sim: Any = None, sim_note: str | None = None,
+                       advisory: bool = False) -> StageResult:
+    """A bench stage's result: the report's place, headline, each gate's decision (which instrument
+    decided it: :mod:`harness.bench.verdict`), stop. Failed when a gate failed; undecided when one
+    was decided by nothing, unless ``advisory`` (a peer comparison simulation cannot run: then a
+    warning that says so); a warning when simulation decided what wall-clock could not resolve.
     ``label`` replaces the model name at the head of the summary, ``extra`` adds data."""
+    from harness.bench.verdict import decide, overall
+
     files = outcome.files
     rel = str(files.directory.relative_to(report_root))
     state = outcome.result.system
+    decisions = decide(outcome.gate, sim)
     data = {"report": rel, "markdown": files.markdown.read_text(), "model": model,
             "headline": [h.as_dict() for h in outcome.headline],
             "gate": None if outcome.gate is None else outcome.gate.as_dict(),
+            "decisions": [d.as_dict() for d in decisions],
+            "simulation": None if sim is None else sim.as_dict(),
+            "simulation_markdown": None if sim is None else sim.markdown(),
+            "simulation_note": sim_note,
             "stop": None if outcome.result.stop is None else outcome.result.stop.as_dict(),
             "blocks": outcome.result.blocks_run, "threads": None if state is None else state.threads,
             **(extra or {})}
-    result = StageResult(f"{label or model}: {outcome.summary()}", data)
-    if outcome.gate is not None and outcome.gate.status == "undecided" and not (outcome.result.aa and not
-                                                                               outcome.analysis.aa_ok):
-        raise StageUndecided(result)
-    if not outcome.passed:
+    verdicts = "; ".join(f"{d.gate} {d.status}" + (f" ({d.instrument})" if d.instrument else "") for d in decisions)
+    head = f"{label or model}: {outcome.summary()}"
+    result = StageResult(head + (f"; decided: {verdicts}" if verdicts else ""), data)
+    if outcome.result.aa and not outcome.analysis.aa_ok:
         raise StageFailed(result)
-    return result
+    status = overall(decisions) if decisions else ("passed" if outcome.passed else "FAILED")
+    if status == "FAILED":
+        raise StageFailed(result)
+    if status == "undecided":
+        if not advisory:
+            raise StageUndecided(result)
+        note = ("not decided on this host: wall-clock could not resolve the gate and simulation cannot run "
+                f"this peer ({sim_note or 'no simulation target'}); advisory, not a pass of the gate")
+        return StageResult(f"{result.summary}; {note}", {**data, "advisory": note}, status="warning")
+    return StageResult(result.summary, data, status="warning" if status == "warning" else "passed")
 
 
 def peer_bench(engine: EngineSpec, peer: str, model: str, plan: BenchPlan, *, out: Path, report_root: Path,
@@ -98,11 +148,14 @@ def peer_bench(engine: EngineSpec, peer: str, model: str, plan: BenchPlan, *, ou
     outcome = run_and_report(a, b, plan.config(), name=f"qualify-{engine.name}-{engine.pin}-{Path(model).stem}",
                              out=out, host=host, host_measure=host_measure, gate=plan.gate,
                              threads_source=plan.threads_source)
-    return bench_stage_result(outcome, report_root, Path(model).name)
+    # the peer is a prebuilt wheel (one library, its own SIMD dispatch): no simulation target runs it
+    return bench_stage_result(outcome, report_root, Path(model).name, advisory=True,
+                              sim_note=f"no simulation target for the {peer} arm")
 
 
 def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Path, model: str, out: Path, *,
-                  host: Mapping[str, Any], plan: BenchPlan, host_measure: Mapping[str, Any] | None = None) -> StageResult:
+                  host: Mapping[str, Any], plan: BenchPlan, host_measure: Mapping[str, Any] | None = None,
+                  model_var: str = "HARNESS_MODEL") -> StageResult:
     """Old pin (A) vs this pin (B), each through its own cpu artifact's benchmark tool, in ABBA blocks."""
     from harness.bench.arms import ArmSpec
     from harness.bench.session import run_and_report
@@ -118,6 +171,16 @@ def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Pa
     label = old_opts.get("pin") or old_opts.get("rev")
     a = ArmSpec(kind=kind, name=f"{kind} {label}", options=a_opts)
     b = ArmSpec(kind=kind, name=f"{kind} {engine.pin}", options={**common, "artifact": str(new_artifact)})
+    sim, note = simulate_pair(plan, model_var, (kind, {**a.options, "name": a.name}), (kind, {**b.options, "name": b.name}),
+                              out=out / "simulation", gate=_sim_gate(plan.gate))
     outcome = run_and_report(a, b, plan.config((1,)), name=f"old-pin-{label}-vs-{engine.pin}", out=out, host=host,
                              host_measure=host_measure, gate=plan.gate, threads_source=plan.threads_source)
-    return bench_stage_result(outcome, out.parent, Path(model).name)
+    return bench_stage_result(outcome, out.parent, Path(model).name, sim=sim, sim_note=note)
+
+
+def _sim_gate(gate: Mapping[str, float]) -> dict[str, float]:
+    """The plan's gate as simulation reads it: prefill and decode (aggregate has no one-stream figure)."""
+    out = {m: float(gate[m]) for m in ("prefill", "decode") if m in gate}
+    if "all" in gate:
+        out = {"prefill": float(gate["all"]), "decode": float(gate["all"]), **out}
+    return out

@@ -38,7 +38,7 @@ def ceiling(ctx: QualifyContext, *, model_var: str) -> StageResult:
 
     return ceiling_bench(ctx.engine, artifact_dir(ctx.engine, get_variant("cpu")), model, ctx.plan,
                          out=ctx.report / "ceiling", report_root=ctx.report, host=hostmod.as_dict(ctx.host),
-                         host_measure=measure_host())
+                         host_measure=measure_host(), model_var=model_var)
 
 
 def ceiling_min_ratio(engine: EngineSpec) -> float:
@@ -48,15 +48,20 @@ def ceiling_min_ratio(engine: EngineSpec) -> float:
 
 
 def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPlan, *, out: Path, report_root: Path,
-                  host: Mapping[str, Any], host_measure: Mapping[str, Any] | None) -> StageResult:
+                  host: Mapping[str, Any], host_measure: Mapping[str, Any] | None,
+                  model_var: str = "HARNESS_MODEL") -> StageResult:
     """The engine ceiling: the engine's own benchmark tool (A) against our binding (B) on the same
     artifact, CPU level, model and shape, one stream; B may not be slower than ``min_ratio`` of A
-    (a binding that loads the model or runs its batches differently shows here, on any host)."""
+    (a binding that loads the model or runs its batches differently shows here, on any host).
+
+    Decided by simulation first (the binding's overhead is a code path: instructions and simulated
+    misses per token, one thread, a level Valgrind executes), then wall-clock ABBA at the host's
+    threads and level, which alone sees threading (an OpenMP team stalled behind a loader thread)."""
     from harness.bench.arms import ArmSpec
     from harness.bench.session import run_and_report
     from harness.engine import registry
     from harness.engine.plugin import get_manager
-    from harness.qualify.stages.bench import bench_stage_result
+    from harness.qualify.stages.bench import bench_stage_result, simulate_pair
 
     kind = registry.get(engine.name).old_pin_bench_arm
     if kind is None:
@@ -68,6 +73,9 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     a = ArmSpec(kind=kind, name=kind, options=a_opts)
     b = ArmSpec.parse(f"in-process:model={model},threads={plan.threads},n_ctx={plan.pn + plan.gn + 64},"
                       f"max_num_seqs=1,variant=cpu,name=backend")
+    sim, note = simulate_pair(plan, model_var, (kind, {**common, **a_opts, "name": kind}),
+                              ("in-process", {"model": model, "variant": "cpu", "engine": engine.name, "name": "backend"}),
+                              out=out / "simulation", gate={"prefill": pct, "decode": pct})
     config = plan.config((1,))
     if config.until_halfwidth is not None:
         # a ratio near 1.0 passes a PCT gate only with a half-width under PCT: aim at half of it
@@ -79,4 +87,5 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     level = tool.get("cpu_level")
     return bench_stage_result(outcome, report_root, Path(model).name,
                          label=f"{Path(model).name}, cpu level {level or '?'}, binding / {kind} (floor {ratio:.2f}x)",
-                         extra={"min_ratio": ratio, "cpu_level": level, "commands": list(tool.get("commands") or [])})
+                         extra={"min_ratio": ratio, "cpu_level": level, "commands": list(tool.get("commands") or [])},
+                         sim=sim, sim_note=note)

@@ -1,0 +1,468 @@
+"""CPU simulation: an arm measured by counting what it executes, not by timing it.
+
+Wall-clock ABBA cannot resolve a few percent on a shared 2-core VM (per-block sd ~3%, the host's
+speed drifting ~15% within an hour). This instrument runs one request of each arm under Valgrind's
+cachegrind, single-threaded, at a CPU level Valgrind executes, and reads what was executed:
+instructions (``Ir``) and the misses of a simulated L1/last-level cache. They combine into one
+figure, :data:`FORMULA` (KCachegrind's cycle estimate without branch simulation; CodSpeed's "CPU
+simulation" instrument gates pull requests on shared runners the same way). The figure does not move
+with the host's load: it depends on the binary, its input and its environment only.
+
+Per token, a figure is the difference between two run lengths (:class:`SimPlan`): prefill is
+``(run(P2, G1) - run(P1, G1)) / (P2 - P1)``, decode ``(run(P1, G2) - run(P1, G1)) / (G2 - G1)``, so
+start-up, model load and whatever a process does once cancel out. A fourth run repeats the first
+with another environment size (the stack moves): the run-to-run difference is the instrument's
+resolution, reported beside each ratio and folded into its interval.
+
+The cache geometry is pinned (:data:`CACHE`), not read from the host: the same binary and input give
+the same figure on a Zen 3, a Zen 4 or a Sapphire Rapids. Valgrind 3.19 (Debian 12) decodes AVX2,
+FMA and F16C but no AVX-512 and no AMX: on x86-64 an arm runs :data:`X86_LEVEL`; the report says so.
+
+Blind spots, by construction: threads and OpenMP teams (one thread only), memory bandwidth and
+latency beyond the miss counts, the device, and time spent waiting (a ``sleep`` costs no
+instruction). Wall-clock ABBA runs beside it for those.
+
+Arms are simulated through targets an engine plugin provides (``harness_sim_target`` hook): a
+target names the command that runs one request of ``pn`` prompt and ``gn`` generated tokens.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+import os
+import platform
+import re
+import secrets
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from harness.core import progress
+from harness.core.errors import BenchError, HostError
+
+#: The instruments ``harness bench --instrument`` knows.
+INSTRUMENTS: tuple[str, ...] = ("walltime", "simulation", "counters")
+
+#: Cache geometry (bytes, ways, line bytes), the same on every host: a 32 KiB 8-way L1 for code and
+#: for data (every x86 core since Haswell) and an 8 MiB 16-way last level (Valgrind needs a power-of-two
+#: set count; a core's share of an L3 is of that order).
+CACHE: dict[str, tuple[int, int, int]] = {"I1": (32768, 8, 64), "D1": (32768, 8, 64), "LL": (8 << 20, 16, 64)}
+#: Cycles an L1 miss (served by the last level) and a last-level miss (served by memory) add.
+L1_MISS_CYCLES = 10
+LL_MISS_CYCLES = 100
+FORMULA = (f"estimated cycles = Ir + {L1_MISS_CYCLES} x (I1mr + D1mr + D1mw) + {LL_MISS_CYCLES} x (ILmr + DLmr + DLmw)"
+           " (KCachegrind's cycle estimate, no branch simulation)")
+#: The events cachegrind writes with cache simulation on.
+EVENTS: tuple[str, ...] = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw")
+#: The x86-64 CPU level an arm runs under simulation: the highest Valgrind 3.19 executes.
+X86_LEVEL = "haswell"
+#: Seconds one simulated run may take before it is stopped.
+RUN_TIMEOUT_S = 3600.0
+
+
+def level_for_host() -> str | None:
+    """The CPU level arms run under simulation here: :data:`X86_LEVEL` on x86-64; elsewhere None
+    (the engine's own pick under Valgrind's CPUID)."""
+    return X86_LEVEL if platform.machine().lower() in ("x86_64", "amd64") else None
+
+
+def valgrind() -> str:
+    """Valgrind's path, or a :class:`HostError` saying how to install it."""
+    exe = shutil.which("valgrind")
+    if not exe:
+        msg = ("the simulation instrument needs Valgrind (cachegrind), which is not on PATH: "
+               "bash scripts/install-system-deps.sh installs Debian's valgrind; or run --instrument walltime")
+        raise HostError(msg)
+    return exe
+
+
+def valgrind_version() -> str:
+    r = subprocess.run([valgrind(), "--version"], capture_output=True, text=True, check=False, timeout=60)
+    return r.stdout.strip() or r.stderr.strip()
+
+
+# ---------------------------------------------------------------------------
+# counts
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Cachegrind's totals for one run (or a per-token difference of two)."""
+
+    values: Mapping[str, float]
+
+    def __getitem__(self, event: str) -> float:
+        return float(self.values.get(event, 0.0))
+
+    @property
+    def cycles(self) -> float:
+        """:data:`FORMULA`."""
+        l1 = self["I1mr"] + self["D1mr"] + self["D1mw"]
+        ll = self["ILmr"] + self["DLmr"] + self["DLmw"]
+        return self["Ir"] + L1_MISS_CYCLES * l1 + LL_MISS_CYCLES * ll
+
+    def minus(self, other: Counts) -> Counts:
+        return Counts({e: self[e] - other[e] for e in EVENTS})
+
+    def scaled(self, factor: float) -> Counts:
+        return Counts({e: self[e] * factor for e in EVENTS})
+
+    def as_dict(self) -> dict[str, float]:
+        return {**{e: self[e] for e in EVENTS}, "cycles": self.cycles}
+
+
+_SUMMARY = re.compile(r"^summary:\s*(.*)$", re.MULTILINE)
+_EVENTS_LINE = re.compile(r"^events:\s*(.*)$", re.MULTILINE)
+
+
+def parse_cachegrind(text: str) -> Counts:
+    """The totals of a ``cachegrind.out`` file: its ``events:`` names and ``summary:`` numbers."""
+    ev, summ = _EVENTS_LINE.search(text), _SUMMARY.search(text)
+    if ev is None or summ is None:
+        msg = "expected a cachegrind output file with 'events:' and 'summary:' lines; found neither (did valgrind run?)"
+        raise BenchError(msg)
+    names, numbers = ev.group(1).split(), summ.group(1).split()
+    if len(names) != len(numbers):
+        msg = f"cachegrind summary has {len(numbers)} numbers for {len(names)} events: {summ.group(0)!r}"
+        raise BenchError(msg)
+    values = dict(zip(names, (float(n) for n in numbers), strict=True))
+    if "D1mr" not in values:
+        msg = "cachegrind ran without cache simulation (no D1mr event); expected --cache-sim=yes"
+        raise BenchError(msg)
+    return Counts(values)
+
+
+# ---------------------------------------------------------------------------
+# targets and plans
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SimCommand:
+    """One request of an arm as a command line: what runs under Valgrind."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The whole environment of the command (not added to the caller's)."""
+
+
+@runtime_checkable
+class SimTarget(Protocol):
+    """What a ``harness_sim_target`` implementation returns."""
+
+    name: str
+
+    def command(self, pn: int, gn: int) -> SimCommand:
+        """A command running one request of ``pn`` prompt and ``gn`` generated tokens (greedy), one
+        thread, at the level the target was asked for, then exiting."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What it runs: engine, pin, artifact or binding, CPU level, the command's form."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimPlan:
+    """The run lengths whose differences give a per-token figure."""
+
+    p1: int = 32
+    p2: int = 96
+    g1: int = 4
+    g2: int = 20
+
+    def __post_init__(self) -> None:
+        if not (0 < self.p1 < self.p2 and 0 < self.g1 < self.g2):
+            msg = (f"expected simulation shapes 0 < P1 < P2 and 0 < G1 < G2, found P1={self.p1} P2={self.p2} "
+                   f"G1={self.g1} G2={self.g2}; e.g. --sim-shape 32,96,4,20")
+            raise BenchError(msg)
+
+    @classmethod
+    def parse(cls, text: str) -> SimPlan:
+        """``P1,P2,G1,G2``."""
+        try:
+            p1, p2, g1, g2 = (int(x) for x in text.split(","))
+        except ValueError:
+            msg = f"expected --sim-shape P1,P2,G1,G2 (four integers), found {text!r}; e.g. 32,96,4,20"
+            raise BenchError(msg) from None
+        return cls(p1=p1, p2=p2, g1=g1, g2=g2)
+
+    def shapes(self) -> list[tuple[str, int, int]]:
+        """(role, pn, gn): the base run, the longer prompt, the longer generation, the base again."""
+        return [("base", self.p1, self.g1), ("prompt", self.p2, self.g1), ("generation", self.p1, self.g2),
+                ("repeat", self.p1, self.g1)]
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimRun:
+    role: str
+    pn: int
+    gn: int
+    counts: Counts
+    seconds: float
+    env_pad: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "pn": self.pn, "gn": self.gn, "counts": self.counts.as_dict(),
+                "seconds": round(self.seconds, 2), "env_pad": self.env_pad}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmFigures:
+    """One arm under simulation: per-token counts and the instrument's resolution for each."""
+
+    name: str
+    runs: tuple[SimRun, ...]
+    prefill: Counts
+    decode: Counts
+    resolution_pct: Mapping[str, float]
+    """Metric -> the repeat run's difference as a share of that metric's per-token span, percent."""
+    describe: Mapping[str, Any] = field(default_factory=dict)
+
+    def per_token(self, metric: str) -> Counts:
+        return self.prefill if metric == "prefill" else self.decode
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "runs": [r.as_dict() for r in self.runs], "prefill": self.prefill.as_dict(),
+                "decode": self.decode.as_dict(), "resolution_pct": dict(self.resolution_pct),
+                "describe": dict(self.describe)}
+
+
+def figures_from_runs(name: str, plan: SimPlan, runs: Sequence[SimRun],
+                      describe: Mapping[str, Any] | None = None, *, prompt_passes: int = 1) -> ArmFigures:
+    """Per-token prefill and decode from the plan's four runs (see the module docstring);
+    ``prompt_passes``: how often a run processes its prompt (a tool that cannot skip its warm-up: 2)."""
+    by = {r.role: r for r in runs}
+    missing = [role for role, _, _ in plan.shapes() if role not in by]
+    if missing:
+        raise BenchError(f"simulation of {name}: runs {', '.join(missing)} are missing")
+    base, prompt, gen, rep = by["base"].counts, by["prompt"].counts, by["generation"].counts, by["repeat"].counts
+    prefill = prompt.minus(base).scaled(1.0 / ((plan.p2 - plan.p1) * prompt_passes))
+    decode = gen.minus(base).scaled(1.0 / (plan.g2 - plan.g1))
+    jitter = abs(rep.cycles - base.cycles)
+    res: dict[str, float] = {}
+    for metric, span in (("prefill", prompt.cycles - base.cycles), ("decode", gen.cycles - base.cycles)):
+        if span <= 0:
+            msg = (f"simulation of {name}: the longer {metric} run executed no more than the base run "
+                   f"({span:+.0f} estimated cycles); does the target run the lengths it is given?")
+            raise BenchError(msg)
+        # each per-token figure is a difference of two runs, each off by up to the run-to-run jitter
+        res[metric] = 100.0 * 2.0 * jitter / span
+    return ArmFigures(name=name, runs=tuple(runs), prefill=prefill, decode=decode, resolution_pct=res,
+                      describe=dict(describe or {}))
+
+
+# ---------------------------------------------------------------------------
+# running
+# ---------------------------------------------------------------------------
+
+
+def cachegrind_argv(out_file: Path) -> list[str]:
+    """Valgrind's command line before the target's: cachegrind, cache simulation, the pinned geometry."""
+    geometry = [f"--{level}={size},{ways},{line}" for level, (size, ways, line) in CACHE.items()]
+    return [valgrind(), "--tool=cachegrind", "--cache-sim=yes", *geometry, f"--cachegrind-out-file={out_file}",
+            "--trace-children=no"]
+
+
+def run_one(target: SimTarget, role: str, pn: int, gn: int, workdir: Path, *, env_pad: int,
+            timeout: float = RUN_TIMEOUT_S) -> SimRun:
+    """One request of ``target`` under cachegrind; its log is kept beside the output file."""
+    cmd = target.command(pn, gn)
+    stem = f"{_slug(target.name)}-{role}-p{pn}-g{gn}"
+    out, log = workdir / f"{stem}.cachegrind.out", workdir / f"{stem}.log"
+    out.unlink(missing_ok=True)
+    # the environment's size moves the initial stack: the repeat run measures what that does
+    env = {**cmd.env, "HARNESS_BENCH_ENV_PAD": "x" * env_pad, "PYTHONHASHSEED": "0"}
+    argv = [*cachegrind_argv(out), *cmd.argv]
+    t0 = time.perf_counter()
+    with log.open("w") as fh:
+        fh.write(" ".join(argv) + "\n")
+        fh.flush()
+        try:
+            r = subprocess.run(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               check=False, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            msg = f"simulation of {target.name} ({role}, pn={pn} gn={gn}) ran over {timeout:.0f} s; log: {log}"
+            raise BenchError(msg) from None
+    seconds = time.perf_counter() - t0
+    if r.returncode != 0 or not out.is_file():
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        msg = (f"simulation of {target.name} ({role}, pn={pn} gn={gn}) exited {r.returncode} under valgrind; "
+               f"last lines of {log}:\n{tail}")
+        raise BenchError(msg)
+    return SimRun(role=role, pn=pn, gn=gn, counts=parse_cachegrind(out.read_text()), seconds=seconds,
+                  env_pad=env_pad)
+
+
+def measure(targets: Sequence[SimTarget], plan: SimPlan, workdir: Path, *, jobs: int | None = None) -> list[ArmFigures]:
+    """Every target through every run of ``plan``, ``jobs`` runs at once (default: the CPUs here;
+    counts do not depend on what else runs). Progress: a line per finished run."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    work = [(t, role, pn, gn) for t in targets for role, pn, gn in plan.shapes()]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
+    runs: dict[str, list[SimRun]] = {t.name: [] for t in targets}
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_one, t, role, pn, gn, workdir, env_pad=_pad(role)): (t, role)
+                   for t, role, pn, gn in work}
+        for n, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+            t, role = futures[fut]
+            run = fut.result()
+            runs[t.name].append(run)
+            progress.info(f"simulation {n}/{len(work)}: {t.name} {role} (pn={run.pn} gn={run.gn}) "
+                          f"{run.counts.cycles / 1e9:.3f} G est. cycles in {run.seconds:.0f} s "
+                          f"({time.perf_counter() - t0:.0f} s elapsed)")
+    return [figures_from_runs(t.name, plan, runs[t.name], t.describe(), prompt_passes=int(getattr(t, "prompt_passes", 1)))
+            for t in targets]
+
+
+def _pad(role: str) -> int:
+    """Environment bytes: the repeat run gets a random size the base run did not have."""
+    return 0 if role != "repeat" else 64 + secrets.randbelow(4033)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "arm"
+
+
+# ---------------------------------------------------------------------------
+# verdicts
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimCheck:
+    """One metric's simulated speed ratio B/A (> 1: B executes less per token) and its verdict."""
+
+    metric: str
+    a_cycles: float
+    b_cycles: float
+    speed: float
+    lo: float
+    hi: float
+    resolution_pct: float
+    ir_ratio: float
+    """Instructions per token, B/A (> 1: B executes more)."""
+    floor: float | None = None
+    verdict: str = "no gate"
+    """``passed`` / ``FAILED`` / ``undecided`` against ``floor``, or ``no gate``."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def text(self) -> str:
+        gate = "" if self.floor is None else f", floor {self.floor:.3f}: {self.verdict}"
+        return (f"{self.metric} {self.speed:.4f}x [{self.lo:.4f}, {self.hi:.4f}] (resolves ±{self.resolution_pct:.3f}%; "
+                f"instructions B/A {self.ir_ratio:.4f}{gate})")
+
+
+def compare(a: ArmFigures, b: ArmFigures, gate: Mapping[str, float] | None = None) -> list[SimCheck]:
+    """Prefill and decode: A's estimated cycles per token over B's; ``gate`` maps ``prefill`` / ``decode``
+    (or ``all``) to the percent B may be slower. The interval is the ratio widened by both arms'
+    resolutions; failed when it lies wholly below the floor, passed when wholly at or above it."""
+    out = []
+    for metric in ("prefill", "decode"):
+        ac, bc = a.per_token(metric), b.per_token(metric)
+        if ac.cycles <= 0 or bc.cycles <= 0:
+            msg = f"simulation: non-positive per-token {metric} cost (A {ac.cycles:.0f}, B {bc.cycles:.0f})"
+            raise BenchError(msg)
+        speed = ac.cycles / bc.cycles
+        res = a.resolution_pct[metric] + b.resolution_pct[metric]
+        lo, hi = speed * (1 - res / 100.0), speed * (1 + res / 100.0)
+        pct = None if gate is None else gate.get(metric, gate.get("all"))
+        floor = None if pct is None else 1.0 - float(pct) / 100.0
+        verdict = "no gate"
+        if floor is not None:
+            verdict = "FAILED" if hi < floor else "passed" if lo >= floor else "undecided"
+        out.append(SimCheck(metric=metric, a_cycles=ac.cycles, b_cycles=bc.cycles, speed=speed, lo=lo, hi=hi,
+                            resolution_pct=res, ir_ratio=bc["Ir"] / ac["Ir"] if ac["Ir"] else math.nan,
+                            floor=floor, verdict=verdict))
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimResult:
+    """A simulated comparison: both arms' figures, the checks, how it ran."""
+
+    a: ArmFigures
+    b: ArmFigures
+    checks: tuple[SimCheck, ...]
+    plan: SimPlan
+    level: str | None
+    valgrind: str
+    seconds: float
+
+    @property
+    def failed(self) -> bool:
+        return any(c.verdict == "FAILED" for c in self.checks)
+
+    @property
+    def decided(self) -> bool:
+        return all(c.verdict in ("passed", "FAILED") for c in self.checks if c.floor is not None)
+
+    def check(self, metric: str) -> SimCheck | None:
+        return next((c for c in self.checks if c.metric == metric), None)
+
+    def summary(self) -> str:
+        return "simulation: " + "; ".join(c.text() for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"instrument": "simulation", "formula": FORMULA, "cache": {k: list(v) for k, v in CACHE.items()},
+                "level": self.level, "valgrind": self.valgrind, "plan": self.plan.as_dict(),
+                "seconds": round(self.seconds, 1), "a": self.a.as_dict(), "b": self.b.as_dict(),
+                "checks": [c.as_dict() for c in self.checks]}
+
+    def markdown(self) -> str:
+        lines = ["### CPU simulation (cachegrind)", "",
+                 f"One request per run, one thread, CPU level {self.level or 'the engine pick under Valgrind'}"
+                 f"{' (Valgrind executes no AVX-512 or AMX: the level is forced)' if self.level else ''}; "
+                 f"{self.valgrind}; runs P{self.plan.p1}/G{self.plan.g1}, P{self.plan.p2}/G{self.plan.g1}, "
+                 f"P{self.plan.p1}/G{self.plan.g2} and the first again; per token = difference of two run lengths.",
+                 f"{FORMULA}; caches pinned: " + ", ".join(f"{k} {s // 1024} KiB {w}-way" for k, (s, w, _) in CACHE.items())
+                 + ".", "",
+                 "| metric | A est. cycles/token | B est. cycles/token | speed B/A | interval | resolves | instructions B/A | verdict |",
+                 "|---|---:|---:|---:|---|---:|---:|---|"]
+        for c in self.checks:
+            lines.append(f"| {c.metric} | {c.a_cycles:,.0f} | {c.b_cycles:,.0f} | {c.speed:.4f}x | "
+                         f"[{c.lo:.4f}, {c.hi:.4f}] | ±{c.resolution_pct:.3f}% | {c.ir_ratio:.4f} | "
+                         f"{c.verdict if c.floor is None else f'{c.verdict} (floor {c.floor:.3f})'} |")
+        lines += ["", f"A: {self.a.name}; B: {self.b.name}; {self.seconds:.0f} s under Valgrind."]
+        return "\n".join(lines) + "\n"
+
+
+def simulate(a: SimTarget, b: SimTarget, plan: SimPlan, workdir: Path, *, gate: Mapping[str, float] | None = None,
+             level: str | None = None, jobs: int | None = None) -> SimResult:
+    """Both targets through ``plan`` and the comparison; ``level`` is what the targets were asked to run."""
+    t0 = time.perf_counter()
+    fa, fb = measure([a, b], plan, workdir, jobs=jobs)
+    return SimResult(a=fa, b=fb, checks=tuple(compare(fa, fb, gate)), plan=plan, level=level,
+                     valgrind=valgrind_version(), seconds=time.perf_counter() - t0)
+
+
+def target_for(kind: str, options: Mapping[str, Any], *, level: str | None) -> SimTarget:
+    """The plugin's simulation target for an arm of ``kind`` (``harness_sim_target`` hook), asked to run
+    ``level``; a :class:`BenchError` naming the kinds that can be simulated when none answers."""
+    from harness.engine.plugin import get_manager
+
+    opts = {**options, "threads": 1}
+    if level is not None:
+        opts["level"] = level
+    target = get_manager().hook.harness_sim_target(kind=kind, options=opts)
+    if target is None:
+        msg = (f"arm kind {kind!r} cannot be measured by simulation: no plugin gives a simulation target for it "
+               "(llama.cpp's: in-process, llama-bench); measure it with --instrument walltime")
+        raise BenchError(msg)
+    if not isinstance(target, SimTarget):
+        msg = f"the simulation target for {kind!r} lacks name/command()/describe(): a plugin bug"
+        raise BenchError(msg)
+    return target

@@ -1,0 +1,158 @@
+"""The simulation instrument's arithmetic (harness.bench.simulation) and the verdict rules
+(harness.bench.verdict): cachegrind's output format, per-token differences, resolution, gates.
+
+The cachegrind text below follows the format cachegrind writes (valgrind 3.19, docs/cg-manual:
+"Cachegrind Output File Format": a ``desc:`` line, ``cmd:``, ``events:`` naming the columns,
+per-function lines, and a ``summary:`` line with the totals)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.bench import verdict
+from harness.bench.gate import GateCheck, GateResult
+from harness.bench.simulation import (
+    FORMULA,
+    Counts,
+    SimPlan,
+    SimResult,
+    SimRun,
+    compare,
+    figures_from_runs,
+    parse_cachegrind,
+)
+from harness.bench.stats import Interval
+from harness.core.errors import BenchError
+
+CG = """desc: I1 cache:         32768 B, 64 B, 8-way associative
+desc: D1 cache:         32768 B, 64 B, 8-way associative
+desc: LL cache:         8388608 B, 64 B, 16-way associative
+cmd: ./llama-bench -m m.gguf
+events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw
+fl=???
+fn=0x0000000000001000
+0 10 1 1 4 2 1 3 1 0
+summary: 1000000 200 100 400000 3000 1000 200000 500 50
+"""
+
+
+def test_parse_cachegrind_reads_the_summary_and_estimates_cycles() -> None:
+    c = parse_cachegrind(CG)
+    assert c["Ir"] == 1_000_000 and c["DLmr"] == 1000 and c["D1mw"] == 500
+    l1 = 200 + 3000 + 500
+    ll = 100 + 1000 + 50
+    assert c.cycles == 1_000_000 + 10 * l1 + 100 * ll
+    assert "Ir + 10 x (I1mr + D1mr + D1mw) + 100 x (ILmr + DLmr + DLmw)" in FORMULA
+
+
+def test_parse_cachegrind_refuses_output_without_cache_simulation_or_summary() -> None:
+    with pytest.raises(BenchError, match="cache simulation"):
+        parse_cachegrind("events: Ir\nsummary: 12\n")
+    with pytest.raises(BenchError, match="summary"):
+        parse_cachegrind("events: Ir D1mr\n")
+    with pytest.raises(BenchError, match="2 numbers for 3 events"):
+        parse_cachegrind("events: Ir D1mr DLmr\nsummary: 1 2\n")
+
+
+def _counts(ir: float, miss: float = 0.0) -> Counts:
+    return Counts({"Ir": ir, "D1mr": miss, "DLmr": miss / 10})
+
+
+def _runs(start: float, per_prompt: float, per_gen: float, plan: SimPlan, jitter: float = 0.0) -> list[SimRun]:
+    def total(pn: int, gn: int) -> float:
+        return start + per_prompt * pn + per_gen * gn
+
+    return [SimRun(role=role, pn=pn, gn=gn, seconds=1.0, env_pad=0,
+                   counts=_counts(total(pn, gn) + (jitter if role == "repeat" else 0.0)))
+            for role, pn, gn in plan.shapes()]
+
+
+def test_per_token_figures_cancel_start_up_and_report_the_repeat_as_resolution() -> None:
+    plan = SimPlan(p1=8, p2=24, g1=2, g2=6)
+    f = figures_from_runs("x", plan, _runs(5e9, 1e6, 4e6, plan, jitter=320.0))
+    assert f.prefill["Ir"] == pytest.approx(1e6) and f.decode["Ir"] == pytest.approx(4e6)
+    # resolution: twice the repeat's difference over the span of the difference
+    assert f.resolution_pct["prefill"] == pytest.approx(100 * 2 * 320 / (16 * 1e6))
+    assert f.resolution_pct["decode"] == pytest.approx(100 * 2 * 320 / (4 * 4e6))
+    # a tool that processes its prompt twice (a warm-up it cannot skip) halves the prefill figure
+    twice = figures_from_runs("y", plan, _runs(5e9, 2e6, 4e6, plan), prompt_passes=2)
+    assert twice.prefill["Ir"] == pytest.approx(1e6)
+
+
+def test_a_target_that_ignores_the_lengths_is_refused() -> None:
+    plan = SimPlan()
+    with pytest.raises(BenchError, match="executed no more than the base run"):
+        figures_from_runs("stuck", plan, _runs(5e9, 0.0, 4e6, plan))
+
+
+def test_plan_shapes_are_checked() -> None:
+    with pytest.raises(BenchError, match="P1 < P2"):
+        SimPlan(p1=32, p2=32)
+    assert SimPlan.parse("8,24,2,6") == SimPlan(p1=8, p2=24, g1=2, g2=6)
+    with pytest.raises(BenchError, match="four integers"):
+        SimPlan.parse("8,24")
+
+
+def _result(a_dec: float, b_dec: float, *, a_pre: float = 1e6, b_pre: float = 1e6, jitter: float = 0.0) -> SimResult:
+    plan = SimPlan(p1=8, p2=24, g1=2, g2=6)
+    fa = figures_from_runs("A", plan, _runs(5e9, a_pre, a_dec, plan, jitter))
+    fb = figures_from_runs("B", plan, _runs(5e9, b_pre, b_dec, plan, jitter))
+    return SimResult(a=fa, b=fb, checks=tuple(compare(fa, fb, {"prefill": 3, "decode": 3})), plan=plan,
+                     level="haswell", valgrind="valgrind-3.19.0", seconds=1.0)
+
+
+def test_compare_fails_a_code_path_regression_beyond_the_gate_and_passes_one_within() -> None:
+    slow = _result(4e6, 4e6 * 1.04)  # B executes 4% more per decoded token
+    dec = slow.check("decode")
+    assert dec is not None and dec.verdict == "FAILED" and dec.speed == pytest.approx(1 / 1.04)
+    assert dec.ir_ratio == pytest.approx(1.04)
+    ok = _result(4e6, 4e6 * 1.02)
+    assert ok.check("decode").verdict == "passed"  # type: ignore[union-attr]
+    assert ok.check("prefill").verdict == "passed"  # type: ignore[union-attr]
+    assert "| decode |" in ok.markdown() and "haswell" in ok.markdown()
+
+
+def test_resolution_widens_the_interval_until_the_gate_cannot_be_told() -> None:
+    # B 3% slower exactly at the floor, with a large run-to-run jitter: undecided, never passed
+    r = _result(4e6, 4e6 / 0.97, jitter=2e5)
+    assert r.check("decode").verdict == "undecided"  # type: ignore[union-attr]
+
+
+def _wall(label: str, point: float, lo: float, hi: float, status: str, pct: float = 3.0) -> GateResult:
+    iv = Interval(point=point, lo=lo, hi=hi)
+    return GateResult(checks=(GateCheck(key=label, label=label, threshold_pct=pct, speed=iv, status=status,
+                                        message="", halfwidth_pct=100 * (hi - lo) / 2 / point),))
+
+
+def test_verdict_a_resolved_wall_clock_slowdown_fails_whatever_simulation_says() -> None:
+    d = verdict.decide(_wall("decode @ c=1", 0.90, 0.88, 0.92, "FAILED"), _result(4e6, 4e6))
+    assert [x.status for x in d] == ["FAILED"] and d[0].instrument == "walltime"
+
+
+def test_verdict_simulation_fails_a_regression_wall_clock_cannot_resolve() -> None:
+    d = verdict.decide(_wall("decode @ c=1", 0.97, 0.90, 1.04, "undecided"), _result(4e6, 4e6 * 1.05))
+    assert d[0].status == "FAILED" and d[0].instrument == "simulation"
+
+
+def test_verdict_undecided_wall_clock_beside_a_passing_simulation_is_a_warning_naming_the_noise() -> None:
+    d = verdict.decide(_wall("decode @ c=1", 0.99, 0.94, 1.04, "undecided"), _result(4e6, 4e6))
+    assert d[0].status == "warning" and d[0].instrument == "simulation"
+    assert "resolves ±5.1% on this host" in d[0].reason and "inside the wall-clock interval" in d[0].reason
+    assert verdict.overall(d) == "warning"
+
+
+def test_verdict_nothing_decided_is_undecided_never_passed() -> None:
+    d = verdict.decide(_wall("aggregate @ c=4", 0.99, 0.90, 1.08, "undecided"), None)
+    assert d[0].status == "undecided" and d[0].instrument is None
+    assert verdict.overall(d) == "undecided"
+    # the aggregate's only simulated proxy is the one-stream decode ratio: a warning only when it lies inside
+    inside = verdict.decide(_wall("aggregate @ c=4", 0.99, 0.90, 1.08, "undecided"), _result(4e6, 4e6))
+    assert inside[0].status == "warning"
+    outside = verdict.decide(_wall("aggregate @ c=4", 0.85, 0.80, 0.98, "undecided"), _result(4e6, 4e6))
+    assert outside[0].status == "undecided"
+
+
+def test_verdict_simulation_alone_decides_with_gate_percents() -> None:
+    d = verdict.decide(None, _result(4e6, 4e6), gate_pcts={"prefill": 3, "decode": 3})
+    assert [(x.gate, x.status, x.instrument) for x in d] == [("prefill @ c=1", "passed", "simulation"),
+                                                           ("decode @ c=1", "passed", "simulation")]
