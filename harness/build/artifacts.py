@@ -86,6 +86,15 @@ def status(path: Path, host: HostInfo | None = None) -> ArtifactStatus:
 IDENTITY_KEYS = ("engine", "pin", "patch_series_hash", "abi_fingerprint")
 
 
+def _refuse_link_out(link: Path, artifact: Path) -> None:
+    """A package holds the artifacts' own files: a symlink of one that leads out of it is refused."""
+    resolved, root = os.path.realpath(link), os.path.realpath(artifact)
+    if not resolved.startswith(root + os.sep):
+        msg = (f"artifact {artifact}: the symlink {link} leads to {resolved}, outside the artifact; "
+               "an artifact holds only its own files: rebuild it (harness build)")
+        raise ArtifactError(msg)
+
+
 def package(artifacts: list[Path], dest: Path) -> dict[str, Any]:
     """One directory with a single libllama/libggml-base and several backend plugins.
 
@@ -117,6 +126,7 @@ def package(artifacts: list[Path], dest: Path) -> dict[str, Any]:
                 if target.exists() or target.is_symlink():
                     continue
                 if src.is_symlink():
+                    _refuse_link_out(src, a)
                     target.symlink_to(os.readlink(src))
                 elif src.is_dir():
                     shutil.copytree(src, target, symlinks=True)

@@ -176,21 +176,62 @@ def _library_candidates(build_dir: Path, pattern: str,
     return [p for d in cmake_fileapi.library_dirs(build_dir, targets) for p in sorted(d.glob(pattern))]
 
 
+def _inside(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def _place(src: Path, target: Path, *, roots: tuple[str, ...], base: Path, what: str) -> str:
+    """Put ``src`` (a file the build or the source tree holds) at ``target`` in the artifact.
+
+    Only the trees' own bytes go in: ``src`` must resolve (every symlink on its way followed)
+    inside one of ``roots`` (the build directory and the patched source tree), else
+    :class:`BuildError` naming it. A symlink whose text is relative and stays inside ``base``
+    (the directory collected from: libggml.so -> libggml.so.0) is recorded as that symlink (its
+    resolved path is returned, for :func:`_settle_links`); any other that resolves inside the
+    trees is copied as the file it leads to."""
+    resolved = os.path.realpath(src)
+    if not _inside(resolved, roots):
+        msg = (f"{what} {src} leads to {resolved}, outside the build and source trees ({', '.join(roots)}): "
+               "an artifact carries only the trees' own files, never the host's. Remove the symlink "
+               "(the patch or build step that made it), or fix the pattern in artifacts: of the engine descriptor")
+        raise BuildError(msg)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_symlink():
+        text = os.readlink(src)
+        lexical = os.path.normpath(os.path.join(os.path.dirname(os.path.relpath(src, base)), text))
+        if not os.path.isabs(text) and lexical != ".." and not lexical.startswith(".." + os.sep):
+            target.symlink_to(text)
+            return resolved
+    if not os.path.isfile(resolved):
+        msg = f"{what} {src} is not a regular file (it resolves to {resolved}); artifacts: patterns name files"
+        raise BuildError(msg)
+    shutil.copy2(resolved, target)
+    return ""
+
+
+def _settle_links(links: dict[Path, str]) -> None:
+    """A symlink recorded in the artifact whose target was not collected is replaced by the file it
+    led to in the tree (checked inside it by :func:`_place`): the artifact never holds a dangling link."""
+    for link, resolved in links.items():
+        if not link.exists() and os.path.isfile(resolved):
+            link.unlink()
+            shutil.copy2(resolved, link)
+
+
 def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path, bins: list[str] | None = None) -> None:
     (dest / "lib").mkdir(parents=True)
     (dest / "bin").mkdir()
     (dest / "include").mkdir()
     bindir = build_dir / "bin"
+    roots = tuple(dict.fromkeys(os.path.realpath(r) for r in (build_dir, tree)))
+    links: dict[Path, str] = {}
     targets = cmake_fileapi.read_targets(build_dir)
     for pattern in engine.artifacts.get("lib", ()):
         for src in _library_candidates(build_dir, pattern, targets):
             target = dest / "lib" / src.name
             if target.exists() or target.is_symlink():
                 continue
-            if src.is_symlink():
-                target.symlink_to(os.readlink(src))
-            else:
-                shutil.copy2(src, target)
+            links[target] = _place(src, target, roots=roots, base=src.parent, what="library")
     exes = cmake_fileapi.executables(targets or [])
     for name in engine.artifacts.get("bin", ()) if bins is None else bins:
         src = exes.get(name, bindir / name)
@@ -198,15 +239,18 @@ def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path, bins: 
             msg = (f"expected binary {name} not built (looked for {src}); check targets: in "
                    f"{engine.root / 'engine.yaml'}")
             raise BuildError(msg)
-        shutil.copy2(src, dest / "bin" / name)
+        links[dest / "bin" / name] = _place(src, dest / "bin" / name, roots=roots, base=src.parent, what="program")
     for entry in engine.artifacts.get("include", ()):
         # "DIR:GLOB" keeps paths relative to DIR; a bare glob flattens into include/.
         base, _, pattern = entry.rpartition(":")
         root = tree / base if base else None
         for src in sorted((root or tree).glob(pattern)):
+            if src.is_dir() and not src.is_symlink():
+                continue
             rel = src.relative_to(root) if root else Path(src.name)
-            (dest / "include" / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / "include" / rel)
+            links[dest / "include" / rel] = _place(src, dest / "include" / rel, roots=roots, base=root or src.parent,
+                                                   what="header")
+    _settle_links({k: v for k, v in links.items() if v})
     if not any((dest / "lib").iterdir()):
         where = (", ".join(str(d) for d in cmake_fileapi.library_dirs(build_dir, targets)) or "none"
                  if targets is not None else f"{bindir} and one level below {build_dir}")
