@@ -1,16 +1,25 @@
-"""Refresh harness/config/localai_index.yaml from LocalAI's backend/index.yaml.
+"""Refresh harness/config/localai_index.yaml from a LocalAI checkout: facts generated from its source.
 
-The pinned copy keeps LocalAI's meta backends (the entries that define a backend; the
-per-hardware variants, written ``!!merge <<: *anchor``, only merge into them) and the use
-cases their tags say, as ``known_usecases`` names. The diff against the committed copy is
-printed; ``--check`` only compares (exit 1 on a difference).
+Everything in the index is read from LocalAI's source at one commit, each fact with the file and
+line it comes from (nothing of LocalAI's is copied but names, types and those references):
 
-The source is a LocalAI checkout (its HEAD is recorded), or a copy of the one file taken
-without a checkout, with the commit it was taken at given by hand (``--commit``):
+- ``backends``: backend/index.yaml's meta backends (the entries that define a backend; the
+  per-hardware variants, written ``!!merge <<: *anchor``, only merge into them) and the use
+  cases their tags say, as ``known_usecases`` names;
+- ``keys``: the YAML keys of a model config and the JSON type each decodes into, from the
+  ``yaml:"..."`` struct tags of ModelConfig (its inline structs followed), PredictionOptions
+  (``parameters:``) and TemplateConfig (``template:``);
+- ``usecases``: GetAllModelConfigUsecases()'s map (the FLAG_* names known_usecases takes);
+- ``refusals``: every ``return false, fmt.Errorf(...)`` of ModelConfig.Validate();
+- ``llama_cpp_options``: the ``options:`` names backend/cpp/llama-cpp/grpc-server.cpp parses;
+- ``anchors``: the lines the harness's rules cite (``harness validate --explain RULE``).
+
+The source is a LocalAI git checkout or a bare mirror (files are read from the working tree when
+there is one, else from HEAD with ``git show``). The diff against the committed copy is printed;
+``--check`` only compares (exit 1 on a difference). CI has no network: give it a path.
 
     python scripts/refresh_localai_index.py ~/src/LocalAI            # rewrite, print the diff
     python scripts/refresh_localai_index.py ~/src/LocalAI --check    # compare only
-    python scripts/refresh_localai_index.py index.yaml --commit SHA --note "how it was taken"
     nox -s refresh_localai_index -- ~/src/LocalAI
 """
 
@@ -19,8 +28,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +51,6 @@ TAG_USECASES: dict[str, tuple[str, ...]] = {
     "music-generation": ("sound_generation",), "sound-generation": ("sound_generation",),
     "diarization": ("diarization",),
     "embeddings": ("embeddings",), "reranker": ("rerank",),
-    # Tags of the newer entries (mudler/LocalAI 0c8bba1f) that name one of LocalAI's use cases.
     "transcription": ("transcript",),
     "image-to-video": ("video",), "audio-to-video": ("video",),
     "audio-classification": ("sound_classification",),
@@ -52,68 +62,265 @@ TAG_USECASES: dict[str, tuple[str, ...]] = {
     "image-to-3d": ("3d",), "3d-generation": ("3d",),
     "3d-animation": ("3d_animation",), "text-to-motion": ("3d_animation",),
 }
+MODEL_CONFIG = "core/config/model_config.go"
+LLAMA_SERVER = "backend/cpp/llama-cpp/grpc-server.cpp"
+#: The lines rules cite: name -> (file, a regular expression its line matches; the first match).
+ANCHORS: dict[str, tuple[str, str]] = {
+    "yaml_unmarshal": ("core/config/model_config_loader.go", r"yaml\.Unmarshal\(f, c\)"),
+    "validate": (MODEL_CONFIG, r"^func \(c \*ModelConfig\) Validate\(\)"),
+    "is_alias": (MODEL_CONFIG, r"^func \(c ModelConfig\) IsAlias\(\)"),
+    "alias_no_model": (MODEL_CONFIG, r"must not set backend or parameters\.model"),
+    "invalid_path": (MODEL_CONFIG, r"invalid file path: %s"),
+    "backend_name": (MODEL_CONFIG, r"invalid backend name: %s"),
+    "mcp_invalid": (MODEL_CONFIG, r"invalid MCP configuration"),
+    "is_pattern_detector": (MODEL_CONFIG, r"^func \(c \*ModelConfig\) IsPatternDetector\(\)"),
+    "has_router": (MODEL_CONFIG, r"^func \(c \*ModelConfig\) HasRouter\(\)"),
+    "cloud_proxy": (MODEL_CONFIG, r"^func \(c \*ModelConfig\) IsCloudProxyBackendPassthrough\(\)"),
+    "usecases_from_yaml": (MODEL_CONFIG, r"^func GetUsecasesFromYAML\("),
+    "usecases_map": (MODEL_CONFIG, r"^func GetAllModelConfigUsecases\(\)"),
+    "pipeline": (MODEL_CONFIG, r"^type Pipeline struct"),
+    "template_file": ("core/templates/cache.go", r"dat = templateName"),
+    "mcp_yaml": (MODEL_CONFIG, r"^func \(c \*MCPConfig\) MCPConfigFromYAML\(\)"),
+    "llama_options": (LLAMA_SERVER, r'strcmp\(optname, "context_shift"\)'),
+    "llama_spec_type": (LLAMA_SERVER, r'strcmp\(optname, "spec_type"\)'),
+    "diffusers_options": ("backend/python/diffusers/backend.py", r"self\.options\[key\] = value"),
+    "store_backend": ("core/backend/stores.go", r"^func NewVectorStore\("),
+    "model_file": ("core/backend/options.go", r"model\.WithModelFile\(c\.ModelFileName\(\)\)"),
+}
 HEADER = """\
-# LocalAI's backend index (backend/index.yaml) as data: the meta backends (the entries that
-# define a backend; the per-hardware variants merge into them) and the use cases their tags
-# say. Written by scripts/refresh_localai_index.py from LocalAI's index.yaml; do not edit by hand.
+# LocalAI facts generated from its source at one commit (see `source`), each with the file:line
+# it comes from: backends (backend/index.yaml), config keys and their types (Go struct tags),
+# known_usecases names, Validate()'s refusals, the llama-cpp options its gRPC server parses, and
+# the lines the harness's rules cite. Written by scripts/refresh_localai_index.py
+# (nox -s refresh_localai_index -- PATH); do not edit by hand.
 """
+
+Reader = Callable[[str], str]
+
+
+def reader(root: Path) -> Reader:
+    """Read a file of the checkout: its working tree when there is one, else HEAD (a bare mirror)."""
+    def read(rel: str) -> str:
+        p = root / rel
+        if p.is_file():
+            return p.read_text(encoding="utf-8")
+        out = subprocess.run(["git", "-C", str(root), "show", f"HEAD:{rel}"], capture_output=True, text=True)
+        if out.returncode:
+            msg = f"{rel} is not in the LocalAI checkout {root}: {out.stderr.strip()}"
+            raise SystemExit(msg)
+        return out.stdout
+    return read
 
 
 def meta_backends(text: str) -> dict[str, list[str]]:
     """Backend name -> use cases, for every entry that is not a ``!!merge`` variant."""
-    entries: list[dict[str, Any]] = []
-    # The variants are the items whose text starts with a merge key; PyYAML merges them away, so
-    # read which items are merges from the text (each item starts with "- " at column 0).
     starts = [i for i, line in enumerate(text.splitlines()) if line.startswith("- ")]
     lines = text.splitlines()
     merged = {i for i in starts if lines[i].lstrip("- ").startswith(("!!merge", "<<"))}
     data = yaml.safe_load(text) or []
+    out: dict[str, list[str]] = {}
     for pos, item in zip(starts, data, strict=False):
         if isinstance(item, dict) and pos not in merged and isinstance(item.get("name"), str):
-            entries.append(item)
-    out: dict[str, list[str]] = {}
-    for e in entries:
-        cases: set[str] = set()
-        for tag in e.get("tags") or ():
-            cases.update(TAG_USECASES.get(str(tag).strip().lower(), ()))
-        out[e["name"]] = sorted(cases)
+            cases: set[str] = set()
+            for tag in item.get("tags") or ():
+                cases.update(TAG_USECASES.get(str(tag).strip().lower(), ()))
+            out[item["name"]] = sorted(cases)
     return dict(sorted(out.items()))
 
 
-def render(backends: dict[str, list[str]], repository: str, commit: str, note: str = "") -> str:
-    lines = [HEADER, "source:", f"  repository: {repository}", "  path: backend/index.yaml",
-             f"  commit: {commit}"]
-    if note:
-        lines.append(f"  note: {json.dumps(note)}")
+# -- Go struct tags ---------------------------------------------------------------------------
+
+_FIELD = re.compile(r"^\s*(?:(?P<name>[A-Za-z_][\w, ]*?)\s+)?(?P<type>[*\[\]\w.{}]+(?:\[[^\]]*\][\w.*]+)?)\s+"
+                    r"`[^`]*\byaml:\"(?P<tag>[^\"]*)\"")
+_SCALARS = {"string": "string", "bool": "boolean", "float32": "number", "float64": "number",
+            "any": "any", "interface{}": "any"}
+
+
+def _struct(text: str, name: str) -> tuple[int, list[str]] | None:
+    """(first line number, body lines) of ``type NAME struct {`` in a Go file."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(rf"^type {re.escape(name)} struct \{{", line):
+            body = []
+            for j in range(i + 1, len(lines)):
+                if lines[j].startswith("}"):
+                    return i + 1, body
+                body.append(lines[j])
+    return None
+
+
+def _json_type(go: str, local_kinds: dict[str, str]) -> str:
+    go = go.lstrip("*")
+    if go.startswith("[]"):
+        return "array"
+    if go.startswith("map["):
+        return "object"
+    if go in _SCALARS:
+        return _SCALARS[go]
+    if re.fullmatch(r"u?int(8|16|32|64)?", go):
+        return "integer"
+    return local_kinds.get(go.split(".")[-1], "object" if go[:1].isupper() or "." in go else "any")
+
+
+def _kinds(text: str) -> dict[str, str]:
+    """Named types of a Go file -> the JSON type their underlying type decodes as."""
+    out: dict[str, str] = {}
+    for m in re.finditer(r"^type (\w+) (\w+|struct|\[\]\w+|map\[[^\]]+\]\w+)\b", text, re.M):
+        out[m.group(1)] = "object" if m.group(2) == "struct" else _json_type(m.group(2), {})
+    return out
+
+
+def struct_keys(read: Reader, file: str, name: str, found: dict[str, dict[str, list[Any]]],
+                section: str, files: dict[str, str]) -> None:
+    """Add the YAML keys of Go struct ``name`` in ``file`` to ``found[section]`` (inline structs
+    followed; ``parameters`` and ``template`` become sections of their own)."""
+    text = read(file)
+    located = _struct(text, name)
+    if located is None:
+        msg = f"type {name} struct not found in {file}"
+        raise SystemExit(msg)
+    start, body = located
+    kinds = _kinds(text)
+    for offset, line in enumerate(body, start=start + 1):
+        m = _FIELD.match(line)
+        if m is None:
+            continue
+        tag = m.group("tag").split(",")
+        key, inline = tag[0], "inline" in tag[1:]
+        gotype = m.group("type")
+        embedded = m.group("name") is None
+        if key == "-":
+            continue
+        if embedded and (inline or key in ("parameters", "template")):
+            sub_section = section if inline else key
+            base = gotype.lstrip("*")
+            sub_file = files.get(base.split(".")[0] if "." in base else base, file)
+            struct_keys(read, sub_file, base.split(".")[-1], found, sub_section, files)
+            continue
+        if not key:
+            continue
+        if section == "config" and key == "template":
+            struct_keys(read, file, gotype.lstrip("*"), found, "template", files)
+        found.setdefault(section, {})[key] = [_json_type(gotype, kinds), f"{file}:{offset}"]
+
+
+def config_keys(read: Reader) -> dict[str, dict[str, list[Any]]]:
+    found: dict[str, dict[str, list[Any]]] = {}
+    # where an embedded struct of another file is declared (a package, or a type of it)
+    files = {"schema": "core/schema/prediction.go", "BasicModelRequest": "core/schema/request.go"}
+    struct_keys(read, MODEL_CONFIG, "ModelConfig", found, "config", files)
+    return {s: dict(sorted(keys.items())) for s, keys in sorted(found.items())}
+
+
+# -- functions ---------------------------------------------------------------------------------
+
+
+def _function(text: str, signature: str) -> tuple[int, list[str]]:
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(signature, line):
+            body = []
+            for j in range(i + 1, len(lines)):
+                if lines[j].startswith("}"):
+                    return i + 1, body
+                body.append(lines[j])
+    msg = f"{signature!r} not found"
+    raise SystemExit(msg)
+
+
+def usecases(read: Reader) -> dict[str, str]:
+    """GetAllModelConfigUsecases()'s names -> file:line."""
+    start, body = _function(read(MODEL_CONFIG), r"^func GetAllModelConfigUsecases\(\)")
+    return {m.group(1): f"{MODEL_CONFIG}:{n}" for n, line in enumerate(body, start=start + 1)
+            if (m := re.match(r'^\s*"(FLAG_\w+)":', line))}
+
+
+def refusals(read: Reader) -> list[list[Any]]:
+    """Validate()'s ``return false, fmt.Errorf(FORMAT`` lines: [file:line, FORMAT]."""
+    start, body = _function(read(MODEL_CONFIG), r"^func \(c \*ModelConfig\) Validate\(\)")
+    out = []
+    for n, line in enumerate(body, start=start + 1):
+        m = re.search(r'return false, fmt\.Errorf\(\s*"((?:[^"\\]|\\.)*)"', line)
+        if m is None and "return false, fmt.Errorf(" in line:
+            nxt = body[n - start] if n - start < len(body) else ""
+            m = re.search(r'^\s*"((?:[^"\\]|\\.)*)"', nxt)
+        if m is not None:
+            out.append([f"{MODEL_CONFIG}:{n}", m.group(1).replace('\\"', '"')])
+    return out
+
+
+def llama_cpp_options(read: Reader) -> dict[str, str]:
+    """The option names grpc-server.cpp compares ``optname`` with -> file:line."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(read(LLAMA_SERVER).splitlines(), start=1):
+        for name in re.findall(r'strcmp\(optname, "([^"]+)"\)', line):
+            out.setdefault(name, f"{LLAMA_SERVER}:{n}")
+    return dict(sorted(out.items()))
+
+
+def anchors(read: Reader) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, (file, pattern) in ANCHORS.items():
+        try:
+            text = read(file)
+        except SystemExit:
+            continue  # the file is gone at this commit: the rules citing it become notes
+        for n, line in enumerate(text.splitlines(), start=1):
+            if re.search(pattern, line):
+                out[name] = f"{file}:{n}"
+                break
+    return dict(sorted(out.items()))
+
+
+def _flow(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render(facts: dict[str, Any], repository: str, commit: str) -> str:
+    lines = [HEADER, "source:", f"  repository: {repository}", f"  commit: {commit}"]
+    lines.append("anchors:")
+    lines += [f"  {k}: {v}" for k, v in facts["anchors"].items()]
     lines.append("backends:")
-    lines += [f"  {name}: [{', '.join(cases)}]" for name, cases in backends.items()]
+    lines += [f"  {name}: [{', '.join(cases)}]" for name, cases in facts["backends"].items()]
+    lines.append("usecases:")
+    lines += [f"  {k}: {v}" for k, v in facts["usecases"].items()]
+    lines.append("refusals:")
+    lines += [f"  - [{where}, {_flow(fmt)}]" for where, fmt in facts["refusals"]]
+    lines.append("llama_cpp_options:")
+    lines += [f"  {k}: {v}" for k, v in facts["llama_cpp_options"].items()]
+    lines.append("keys:")
+    for section, keys in facts["keys"].items():
+        lines.append(f"  {section}:")
+        lines += [f"    {k}: [{t}, {where}]" for k, (t, where) in keys.items()]
     return "\n".join(lines) + "\n"
+
+
+def collect(root: Path) -> dict[str, Any]:
+    read = reader(root)
+    return {"backends": meta_backends(read("backend/index.yaml")), "keys": config_keys(read),
+            "usecases": usecases(read), "refusals": refusals(read),
+            "llama_cpp_options": llama_cpp_options(read), "anchors": anchors(read)}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("source", type=Path, help="a LocalAI git checkout, or a copy of its backend/index.yaml")
-    p.add_argument("--commit", help="the LocalAI commit a copied index.yaml was taken at (required for a file)")
+    p.add_argument("source", type=Path, help="a LocalAI git checkout (or a bare mirror of one)")
     p.add_argument("--repository", default="mudler/LocalAI", help="recorded as the source repository")
-    p.add_argument("--note", default="", help="recorded with the source: how the copy was taken")
     p.add_argument("--check", action="store_true", help="compare only; exit 1 when the copy is stale")
+    p.add_argument("--out", type=Path, default=OUT, help="the index file (default: the committed one)")
     args = p.parse_args(argv)
-    if args.source.is_dir():
-        index = args.source / "backend" / "index.yaml"
-        commit = args.commit or subprocess.run(["git", "-C", str(args.source), "rev-parse", "HEAD"],
-                                               capture_output=True, text=True, check=True).stdout.strip()
-    elif args.commit:
-        index, commit = args.source, args.commit
-    else:
-        p.error(f"{args.source} is a file: say which LocalAI commit it was taken at with --commit")
-    new = render(meta_backends(index.read_text(encoding="utf-8")), args.repository, commit, args.note)
-    old = OUT.read_text(encoding="utf-8") if OUT.is_file() else ""
-    diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), str(OUT), f"{index}@{commit[:12]}",
-                                     lineterm=""))
+    if not args.source.is_dir():
+        p.error(f"{args.source} is not a directory: give the path of a LocalAI checkout")
+    commit = subprocess.run(["git", "-C", str(args.source), "rev-parse", "HEAD"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    new = render(collect(args.source), args.repository, commit)
+    old = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
+    diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), str(args.out),
+                                     f"{args.source}@{commit[:12]}", lineterm=""))
     print("\n".join(diff) if diff else "localai_index.yaml is up to date")
     if args.check:
         return 1 if diff else 0
-    OUT.write_text(new, encoding="utf-8")
+    args.out.write_text(new, encoding="utf-8")
     return 0
 
 

@@ -72,13 +72,18 @@ class Diagnostic:
     col: int
     severity: Severity
     message: str
+    code: str = ""
+    """The rule's code (``harness validate --explain CODE``), "" for a finding no coded rule makes."""
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "line": self.line, "col": self.col,
-                "severity": self.severity, "message": self.message}
+        out: dict[str, Any] = {"file": self.file, "line": self.line, "col": self.col,
+                               "severity": self.severity, "message": self.message}
+        if self.code:
+            out["code"] = self.code
+        return out
 
 
 @dataclass(kw_only=True)
@@ -101,9 +106,10 @@ class Document:
             p = p[:-1]
         return self.values.get((), (1, 1))
 
-    def diag(self, path: Path_, severity: Severity, message: str, *, key: bool = False) -> Diagnostic:
+    def diag(self, path: Path_, severity: Severity, message: str, *, key: bool = False,
+             code: str = "") -> Diagnostic:
         line, col = self.where(path, key=key)
-        return Diagnostic(file=self.file, line=line, col=col, severity=severity, message=message)
+        return Diagnostic(file=self.file, line=line, col=col, severity=severity, message=message, code=code)
 
 
 Node = Any  # a ruamel.yaml or PyYAML node (``.id`` says which kind): imported lazily

@@ -9,6 +9,7 @@ backend is the engine's to say (``localai_backends`` on its registered object).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Collection
@@ -54,6 +55,9 @@ class Backend:
     parameters.model may be left out or empty); empty for a backend that loads one."""
     video_family: str | None = None
     """The video family of its configs when they declare none (``harness/video/families.yaml``)."""
+    open_options: str = ""
+    """The index anchor of the line where the backend passes any ``options:`` key through: no
+    option key of its configs is unknown."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -70,6 +74,16 @@ class Vocabulary:
     """LocalAI's GuessUsecases by backend name: use case -> the backend names it is guessed for."""
     gallery_metadata: frozenset[str] = frozenset()
     """A gallery entry's descriptive fields: in a model config, ignored by LocalAI and harmless."""
+    anchors: dict[str, str] = field(default_factory=dict)
+    """Generated: the LocalAI lines the rules cite, name -> file:line (at ``index_source``'s commit)."""
+    usecase_flags: dict[str, str] = field(default_factory=dict)
+    """Generated: GetAllModelConfigUsecases()'s FLAG_* names -> file:line."""
+    llama_cpp_options: dict[str, str] = field(default_factory=dict)
+    """Generated: the ``options:`` names LocalAI's llama-cpp gRPC server parses -> file:line."""
+    generated_keys: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+    """Generated: section -> YAML key -> (JSON type, file:line of its Go struct tag)."""
+    refusals: tuple[tuple[str, str], ...] = ()
+    """Generated: ModelConfig.Validate()'s refusals, (file:line, message format)."""
 
     def unused(self, section: str) -> dict[str, str]:
         """Keys of ``section`` accepted and not used, with the JSON type LocalAI decodes them into."""
@@ -105,23 +119,41 @@ def vocabulary() -> Vocabulary:
             for section in SECTIONS}
     index = load_yaml(resources.files("harness.config").joinpath(INDEX_FILE).read_text(encoding="utf-8"))
     cases = {str(k): tuple(v or ()) for k, v in index["backends"].items()}
+    generated = {str(section): {str(k): (str(v[0]), str(v[1])) for k, v in keys.items()}
+                 for section, keys in (index.get("keys") or {}).items()}
+    # Keys LocalAI's struct tags have that this table does not map: accepted, not used (typed as Go decodes).
+    for section, found in generated.items():
+        if section in keys:
+            for name, (kind, _) in found.items():
+                keys[section].setdefault(name, Key(name=name, unused=kind))
+    llama_options = {str(k): str(v) for k, v in (index.get("llama_cpp_options") or {}).items()}
     backends = {
         name: Backend(name=name, alias_of=spec.get("alias_of"), options=frozenset(spec.get("options") or ()),
                       speculative=spec.get("speculative"), video_family=spec.get("video_family"),
-                      usecases=cases.get(name, ()), model_optional=str(spec.get("model_optional") or ""))
+                      usecases=cases.get(name, ()), model_optional=str(spec.get("model_optional") or ""),
+                      open_options=str(spec.get("open_options") or ""))
         for name, spec in raw["backends"].items()
     }
+    # llama-cpp takes every option its gRPC server parses (generated) beside the table's own.
+    llama = backends.get("llama-cpp")
+    if llama is not None:
+        backends["llama-cpp"] = dataclasses.replace(llama, options=llama.options | frozenset(llama_options))
     for name, usecases in cases.items():  # the index's names this table has nothing more about
         backends.setdefault(name, Backend(name=name, usecases=usecases))
     return Vocabulary(
         source=dict(raw["source"]), keys=keys,
         harness_keys={k: frozenset(v) for k, v in (raw.get("harness") or {}).items()},
-        usecases=tuple(str(u) for u in raw["usecases"]),
+        # GetAllModelConfigUsecases()'s names (generated), lower-cased as this harness spells them
+        usecases=tuple(str(k).removeprefix("FLAG_").lower() for k in index.get("usecases") or ()),
         remote_schemes=tuple(raw["remote_schemes"]), backends=backends,
         speculative_spellings=dict(raw.get("speculative_spellings") or {}),
         index_source=dict(index["source"]),
         guess_usecases={str(k): tuple(str(b) for b in v) for k, v in (raw.get("guess_usecases") or {}).items()},
         gallery_metadata=frozenset(str(k) for k in raw.get("gallery_metadata") or ()),
+        anchors={str(k): str(v) for k, v in (index.get("anchors") or {}).items()},
+        usecase_flags={str(k): str(v) for k, v in (index.get("usecases") or {}).items()},
+        llama_cpp_options=llama_options, generated_keys=generated,
+        refusals=tuple((str(w), str(m)) for w, m in index.get("refusals") or ()),
     )
 
 
@@ -206,3 +238,34 @@ def model_optional(backend: str | None) -> str:
     """The LocalAI source showing that ``backend`` loads without a model path, else ""."""
     entry = vocabulary().backend(backend) if backend else None
     return entry.model_optional if entry is not None else ""
+
+
+def usecase_flag(value: str) -> str | None:
+    """The FLAG_* name LocalAI's GetUsecasesFromYAML makes of one known_usecases value (it looks up
+    ``"FLAG_" + upper(value)``, then the value as written), None when it drops the value."""
+    flags = vocabulary().usecase_flags
+    for candidate in (f"FLAG_{value.upper()}", value):
+        if candidate in flags:
+            return candidate
+    return None
+
+
+def usecase_name(value: str) -> str | None:
+    """The harness's (lower-case) use-case name of a known_usecases value LocalAI takes, else None."""
+    flag = usecase_flag(value)
+    return flag.removeprefix("FLAG_").lower() if flag is not None else None
+
+
+def anchor(name: str) -> str:
+    """``mudler/LocalAI@COMMIT12 file:line`` of a generated anchor, "" when the index has none."""
+    where = vocabulary().anchors.get(name)
+    if not where:
+        return ""
+    commit = str(vocabulary().index_source.get("commit", ""))[:12]
+    return f"{vocabulary().index_source.get('repository', 'mudler/LocalAI')}@{commit} {where}"
+
+
+def open_options(backend: str | None) -> str:
+    """Where the LocalAI backend passes any option key through (its anchor's reference), else ""."""
+    entry = vocabulary().backend(backend) if backend else None
+    return anchor(entry.open_options) if entry is not None and entry.open_options else ""

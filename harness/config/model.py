@@ -69,8 +69,8 @@ class Parameters:
     top_p: float | None = _c(minimum=0, maximum=1)
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
 
-    top_k: int | None = _c(minimum=0, maximum=INT_MAX)
-    """Keep only the k most likely tokens; 0 disables the filter."""
+    top_k: int | None = _c(minimum=-1, maximum=INT_MAX)
+    """Keep only the k most likely tokens; 0 (llama.cpp) or -1 (vLLM) disables the filter."""
 
     min_p: float | None = _c(minimum=0, maximum=1)
     """Drop tokens whose probability is below min_p times the top token's."""
@@ -206,9 +206,9 @@ class ModelConfig:
     engine_args: dict[str, Any] = field(default_factory=dict)
     """Engine arguments spelled like vLLM's CLI flags; applied after options, so they win."""
 
-    known_usecases: tuple[Usecase, ...] = field(
-        default=(), metadata={"schema": {"items": {"type": "string", "enum": list(USECASES)}}})
-    """What the model is for: LocalAI's names (chat, completion, embeddings, rerank, image, video, ...)."""
+    known_usecases: tuple[Usecase, ...] = ()
+    """What the model is for: LocalAI's names in any case or as FLAG_* (chat, FLAG_CHAT, embeddings, image,
+    video, ...); a value LocalAI does not know is dropped (a warning)."""
 
     cuda: bool | None = None
     """The model needs a CUDA device."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.config.loader import Diagnostic, Document, Path_
-from harness.config.localai import vocabulary
+from harness.config.localai import anchor, vocabulary
 from harness.config.model import (
     NESTED_OPTIONS,
     OPTION_ALIASES,
@@ -137,6 +137,16 @@ def parameter(key: str) -> str:
     """
     name = canonical(key)
     return vocabulary().used("config").get(name, name)
+
+
+def localai_spec_type(value: str) -> str:
+    """A spec_type as LocalAI's llama-cpp gRPC server reads it: '_' as '-', ``draft`` as
+    ``draft-simple``, ``eagle3`` as ``draft-eagle3`` (each of a comma-separated list)."""
+    names = []
+    for item in value.strip().split(","):
+        name = item.strip().replace("_", "-")
+        names.append({"draft": "draft-simple", "eagle3": "draft-eagle3"}.get(name, name))
+    return ",".join(n for n in names if n)
 
 
 def split_option(item: str) -> tuple[str, str | None]:
@@ -264,6 +274,18 @@ class _Resolver:
                             f"{did_you_mean(name, _known_names())}", key=True)
             self.out.unknown[name] = Setting(value=value, source=source, path=path)
             return
+        if name == "spec_type" and isinstance(value, str):
+            value = localai_spec_type(value)
+            if spec.choices and value not in spec.choices:
+                # LocalAI's llama-cpp takes any kind llama.cpp names (draft-mtp, draft-eagle3, ...)
+                # and ignores a name llama.cpp does not know: not a refusal, only outside this engine.
+                where = anchor("llama_spec_type")
+                self.out.diagnostics.append(self.doc.diag(
+                    path, "note", f"{label} {value!r}: LocalAI's llama-cpp passes it to llama.cpp ({where}); "
+                                  f"this harness's engine runs {', '.join(spec.choices)}"))
+                self.out.localai.setdefault(key, path)
+                self.out.unknown[name] = Setting(value=value, source=source, path=path)
+                return
         typed, problem = convert(label, spec, value)
         if problem:
             self.out.invalid[name] = problem

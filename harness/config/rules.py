@@ -21,10 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config import refs
+from harness.config.kinds import config_kind
 from harness.config.loader import Diagnostic, Document, Path_, Severity, dotted
-from harness.config.localai import model_optional, remote_scheme, resolve_backend
+from harness.config.localai import (
+    model_optional,
+    remote_scheme,
+    resolve_backend,
+    usecase_flag,
+    vocabulary,
+)
 from harness.config.model import option_specs
 from harness.config.options import ResolvedOptions
+from harness.core.errors import did_you_mean
 
 DRAFT_CONFIG_KEYS = ("model", "draft_model")
 REMOTE_NOTE = "fetched by LocalAI, not checked here"
@@ -143,13 +152,21 @@ class Rules:
     def add(self, path: Path_, severity: Severity, msg: str, *, key: bool = False) -> None:
         self.out.append(self.doc.diag(path, severity, msg, key=key))
 
+    def rule(self, code: str, path: Path_, msg: str, *, key: bool = False) -> None:
+        """A finding of a coded rule (:mod:`harness.config.refs`): its severity is the rule's."""
+        self.out.append(self.doc.diag(path, refs.severity(code), msg, key=key, code=code))
+
     def run(self) -> list[Diagnostic]:
         self.numbers()
         self.backend()
+        self.alias()
         self.model_path()
         self.mmproj()
         self.option_paths()
         self.draft()
+        self.usecases()
+        self.mcp()
+        self.templates()
         return self.out
 
     # -- rules ---------------------------------------------------------------
@@ -166,10 +183,62 @@ class Rules:
         if backend is None:
             return
         verdict = resolve_backend(backend, self.ctx.engines)
-        severities: dict[str, Severity] = {"localai": "note", "unknown": "warning", "refused": "error"}
+        if verdict.kind == "refused":
+            self.rule("LAI003", ("backend",), verdict.message)
+            return
+        if verdict.kind == "unknown" and config_kind(self.data).kind == "pattern":
+            # IsPatternDetector: matched in-process, no backend is looked up or loaded
+            return
+        severities: dict[str, Severity] = {"localai": "note", "unknown": "warning"}
         severity = severities.get(verdict.kind)
         if severity is not None:
             self.add(("backend",), severity, verdict.message)
+
+    def alias(self) -> None:
+        if config_kind(self.data).kind != "alias":
+            return
+        for path in (("backend",), ("parameters", "model")):
+            value = str_at(self.data, *path)
+            if value:
+                self.rule("LAI001", path, f"{dotted(path)} {value!r} in an alias (alias: "
+                                          f"{self.data['alias']!r}): LocalAI refuses an alias that sets backend "
+                                          "or parameters.model; an alias is a pure redirect, drop it")
+
+    def usecases(self) -> None:
+        cases = self.data.get("known_usecases")
+        if not isinstance(cases, list):
+            return
+        known = [f.removeprefix("FLAG_").lower() for f in vocabulary().usecase_flags]
+        for i, value in enumerate(cases):
+            if isinstance(value, str) and usecase_flag(value) is None:
+                self.rule("LAI005", ("known_usecases", i),
+                          f"known_usecases[{i}] {value!r} is not a use case LocalAI knows: it drops it"
+                          f"{did_you_mean(value.lower().removeprefix('flag_'), known)}")
+
+    def mcp(self) -> None:
+        block = self.data.get("mcp")
+        if not isinstance(block, dict):
+            return
+        for key in ("remote", "stdio"):
+            text = block.get(key)
+            if isinstance(text, str) and text.strip():
+                problem = mcp_problem(text)
+                if problem:
+                    self.rule("LAI004", ("mcp", key), f"mcp.{key}: {problem}: LocalAI refuses the config "
+                                                      "(invalid MCP configuration)")
+
+    def templates(self) -> None:
+        block = self.data.get("template")
+        if not isinstance(block, dict) or self.ctx.models_dir is None:
+            return
+        for key in ("chat", "chat_message", "completion", "edit", "function", "multimodal"):
+            name = block.get(key)
+            if not isinstance(name, str) or not looks_like_template_file(name):
+                continue
+            if not os.path.isfile(self.ctx.models_dir / f"{name}.tmpl"):
+                self.rule("LAI006", ("template", key),
+                          f"template.{key} {name!r} names no file: {name}.tmpl is not in the models directory "
+                          f"{self.ctx.models_dir}, so LocalAI renders the text {name!r} itself as the prompt")
 
     def _check_path(self, path: Path_, label: str, value: str) -> None:
         """Shape and existence of a models-dir path; a remote URI is only noted."""
@@ -181,7 +250,7 @@ class Rules:
             return
         problem = path_problem(label, value)
         if problem:
-            self.add(path, "error", problem)
+            self.rule("LAI002", path, problem)
         elif self.ctx.models_dir is not None and not os.path.exists(self.ctx.models_dir / value):
             self.add(path, "error", f"{label} {value!r} not found in the models directory {self.ctx.models_dir}")
 
@@ -230,6 +299,34 @@ class Rules:
                 looked = resolve_draft(ref, models_dir)[1]
                 self.add(path, "error", f"draft model {ref!r} not found; looked in: "
                                         f"{', '.join(str(p) for p in looked)}")
+
+
+def looks_like_template_file(value: str) -> bool:
+    """A template value LocalAI looks up as ``NAME.tmpl`` first: one line, no template action."""
+    return bool(value.strip()) and "{{" not in value and "\n" not in value.strip()
+
+
+def mcp_problem(text: str) -> str | None:
+    """Why yaml.Unmarshal cannot read an mcp block into ``{mcpServers: {NAME: {...}}}``, else None."""
+    from harness.config.loader import load_text
+
+    docs, problems = load_text(text, "<mcp>")
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        return f"not YAML or JSON ({errors[0].message}, line {errors[0].line})"
+    data = docs[0].data if docs else None
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        return "not a mapping"
+    servers = data.get("mcpServers")
+    if servers is not None and not isinstance(servers, dict):
+        return "mcpServers is not a mapping of server names"
+    if isinstance(servers, dict):
+        for name, server in servers.items():
+            if server is not None and not isinstance(server, dict):
+                return f"mcpServers.{name} is not a mapping"
+    return None
 
 
 def check(doc: Document, opts: ResolvedOptions, ctx: Context) -> list[Diagnostic]:

@@ -23,11 +23,19 @@ from jsonschema import _keywords
 from jsonschema._utils import equal as _jsonschema_equal
 from jsonschema.exceptions import ValidationError
 
+from harness.config import refs
 from harness.config import schema as schema_mod
 from harness.config.gallery import body_documents, is_gallery_file
+from harness.config.kinds import config_kind
 from harness.config.lenient import best_effort
 from harness.config.loader import Diagnostic, Document, Path_, dotted, load_text
-from harness.config.localai import backend_options, model_optional, resolve_backend, vocabulary
+from harness.config.localai import (
+    backend_options,
+    open_options,
+    resolve_backend,
+    usecase_name,
+    vocabulary,
+)
 from harness.config.model import ModelConfig
 from harness.config.options import ResolvedOptions, resolve_options
 from harness.config.rules import (
@@ -273,8 +281,9 @@ def schema_diagnostics(doc: Document, *, template: bool = False) -> list[Diagnos
 
 
 def _model_keys_optional(data: Any) -> bool:
-    """The config's backend loads without a model path (localai.yaml's ``model_optional``)."""
-    return bool(model_optional(str_at(data, "backend")))
+    """The config loads no model file (:func:`~harness.config.kinds.config_kind`): an alias, a
+    pipeline, a cloud proxy, a router, a pattern detector, a store, or a backend that loads none."""
+    return not config_kind(data).loads_model
 
 
 def _schema(doc: Document, *, template: bool) -> _SchemaResult:
@@ -290,6 +299,10 @@ def _schema(doc: Document, *, template: bool) -> _SchemaResult:
         path = tuple(e.absolute_path)
         if _yaml11_bool(doc, e):
             continue  # yaml.v3 reads yes/no/on/off into a bool field: LocalAI takes it
+        truncated = _truncated_int(doc, e)
+        if truncated is not None:
+            out.append(truncated)  # yaml.v3 decodes 0.9 into an int field as 0: LocalAI loads it
+            continue
         if isinstance(e.instance, float) and not math.isfinite(e.instance):
             bad.append(path)  # the finite-number rule says what is wrong with it
             continue
@@ -315,6 +328,26 @@ def _yaml11_bool(doc: Document, e: ValidationError) -> bool:
         cur = cur[part]
     cur[path[-1]] = YAML11_BOOLS[e.instance]
     return True
+
+
+def _truncated_int(doc: Document, e: ValidationError) -> Diagnostic | None:
+    """A finite fractional number where the schema wants an integer: yaml.v3 decodes it into
+    LocalAI's int field truncated toward zero (its decoder's float case of an int kind), so LocalAI
+    loads it with another value. Set it as LocalAI reads it and say so (a warning)."""
+    wanted = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
+    value = e.instance
+    if (e.validator != "type" or "integer" not in wanted or type(value) is not float
+            or not math.isfinite(value) or not e.absolute_path):
+        return None
+    path = list(e.absolute_path)
+    cur: Any = doc.data
+    for part in path[:-1]:
+        cur = cur[part]
+    cur[path[-1]] = int(value)
+    where = dotted(tuple(path))
+    return doc.diag(tuple(path), refs.severity("LAI007"),
+                    f"{where}: {value!r} is not an integer; LocalAI's field is one and yaml.v3 truncates "
+                    f"the value to {int(value)}, which LocalAI then uses", code="LAI007")
 
 
 @functools.lru_cache(maxsize=64)
@@ -367,7 +400,7 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
                 msg = (f"{k!r} under {where}: is silently ignored by LocalAI there; it belongs {home}")
             else:
                 msg = f"unknown key {k!r}{inside}: LocalAI ignores it{_did_you_mean(str(k), tuple(props))}"
-            out.append(doc.diag((*path, k), "warning", msg, key=True))
+            out.append(doc.diag((*path, k), refs.severity("LAI009"), msg, key=True, code="LAI009"))
         return out
     if v == "required" and isinstance(e.validator_value, list) and isinstance(e.instance, dict):
         # jsonschema reports one error per missing key, each carrying the whole list.
@@ -378,7 +411,10 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
             missing = [k for k in missing if k not in MODEL_KEYS.get(path, ())]
         label = "the config" if not path else where
         hints = _TEMPLATE_HINT if path in TEMPLATE_KEYS else {}
-        return [doc.diag(path, "error", f"{label} is missing the required key {k!r}{hints.get(k, '')}")
+        return [doc.diag(path, refs.severity("LAI008"), f"{label} is missing the required key {k!r}"
+                         f"{hints.get(k, '')}", code="LAI008")
+                if k in MODEL_KEYS.get(path, ()) else
+                doc.diag(path, "error", f"{label} is missing the required key {k!r}{hints.get(k, '')}")
                 for k in missing]
     if v == "type":
         wanted = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
@@ -451,6 +487,15 @@ class Report:
         return {"ok": self.exit_code(strict=strict) == 0, "files": self.files, "configs": self.configs,
                 "errors": self.errors, "warnings": self.warnings, "notes": self.notes,
                 "diagnostics": [d.to_json() for d in self.diagnostics]}
+
+
+def _as_localai_reads(config: ModelConfig) -> ModelConfig:
+    """known_usecases as LocalAI's GetUsecasesFromYAML reads them: FLAG_* names and any case taken
+    (as the lower-case names this harness uses), unknown ones dropped."""
+    names = [n for n in map(usecase_name, config.known_usecases) if n is not None]
+    if names == list(config.known_usecases):
+        return config
+    return dataclasses.replace(config, known_usecases=tuple(dict.fromkeys(names)))
 
 
 def _config_files(directory: Path) -> list[Path]:
@@ -548,15 +593,16 @@ class Validator:
         backend = str_at(doc.data, "backend")
         verdict = resolve_backend(backend, self.engines) if backend is not None else None
         engine = verdict.engine if verdict is not None else None
-        # A backend no engine here serves gets only the shared schema: its options are its own.
-        opts = (ResolvedOptions() if verdict is not None and engine is None
+        # A backend no engine here serves gets only the shared schema: its options are its own; so
+        # does one that passes any option key through (diffusers).
+        opts = (ResolvedOptions() if (verdict is not None and engine is None) or open_options(backend)
                 else resolve_options(doc, localai=backend_options(backend or engine)))
         diags += opts.diagnostics
         numbers = tuple(non_finite(doc.data))
         ctx = Context(engines=self.engines, models_dir=self.models_dir, template=template, non_finite=numbers)
         diags += check(doc, opts, ctx)
         bad = schema.bad + [p for p, _ in numbers]
-        config = best_effort(doc.data, bad)
+        config = _as_localai_reads(best_effort(doc.data, bad))
         check_ctx = CheckContext(document=doc, options=opts, engines=self.engines,
                                  models_dir=self.models_dir, engine=engine, template=template)
         diags += self._plugin_checks(doc, config, check_ctx)
@@ -583,8 +629,10 @@ class Validator:
             return []
         try:
             answers = impl.config_check(config, context)
-        except Exception as e:  # report, do not crash: the config may still be fine
-            return [doc.diag((), "warning", f"a plugin's config check failed: {type(e).__name__}: {e}")]
+        except Exception as e:  # report, do not crash; but a check that could not run has not passed
+            return [doc.diag((), "error", f"the {context.engine} plugin's config check failed with "
+                                          f"{type(e).__name__}: {e}; the config was not checked by it. Fix "
+                                          "what the error names (a model file it could not read) or report the plugin bug")]
         out: list[Diagnostic] = []
         for item in answers or ():
             if isinstance(item, Diagnostic):

@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 NAME = "llamacpp"
 FORMATS = ("ggufv2", "safetensors")
 UNSUPPORTED_QUANT = ("gptq", "awq", "fp8")
-#: Weight-file suffixes that are plainly not the .gguf file or model directory llama.cpp loads.
-NOT_LOADABLE = frozenset({".bin", ".safetensors", ".pt", ".pth", ".onnx", ".ggml", ".ckpt", ".h5"})
 #: Where the pinned source names every architecture it loads (general.architecture values).
 ARCH_SOURCE = "src/llama-arch.cpp"
 _ARCH_NAMES = re.compile(r"LLM_ARCH_NAMES\s*=\s*\{(?P<body>.*?)\n\};", re.S)
@@ -245,11 +243,8 @@ class _Rules:
         at: Path_ = ("parameters", "model")
         if not ref or remote_scheme(ref) or path_problem("parameters.model", ref):
             return  # the core's rules say what is wrong with it
-        suffix = Path(ref).suffix.lower()
-        if suffix in NOT_LOADABLE:
-            self.error(at, f"parameters.model {ref!r} must be a .gguf file or a directory with "
-                           f"config.json, not a {suffix} file (llama.cpp)")
-            return
+        # No extension rule: LocalAI passes the file to llama.cpp whatever its name, and llama.cpp
+        # reads its content (a GGUF named .bin loads). The file is judged when it is here to read.
         full = self.ctx.local_file(ref)
         if full is None:
             return
@@ -257,8 +252,6 @@ class _Rules:
             if not (full / "config.json").is_file():
                 self.error(at, f"parameters.model {ref!r} is a directory without config.json; "
                                "llama.cpp loads a .gguf file or a model directory with config.json")
-        elif suffix != ".gguf":
-            self.error(at, f"parameters.model {ref!r} must be a .gguf file or a directory with config.json")
         else:
             header, why = gguf_header(full)
             if header is None:

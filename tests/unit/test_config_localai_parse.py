@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harness.config.effective import effective
 from harness.config.loader import load_text
@@ -165,7 +166,7 @@ def test_config_show_and_select_take_the_flags(tmp_path: Path,
 # -- LocalAI's backend index ------------------------------------------------------------------
 
 
-INDEX_COMMIT = "0c8bba1fbe3de563aa09c8daed226f9699a1c115"
+INDEX_COMMIT = "82c191afadf5f005281e798ccfa0ffd0d5805030"
 
 
 def test_backend_index_is_pinned_data() -> None:
@@ -177,7 +178,7 @@ def test_backend_index_is_pinned_data() -> None:
         assert entry is not None and entry.usecases == ("tts",), name
     # Metas defined after the variants (trl, speaker-recognition sit at the end of the file) count too.
     for name, cases in (("trl", ()), ("speaker-recognition", ("speaker_recognition",)),
-                        ("llama-cpp", ("chat", "completion", "tts")), ("whisper-medusa", ("transcript",))):
+                        ("llama-cpp", ("chat", "completion", "tts"))):
         entry = v.backend(name)
         assert entry is not None and entry.usecases == cases, name
     # A per-hardware variant is not a backend name of its own.
@@ -247,67 +248,93 @@ def test_a_backend_that_loads_a_model_still_needs_one() -> None:
     assert any("missing the required key 'parameters'" in o for o in run("name: x\n"))
 
 
-def test_refresh_script_reads_meta_backends(tmp_path: Path) -> None:
+GO_CONFIG = """\
+package config
+
+type ModelConfig struct {
+\tschema.PredictionOptions `yaml:"parameters,omitempty"`
+\tName string `yaml:"name,omitempty"`
+\tAlias string `yaml:"alias,omitempty"`
+\tThreads *int `yaml:"threads,omitempty"`
+\tTemplateConfig TemplateConfig `yaml:"template,omitempty"`
+\tKnownUsecases *int `yaml:"-"`
+\tLLMConfig `yaml:",inline"`
+}
+
+type LLMConfig struct {
+\tMMProj string `yaml:"mmproj,omitempty"`
+}
+
+type TemplateConfig struct {
+\tChat string `yaml:"chat,omitempty"`
+}
+
+func (c ModelConfig) IsAlias() bool { return c.Alias != "" }
+
+func (c *ModelConfig) Validate() (bool, error) {
+\tif c.Backend != "" || c.Model != "" {
+\t\treturn false, fmt.Errorf("alias config %q must not set backend or parameters.model: an alias is a pure redirect", c.Name)
+\t}
+\treturn true, nil
+}
+
+func GetAllModelConfigUsecases() map[string]ModelConfigUsecase {
+\treturn map[string]ModelConfigUsecase{
+\t\t"FLAG_CHAT": FLAG_CHAT,
+\t\t"FLAG_3D":   FLAG_3D,
+\t}
+}
+"""
+
+
+def test_refresh_script_generates_facts_from_a_checkout(tmp_path: Path) -> None:
     checkout = tmp_path / "LocalAI"
-    (checkout / "backend").mkdir(parents=True)
-    # The shape of LocalAI's backend/index.yaml: an anchored meta entry, then its merged variants.
-    (checkout / "backend" / "index.yaml").write_text(textwrap.dedent("""\
-        ---
-        - &piper
-          name: "piper"
-          tags:
-            - text-to-speech
-            - TTS
-        - &whispercpp
-          name: "whisper"
-          tags:
-            - audio-transcription
-            - CPU
-        - !!merge <<: *piper
-          name: "piper-development"
-        """))
+    files = {
+        "backend/index.yaml": "---\n- &piper\n  name: piper\n  tags: [text-to-speech]\n"
+                              "- !!merge <<: *piper\n  name: piper-development\n",
+        "core/config/model_config.go": GO_CONFIG,
+        "core/schema/prediction.go": "package schema\n\ntype PredictionOptions struct {\n"
+                                     "\tBasicModelRequest `yaml:\",inline\"`\n\tTopK *int `yaml:\"top_k\"`\n}\n",
+        "core/schema/request.go": "package schema\n\ntype BasicModelRequest struct {\n"
+                                  "\tModel string `json:\"model\" yaml:\"model,omitempty\"`\n}\n",
+        "backend/cpp/llama-cpp/grpc-server.cpp": 'if (!strcmp(optname, "context_shift")) {\n'
+                                                 '} else if (!strcmp(optname, "cache_ram")) {\n',
+    }
+    for rel, text in files.items():
+        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / rel).write_text(text)
     subprocess.run(["git", "init", "-q", str(checkout)], check=True)
     subprocess.run(["git", "-C", str(checkout), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
                     "--allow-empty", "-m", "x"], check=True)
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "refresh_localai_index.py"), str(checkout),
-                        "--check"], capture_output=True, text=True, check=False)
-    assert r.returncode == 1
-    lines = r.stdout.splitlines()
-    assert "   piper: [tts]" in lines and "   whisper: [transcript]" in lines  # kept, same use cases
-    assert "-  pocket-tts: [tts]" in lines  # not in this checkout's index
-    assert "piper-development" not in r.stdout and any(line.startswith("+  commit: ") for line in lines)
-
-
-def test_refresh_script_takes_a_copied_file_with_its_commit(tmp_path: Path) -> None:
-    index = tmp_path / "index.yaml"
-    # Flow-style tags (kimodocpp's entry), a meta defined after the variants (trl's), new tags.
-    index.write_text(textwrap.dedent("""\
-        ---
-        - &kimodocpp
-          name: "kimodocpp"
-          tags: [3d-animation, text-to-motion, CPU, Vulkan]
-        - !!merge <<: *kimodocpp
-          name: "cpu-kimodocpp"
-        - &trl
-          name: "trl"
-          tags:
-            - fine-tuning
-            - LLM
-        - &ced
-          name: "ced"
-          tags: [audio-classification, CPU]
-        """))
+    out = tmp_path / "index.yaml"
     script = str(ROOT / "scripts" / "refresh_localai_index.py")
-    r = subprocess.run([sys.executable, script, str(index), "--check"], capture_output=True, text=True, check=False)
-    assert r.returncode == 2 and "--commit" in r.stderr  # a file says nothing about its commit
-    r = subprocess.run([sys.executable, script, str(index), "--commit", "abc123", "--note", "taken by hand",
-                        "--check"], capture_output=True, text=True, check=False)
-    assert r.returncode == 1
-    lines = r.stdout.splitlines()
-    new = {line[1:] for line in lines if line[:1] in " +"}  # the refreshed copy: kept and added lines
-    assert {"  kimodocpp: [3d_animation]", "  ced: [sound_classification]", "  trl: []"} <= new
-    assert "+  commit: abc123" in lines and '+  note: "taken by hand"' in lines
-    assert "cpu-kimodocpp" not in r.stdout and "-  kokoros: [tts]" in lines  # not in this copy
+    r = subprocess.run([sys.executable, script, str(checkout), "--out", str(out)], capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    facts = yaml.safe_load(out.read_text())
+    assert facts["backends"] == {"piper": ["tts"]}  # the variant is not a backend of its own
+    assert facts["keys"]["config"] == {"alias": ["string", "core/config/model_config.go:6"],
+                                       "mmproj": ["string", "core/config/model_config.go:14"],
+                                       "name": ["string", "core/config/model_config.go:5"],
+                                       "template": ["object", "core/config/model_config.go:8"],
+                                       "threads": ["integer", "core/config/model_config.go:7"]}
+    assert facts["keys"]["parameters"] == {"model": ["string", "core/schema/request.go:4"],
+                                           "top_k": ["integer", "core/schema/prediction.go:5"]}
+    assert facts["keys"]["template"] == {"chat": ["string", "core/config/model_config.go:18"]}
+    assert facts["usecases"] == {"FLAG_CHAT": "core/config/model_config.go:32",
+                                 "FLAG_3D": "core/config/model_config.go:33"}
+    assert facts["refusals"] == [["core/config/model_config.go:25", "alias config %q must not set backend or "
+                                  "parameters.model: an alias is a pure redirect"]]
+    assert facts["llama_cpp_options"] == {"cache_ram": "backend/cpp/llama-cpp/grpc-server.cpp:2",
+                                          "context_shift": "backend/cpp/llama-cpp/grpc-server.cpp:1"}
+    assert facts["anchors"]["is_alias"] == "core/config/model_config.go:21"
+    assert facts["anchors"]["alias_no_model"] == "core/config/model_config.go:25"
+    r = subprocess.run([sys.executable, script, str(checkout), "--out", str(out), "--check"],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 0 and "up to date" in r.stdout
+    r = subprocess.run([sys.executable, script, str(checkout / "backend" / "index.yaml"), "--check"],
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 2 and "LocalAI checkout" in r.stderr  # a copied file is not a checkout
 
 
 # -- shapes from real LocalAI files the corpus had not seen (the held-out check) -------------------
@@ -350,7 +377,7 @@ def test_silero_vad_without_a_model_is_refused() -> None:
 def test_keys_localai_spells_otherwise_are_warnings() -> None:
     # examples/mlx-video/ltx2-mlx.yaml (usecases:), examples/rwkv (cutwords:), gallery/phi-3-vision
     # (template.image), gallery/diffusiongemma.yaml (context_size under parameters:).
-    out = run("name: m\nbackend: mlx-video\nparameters: {model: m, context_size: 4096}\nusecases: [video]\n"
+    out = run("name: m\nbackend: mlx-vlm\nparameters: {model: m, context_size: 4096}\nusecases: [video]\n"
               "cutwords: [x]\ntemplate: {chat: '{{.Input}}', image: '<|image|>'}\n")
     warnings = [o.split(": warning: ")[1] for o in out if ": warning: " in o]
     assert warnings == [

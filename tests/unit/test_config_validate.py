@@ -102,11 +102,21 @@ def test_alias_bomb_is_bounded() -> None:
 
 def test_list_of_configs_file() -> None:
     text = ("- " + BASE.replace("\n", "\n  ").rstrip()
-            + "\n- name: m2\n  backend: llamacpp\n  parameters: {model: x.bin}\n")
+            + "\n- name: m2\n  backend: llamacpp\n  parameters: {model: x.bin, top_k: 1.5}\n")
     assert run(text) == [
-        "m.yaml:7:23: error: parameters.model 'x.bin' must be a .gguf file or a directory "
-        "with config.json, not a .bin file (llama.cpp)"
+        "m.yaml:7:37: warning: parameters.top_k: 1.5 is not an integer; LocalAI's field is one and yaml.v3 "
+        "truncates the value to 1, which LocalAI then uses"
     ]
+
+
+def test_a_bin_model_is_judged_by_its_content_not_its_name(tmp_path: Path) -> None:
+    # LocalAI has no extension rule when a backend is set: llama.cpp reads the file's content.
+    tiny_gguf(tmp_path / "m.bin")
+    (tmp_path / "w.bin").write_text("x")
+    assert run(BASE.replace("m.gguf", "m.bin")) == []
+    assert run(BASE.replace("m.gguf", "m.bin"), tmp_path) == []
+    assert run(BASE.replace("m.gguf", "w.bin"), tmp_path) == [
+        "m.yaml:4:10: error: parameters.model: w.bin is not a GGUF file (it starts with b'x', not b'GGUF')"]
 
 
 # -- schema ------------------------------------------------------------------
@@ -139,11 +149,13 @@ def test_type_error_message() -> None:
     ]
 
 
-def test_enum_error_message() -> None:
-    [msg] = run(BASE + "known_usecases: [chat, embedings]\n")
-    assert msg.startswith("m.yaml:5:24: error: known_usecases[1]: expected one of chat, completion, edit, "
-                          "embeddings, rerank, image, transcript, tts, ")
-    assert msg.endswith(", found string 'embedings' (did you mean 'embeddings'?)")
+def test_unknown_usecase_is_dropped_with_a_warning() -> None:
+    # GetUsecasesFromYAML looks up "FLAG_" + upper(value), then the value: others are dropped.
+    [msg] = run(BASE + "known_usecases: [chat, embedings, FLAG_TTS, Rerank]\n")
+    assert msg == ("m.yaml:5:24: warning: known_usecases[1] 'embedings' is not a use case LocalAI knows: "
+                   "it drops it (did you mean 'embeddings'?)")
+    assert run(BASE + "known_usecases: [flag_chat]\n")[0].startswith(
+        "m.yaml:5:18: warning: known_usecases[0] 'flag_chat' is not a use case LocalAI knows")
 
 
 @pytest.mark.parametrize("field", ["context_size: 0", "threads: 0", "n_draft: 0"])
@@ -171,7 +183,7 @@ def test_backend_must_be_known() -> None:
     out = run(BASE.replace("backend: llamacpp", "backend: lama-cpp"))
     assert out == [
         "m.yaml:2:10: warning: backend 'lama-cpp' is neither an engine here nor in LocalAI's backend index (at "
-        "0c8bba1fbe3d) (did you mean 'llama-cpp'?): LocalAI loads the config and fails only when no gallery "
+        "82c191afadf5) (did you mean 'llama-cpp'?): LocalAI loads the config and fails only when no gallery "
         "has that backend; engines here: llamacpp, stable-diffusion.cpp"
     ]
 
@@ -213,7 +225,7 @@ def test_model_path_against_models_dir(tmp_path: Path) -> None:
         "llama.cpp loads a .gguf file or a model directory with config.json"
     ]
     assert run(BASE.replace("m.gguf", "w.txt"), tmp_path) == [
-        "m.yaml:4:10: error: parameters.model 'w.txt' must be a .gguf file or a directory with config.json"
+        "m.yaml:4:10: error: parameters.model: w.txt is not a GGUF file (it starts with b'x', not b'GGUF')"
     ]
     assert run(BASE.replace("m.gguf", "gone.gguf"), tmp_path) == [
         f"m.yaml:4:10: error: parameters.model 'gone.gguf' not found in the models directory {tmp_path}"
@@ -575,5 +587,6 @@ def test_plugin_config_checks_add_located_diagnostics() -> None:
     [item] = v.validate_text(BASE, "m.yaml")
     assert isinstance(item, Validated)
     assert [str(d) for d in item.diagnostics] == [
-        "m.yaml:1:1: warning: a plugin's config check failed: RuntimeError: boom"
+        "m.yaml:1:1: error: the llamacpp plugin's config check failed with RuntimeError: boom; the config was "
+        "not checked by it. Fix what the error names (a model file it could not read) or report the plugin bug"
     ]
