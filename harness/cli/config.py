@@ -36,8 +36,10 @@ def register(subparsers: Any) -> None:
         "validate", help="check model config YAML files (schema and semantics)",
         description="Check model configs: files or directories (recursively, *.yaml/*.yml). "
                     "Exit 3 (ConfigError) on any error, or on warnings with --strict.")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="config file or directory")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="config file or directory")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
+    p.add_argument("--explain", metavar="RULE", help="print a rule's meaning and the LocalAI line that makes it "
+                                                     "true (ALL: every rule), and exit")
     _template_flags(p)
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="text (file:line:col, default), json, or github (workflow annotations)")
@@ -119,6 +121,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from harness.config.effective import named_models_dir
     from harness.config.validate import Validator
     from harness.core import progress
+    if args.explain:
+        return _explain(args.explain)
+    if not args.paths:
+        progress.info("harness validate: give a config file or directory (or --explain RULE)")
+        return 2
     fmt = args.format or ("json" if args.json else "text")
     validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template)
     report = validator.validate_paths(args.paths)
@@ -131,6 +138,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
     progress.info(f"{report.files} files, {report.configs} configs: {report.errors} errors, "
                   f"{report.warnings} warnings, {report.notes} notes ({verdict})")
     return code
+
+
+def _explain(code: str) -> int:
+    from harness.config import refs
+    from harness.core.errors import did_you_mean
+
+    codes = list(refs.RULES) if code.upper() == "ALL" else [code.upper()]
+    unknown = [c for c in codes if c not in refs.RULES]
+    if unknown:
+        print(f"no rule {code!r}{did_you_mean(code.upper(), list(refs.RULES))}; rules: {', '.join(refs.RULES)}")
+        return 2
+    print("\n".join(refs.explain(c) for c in codes))
+    return 0
 
 
 def _report(diags: list[Diagnostic], *, as_json: bool) -> bool:
