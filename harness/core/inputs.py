@@ -8,6 +8,10 @@ headers, GGUF headers, reports, archives, partial downloads):
   no check-then-open race;
 - ``nofollow=True`` refuses a symlink as the final component (``O_NOFOLLOW``) where a link must
   not redirect the read;
+- nothing that resolves (every symlink followed) into the kernel's pseudo-file systems
+  (``/proc``, ``/sys``, ``/dev``) is read: ``/proc`` files look regular (``/proc/self/environ``,
+  ``/proc/self/mem``); the path is refused before it is opened and named, never its bytes, and the
+  opened file's device is checked against ``/proc``'s and ``/sys``'s too (a bind mount, a race);
 - a size limit per kind (:data:`LIMITS`), checked against the size before anything is read and
   enforced while reading (a file that grows after the check is not read on);
 - OS errors (missing, permission, name too long, a directory) become the caller's error class with
@@ -19,7 +23,9 @@ Use :func:`read_bytes` / :func:`read_text` for whole files and :func:`open_input
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import io
 import os
 import stat
@@ -125,6 +131,30 @@ class _Bounded(io.RawIOBase):
         super().close()
 
 
+#: The kernel's pseudo-file systems: no input is read from them.
+PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def _pseudo_root(real: str) -> str:
+    """The pseudo-file system ``real`` (a resolved path) lies in, or ``""``."""
+    return next((r for r in PSEUDO_ROOTS if real == r or real.startswith(r + "/")), "")
+
+
+@functools.cache
+def _pseudo_devices() -> frozenset[int]:
+    """``st_dev`` of ``/proc`` and ``/sys`` (not ``/dev``: a devtmpfs holds devices, refused by kind)."""
+    devs = set()
+    for root in ("/proc", "/sys"):
+        with contextlib.suppress(OSError):
+            devs.add(os.stat(root).st_dev)
+    return frozenset(devs)
+
+
+def _pseudo_error(path: Path, real: str, root: str, kind: str, error: type[HarnessError]) -> HarnessError:
+    return error(f"{kind} file {path} resolves to {real}, in {root}: a pseudo-file system of the kernel, not a "
+                 f"{kind} file; nothing there is read. Give the path of a {kind} file on a disk")
+
+
 def _os_error(path: Path, kind: str, e: OSError, error: type[HarnessError]) -> HarnessError:
     if e.errno == errno.ENOENT:
         return error(f"{kind} file {path} does not exist")
@@ -157,6 +187,13 @@ def open_input(path: str | os.PathLike[str], *, kind: str, error: type[HarnessEr
     cap = min(limit(kind), max_bytes) if max_bytes is not None else limit(kind)
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (os.O_NOFOLLOW if nofollow else 0)
     try:
+        real = os.path.realpath(p)
+    except (OSError, ValueError):
+        real = ""  # a NUL in the name, a loop: os.open says what it is
+    pseudo = _pseudo_root(real)
+    if pseudo and pseudo != "/dev":  # /dev's devices are refused by what they are, below
+        raise _pseudo_error(p, real, pseudo, kind, error)
+    try:
         fd = os.open(p, flags)
     except (OSError, ValueError) as e:  # ValueError: a NUL in the name
         if isinstance(e, ValueError):
@@ -167,6 +204,8 @@ def open_input(path: str | os.PathLike[str], *, kind: str, error: type[HarnessEr
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise error(f"{kind} file {p} is {_what(st.st_mode)}, not a regular file")
+        if pseudo or st.st_dev in _pseudo_devices():
+            raise _pseudo_error(p, real, pseudo or "/proc or /sys", kind, error)
         if st.st_size > cap and not head:
             raise error(f"{kind} file {p} is {_size_text(st.st_size)}, over the {_size_text(cap)} limit for a {kind} file")
         os.set_blocking(fd, True)
@@ -199,6 +238,20 @@ def read_text(path: str | os.PathLike[str], *, kind: str, error: type[HarnessErr
         raise error(msg) from None
 
 
+def refuse_pseudo(path: str | os.PathLike[str], *, kind: str, error: type[HarnessError] = UsageError) -> None:
+    """``error`` naming ``path`` when it resolves (every symlink followed) into ``/proc``, ``/sys``
+    or ``/dev``: for a path the harness hands on unopened (a model file or directory a native
+    engine opens itself), which :func:`open_input` never sees."""
+    p = Path(path)
+    real, dev = "", -1
+    with contextlib.suppress(OSError, ValueError):  # a loop, a NUL in the name: the opener says so
+        real = os.path.realpath(p)
+        dev = os.stat(p).st_dev  # absent: nothing to open
+    pseudo = _pseudo_root(real)
+    if pseudo or dev in _pseudo_devices():
+        raise _pseudo_error(p, real, pseudo or "/proc or /sys", kind, error)
+
+
 def regular_file(path: str | os.PathLike[str], *, kind: str, error: type[HarnessError] = UsageError) -> os.stat_result:
     """``stat`` of ``path`` when it is a regular file (for listings: a FIFO named ``x.yaml`` in a
     directory is refused, never opened); ``error`` otherwise."""
@@ -211,4 +264,8 @@ def regular_file(path: str | os.PathLike[str], *, kind: str, error: type[Harness
         raise _os_error(p, kind, e, error) from None
     if not stat.S_ISREG(st.st_mode):
         raise error(f"{kind} file {p} is {_what(st.st_mode)}, not a regular file")
+    real = os.path.realpath(p)
+    pseudo = _pseudo_root(real)
+    if pseudo or st.st_dev in _pseudo_devices():
+        raise _pseudo_error(p, real, pseudo or "/proc or /sys", kind, error)
     return st

@@ -50,6 +50,12 @@ class Runtime:
         if model is None:
             msg = "Runtime.load needs a model (a model file or directory) or config= (a model config)"
             raise UsageError(msg)
+        # The engine opens the model itself, not through harness.core.inputs: a path into the
+        # kernel's pseudo-file systems (/proc/self/mem, /proc/self/environ) is refused here.
+        from harness.core.errors import ModelError
+        from harness.core.inputs import refuse_pseudo
+
+        refuse_pseudo(model, kind="model", error=ModelError)
         impl = registry.get(engine) if engine else registry.default("text")
         if impl.load is None:
             msg = f"engine {impl.name} has no text runtime to load {model} with"

@@ -99,27 +99,34 @@ class Run:
     peak_rss_mb: float
 
 
+#: Runs ``python -m harness`` and, at exit, writes the process's own peak RSS (``VmHWM``: the
+#: memory of this program only; ``ru_maxrss`` of a forked child starts at its parent's size).
+_LAUNCH = """
+import atexit, os, runpy, sys
+def _hwm():
+    with open("/proc/self/status") as f, open(os.environ["HARNESS_TEST_HWM"], "w") as out:
+        out.write(next(ln.split()[1] for ln in f if ln.startswith("VmHWM:")))
+atexit.register(_hwm)
+sys.argv[0] = "harness"
+runpy.run_module("harness", run_name="__main__", alter_sys=True)
+"""
+
+
 def harness(recipe: Recipe, *argv: str, timeout: float = 30) -> Run:
-    """``harness ARGV`` in a child process, with its own wall time and peak RSS (``wait4``: the
-    child's, not the largest of any child this test process had); a child still running after
-    ``timeout`` is killed and reported with return code -9 (a hang)."""
+    """``harness ARGV`` in a child process, with its wall time and peak RSS; a child still running
+    after ``timeout`` is killed and reported with return code -9 (a hang)."""
     import tempfile
 
-    with tempfile.TemporaryFile() as out:
+    with tempfile.TemporaryDirectory() as tmp:
+        hwm = Path(tmp) / "hwm"
+        env = {**recipe.env(), "HARNESS_TEST_HWM": str(hwm)}
         t0 = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], env=recipe.env(), stdout=out,
-                                stderr=subprocess.STDOUT, cwd=recipe.root)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() - t0 > timeout:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.01)
+        try:
+            r = subprocess.run([sys.executable, "-c", _LAUNCH, *argv], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, cwd=recipe.root, timeout=timeout, check=False)
+            rc, out = r.returncode, r.stdout
+        except subprocess.TimeoutExpired as e:
+            rc, out = -9, e.output or b""
         seconds = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        text = out.read().decode(errors="replace")
-    return Run(returncode=proc.returncode, output=text, seconds=seconds, peak_rss_mb=usage.ru_maxrss / 1024)
+        peak = int(hwm.read_text()) / 1024 if hwm.exists() else float("nan")
+    return Run(returncode=rc, output=out.decode(errors="replace"), seconds=seconds, peak_rss_mb=peak)
