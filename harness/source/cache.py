@@ -11,8 +11,12 @@ hide an edit of the tree is seen too. ``<key>`` is the full sha256 of an archive
 Trust rules:
 
 - Every use checks the tree cheaply against its manifest (an ``lstat`` per entry, kinds and
-  modes compared; a rehash only of files whose size, mtime or ctime moved); :func:`checking`
-  with ``full=True`` (``harness fetch --verify``) rehashes every file.
+  modes compared; a rehash only of files whose size, mtime or ctime moved). The manifest and its
+  seal sit in the same writable cache as the tree: a fast path, not an anchor. Under
+  :func:`checking` with ``full=True`` (``harness fetch --verify`` / ``--repair``) a tree made from
+  an archive is compared with the archive itself, extracted again into a scratch directory after
+  its sha256 verified (every member by content, kind and mode; anything else in the tree is
+  added); the manifest is not read.
 - Nothing runs byte code from a cached tree: a Python that imports from one runs under
   :func:`python_env` (no ``.pyc`` written into the tree) after :func:`refuse_byte_code`.
 - A pristine tree that differs from its manifest is refused (:class:`IntegrityError`
@@ -500,13 +504,18 @@ def current_checking() -> Checking:
 
 
 def ensure_tree(root: Path, *, create: Callable[[Path], None], meta: Mapping[str, object],
-                label: str, repair_hint: str) -> tuple[Path, bool]:
+                label: str, repair_hint: str, anchored: bool = False) -> tuple[Path, bool]:
     """``root`` holding a verified ``tree/``; made by ``create(tree_dir)`` when absent.
 
     Returns ``(root, created_now)``. Safe under concurrency (a lock per ``root``) and
     interruption (built in a temporary, stamped, renamed into place). A stamped tree that
     differs from its manifest raises :class:`IntegrityError` (``label`` says where it came
     from, ``repair_hint`` what to run), or is re-created under ``checking(repair=True)``.
+
+    ``anchored``: ``create`` makes the tree from something pinned outside the cache (an archive
+    whose sha256 it verifies). Then a full check (``harness fetch --verify`` / ``--repair``) never
+    trusts the manifest and its seal, which sit in the same writable cache as the tree: it makes
+    the tree again in a scratch directory and compares the two (:func:`_check_anchored`).
     """
     root.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(paths.locks_dir() / f"source-{root.name}.lock")):
@@ -514,7 +523,8 @@ def ensure_tree(root: Path, *, create: Callable[[Path], None], meta: Mapping[str
         sweep_stale(root)
         manifest = _recorded_manifest(root)
         if manifest is not None:
-            problem = _check_stamped(root, manifest, label=label)
+            problem = (_check_anchored(root, create, manifest, label=label)
+                       if anchored and current_checking().full else _check_stamped(root, manifest, label=label))
             if not problem:
                 return root, False
             if not current_checking().repair:
@@ -550,6 +560,34 @@ def _check_stamped(root: Path, manifest: Manifest, *, label: str) -> str:
         return ""
     return (f"the cached source tree {tree} is damaged: expected the {len(manifest)} files and directories "
             f"recorded when it was made from {label}; {check.describe(tree)}")
+
+
+def _check_anchored(root: Path, create: Callable[[Path], None], recorded: Manifest, *, label: str) -> str:
+    """``""`` when ``root/tree`` is what ``create`` makes (the archive's every member, by content,
+    kind and mode, and nothing else), else what differs. The stamp's manifest is not consulted;
+    when the tree verifies and the stamp's manifest (or its seal) says otherwise, both are written
+    again from the tree, so that the fast check of later uses is right too."""
+    tree = root / "tree"
+    scratch = temp_dir(root.parent, f"{root.name}-verify")
+    try:
+        create(scratch / "tree")
+        make_read_only(scratch / "tree")
+        expected = scan_tree(scratch / "tree")
+    finally:
+        remove(scratch)
+    check = check_tree(tree, expected, full=True)
+    if not check.ok:
+        return (f"the cached source tree {tree} differs from {label} itself (every member of the archive "
+                f"compared by content, kind and mode; anything else in the tree counted as added); "
+                f"{check.describe(tree)}")
+    if content_digest(recorded) != content_digest(expected) or unsealed(root / STAMP, recorded):
+        stamp = read_json(root / STAMP) or {}
+        manifest = scan_tree(tree)
+        write_json(root / STAMP, {**stamp, "manifest": manifest_to_json(manifest)})
+        write_seal(root / STAMP, manifest)
+        notice(f"{root / STAMP}: its manifest or seal did not describe the tree, which matches the archive: "
+               "written again from the tree")
+    return ""
 
 
 def _record_restat(root: Path, restat: Manifest) -> None:
@@ -606,7 +644,7 @@ def extract_once(archive: Path | Callable[[], Path], sha256: str, *, meta: Mappi
     hint = repair_hint or (f"To restore it, remove {root} (rm -rf) and run the command again: "
                            "it is extracted again from the verified archive.")
     return ensure_tree(root, create=create, meta={**meta, "sha256": sha256},
-                       label=f"{name} (sha256 {sha256})", repair_hint=hint)
+                       label=f"{name} (sha256 {sha256})", repair_hint=hint, anchored=True)
 
 
 def make_read_only(tree: Path) -> None:
