@@ -20,11 +20,11 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from harness import __version__
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, did_you_mean
 
 #: Modules that contribute subcommands, in the order they appear in --help.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -55,19 +55,87 @@ typical release-engineer flow:
 """
 
 
+class HarnessParser(argparse.ArgumentParser):
+    """argparse with a "did you mean" for a misspelled subcommand or choice (as git and pip answer).
+
+    Subparsers are made of the parser's own class, so every level of ``harness`` gets it.
+    """
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is not None and value not in action.choices:
+            known = [str(c) for c in action.choices]
+            hint = did_you_mean(str(value), known)
+            msg = f"invalid choice: {value!r}{hint} (choose from {', '.join(known)})"
+            raise argparse.ArgumentError(action, msg)
+
+
+class WrappedRawFormatter(argparse.RawDescriptionHelpFormatter):
+    """A description's and epilog's own lines kept (examples, tables), but none wider than the terminal.
+
+    argparse's raw formatter prints a 390-character paragraph as one line; this one wraps any line
+    that does not fit, its continuation indented as the line was.
+    """
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        out: list[str] = []
+        for line in text.splitlines():
+            body = line.lstrip()
+            lead = indent + line[:len(line) - len(body)]
+            if not body or len(lead) + len(body) <= width:
+                out.append(lead + body if body else "")
+                continue
+            out += textwrap.wrap(body, max(width, len(lead) + 20), initial_indent=lead, subsequent_indent=lead,
+                                 break_on_hyphens=False, break_long_words=False)
+        return "\n".join(out)
+
+
+#: Options every command takes, before or after its name (``harness -q matrix``, ``harness matrix -q``).
+GLOBAL_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("-q", "--quiet"), {"action": "store_true", "help": "no progress or info messages"}),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = HarnessParser(
         prog="harness",
         description="Build, check and benchmark native inference engines.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=WrappedRawFormatter,
     )
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress or info messages")
+    for flags, kwargs in GLOBAL_OPTIONS:
+        parser.add_argument(*flags, **kwargs)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for mod in COMMAND_MODULES:
         importlib.import_module(mod).register(sub)
+    for path, p in iter_parsers(parser):
+        if p.formatter_class is argparse.RawDescriptionHelpFormatter:
+            p.formatter_class = WrappedRawFormatter
+        if path:
+            # SUPPRESS: a subcommand sets the option only when it is given there, never resets it
+            for flags, kwargs in GLOBAL_OPTIONS:
+                p.add_argument(*flags, **{**kwargs, "default": argparse.SUPPRESS})
     return parser
+
+
+def iter_parsers(parser: argparse.ArgumentParser,
+                 path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser]]:
+    """``(("report", "compare"), parser)`` for ``parser`` (path ``()``) and every subcommand below it."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            seen: set[int] = set()
+            for name, sub in action.choices.items():
+                if id(sub) not in seen:  # an alias names the same parser again: its first name only
+                    seen.add(id(sub))
+                    yield from iter_parsers(sub, (*path, name))
+
+
+def add_engine_arg(p: argparse.ArgumentParser) -> None:
+    """The ENGINE positional every per-engine command takes."""
+    p.add_argument("engine", metavar="ENGINE", help="engine name (`harness engines` lists them)")
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.cli import add_engine_arg
+
 if TYPE_CHECKING:
     from harness.core.types import EngineSpec
 
@@ -21,7 +23,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = asub.add_parser("snapshot", help="write abi/<engine>/surface.json from the pinned, patched headers",
                         description="Parse the pinned, patched headers per target and write the surface the "
                         "backend module is written against. Review the file's diff before committing it.")
-    p.add_argument("engine")
+    add_engine_arg(p)
     p.add_argument("--target", action="append", default=[], metavar="TRIPLE",
                    help="target triple (repeatable; default: abi.targets of the engine, else the committed ones)")
     p.add_argument("--used-from", type=Path, metavar="PATH",
@@ -35,7 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         description="Runs before any build; seconds, not minutes. With --pin or --rev, the "
                         "recipe of another pin from git history (its descriptor, patches, ABI surface and "
                         "backend source: what `harness build --pin` builds) instead of the working tree's.")
-    p.add_argument("engine")
+    add_engine_arg(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--pin", metavar="VERSION",
                        help="check this pin's recipe (the newest commit of any branch or tag that pinned it)")
@@ -49,8 +51,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "pypi-sdist engine's package (fetched and verified against the index's sha256), or a "
                         "revision (full commit, branch, tag) of a git engine's repository (fetched into the "
                         "source cache). A change of the engine's declared ABI version macro comes first.")
-    p.add_argument("pin_a", metavar="PIN_A")
-    p.add_argument("pin_b", metavar="PIN_B")
+    p.add_argument("pin_a", metavar="PIN_A", help="the old pin: directory, sdist version or git revision")
+    p.add_argument("pin_b", metavar="PIN_B", help="the new pin, the same kinds as PIN_A")
     p.add_argument("--engine", default=None,
                    help="engine descriptor to take headers from (default: the only engine both pins fit, "
                    "else the default engine if they fit it; required otherwise)")

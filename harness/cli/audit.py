@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli import add_json_flag, print_json
+from harness.cli import add_engine_arg, add_json_flag, print_json
 from harness.core.errors import AuditError
 
 DESCRIPTION = """\
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     asub = p.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
     q = asub.add_parser("isa", help="instructions of each CPU level vs the features its loader checks",
                         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    q.add_argument("engine")
+    add_engine_arg(q)
     q.add_argument("--variant", default="cpu", help="matrix row whose artifact to audit (default: cpu)")
     q.add_argument("--artifact", type=Path, metavar="DIR", help="audit this artifact dir instead of the built one")
     add_json_flag(q)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli import add_json_flag, print_json
+from harness.cli import add_engine_arg, add_json_flag, print_json
 from harness.core.errors import UsageError
 
 
@@ -13,7 +13,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("build", help="build an engine variant into a relocatable artifact",
                        description="Fetch, patch and build ENGINE for matrix rows. Idempotent: with nothing "
                        "changed it does no work and says so.")
-    p.add_argument("engine")
+    add_engine_arg(p)
     p.add_argument("--variant", default="cpu",
                    help="matrix row(s), fnmatch, comma-separated (default: cpu); a row the engine does not build "
                    "(its descriptor's variants: list or intent map) is refused when named, skipped when matched "
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_artifacts)
 
     p = sub.add_parser("package", help="combine variant artifacts into one directory with several ggml backends")
-    p.add_argument("engine")
+    add_engine_arg(p)
     p.add_argument("--variants", required=True, help="comma-separated variants, e.g. cpu,vulkan")
     p.add_argument("-o", "--output", type=Path, help="output dir (default: <dist>/<engine>-<pin>-package)")
     add_json_flag(p)

@@ -21,10 +21,13 @@ from harness.core.errors import ConfigError
 if TYPE_CHECKING:
     from harness.config.effective import Effective
     from harness.config.loader import Diagnostic
+    from harness.config.validate import Report, Validator
     from harness.core.types import HostInfo
 
 
 FORMATS = ("text", "json", "github")
+#: The PATH that means standard input, and the file name its diagnostics carry.
+STDIN, STDIN_NAME = "-", "<stdin>"
 #: Longest value shown in a `config show` table cell (templates are long); --json has all of it.
 CELL_CHARS = 80
 #: The exit code of a config with errors (or, with --strict, warnings): ConfigError's, as the README's table says.
@@ -36,7 +39,8 @@ def register(subparsers: Any) -> None:
         "validate", help="check model config YAML files (schema and semantics)",
         description="Check model configs: files or directories (recursively, *.yaml/*.yml). "
                     "Exit 3 (ConfigError) on any error, or on warnings with --strict.")
-    p.add_argument("paths", nargs="*", metavar="PATH", help="config file or directory")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help=f"config file or directory; {STDIN} reads one config file from standard input")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
     p.add_argument("--explain", metavar="RULE", help="print a rule's meaning and the LocalAI line that makes it "
                                                      "true (ALL: every rule), and exit")
@@ -54,7 +58,7 @@ def register(subparsers: Any) -> None:
         description="Resolve every precedence rule and default; each value names its source "
                     "(default, model header, context_size, parameters, options, engine_args). "
                     "A config with errors gets its diagnostics, then what can still be resolved.")
-    show.add_argument("file", metavar="FILE", type=Path)
+    show.add_argument("file", metavar="FILE", type=Path, help="model config YAML file")
     show.add_argument("--name", help="which config, when FILE holds several")
     _template_flags(show)
     _models_dir_flag(show, "default: the config file's directory (files not required there)")
@@ -71,7 +75,7 @@ def register(subparsers: Any) -> None:
 
     sel = subparsers.add_parser(
         "select", help="which engine and variant serve a config here, and why the others do not")
-    sel.add_argument("file", metavar="FILE", type=Path)
+    sel.add_argument("file", metavar="FILE", type=Path, help="model config YAML file")
     sel.add_argument("--name", help="which config, when FILE holds several")
     _template_flags(sel)
     _models_dir_flag(sel, "default: the config file's directory (files not required there)")
@@ -128,7 +132,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 2
     fmt = args.format or ("json" if args.json else "text")
     validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template)
-    report = validator.validate_paths(args.paths)
+    report = validator.validate_paths([p for p in args.paths if p != STDIN])
+    if STDIN in args.paths:
+        _validate_stdin(validator, report)
     code = INVALID if report.exit_code(strict=args.strict) else 0
     if fmt == "json":
         print_json(report.to_json(strict=args.strict))
@@ -138,6 +144,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
     progress.info(f"{report.files} files, {report.configs} configs: {report.errors} errors, "
                   f"{report.warnings} warnings, {report.notes} notes ({verdict})")
     return code
+
+
+def _validate_stdin(validator: Validator, report: Report) -> None:
+    """Add what standard input holds (one config file's text, within the config size limit) to ``report``."""
+    import sys
+
+    from harness.config.loader import Diagnostic
+    from harness.core import inputs
+    from harness.core.errors import UsageError
+
+    cap = inputs.limit("config")
+    data = sys.stdin.buffer.read(cap + 1)
+    if len(data) > cap:
+        msg = f"standard input holds more than {cap} bytes, the limit for a model config; pass the file by name"
+        raise UsageError(msg)
+    report.files += 1
+    for item in validator.validate_text(data, STDIN_NAME):
+        if isinstance(item, Diagnostic):
+            report.diagnostics.append(item)
+        else:
+            report.configs += 1
+            report.diagnostics.extend(item.diagnostics)
 
 
 def _explain(code: str) -> int:

@@ -7,7 +7,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from harness.cli import add_json_flag, print_json
+from harness.cli import add_engine_arg, add_json_flag, print_json
 from harness.core.errors import UsageError
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description="Download, sha256-verify and extract the pinned source once. Every later "
                        "use checks the cached tree against the manifest recorded at extraction (stat, then "
                        "a rehash of files whose stat moved); an edited tree is refused.")
-    p.add_argument("engine", help="engine name (`harness engines` lists them)")
+    add_engine_arg(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--verify", action="store_true",
                       help="rehash everything: the cached archive, every file of the pristine tree and of "
@@ -65,7 +65,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("patch", help="apply the patch series to a fresh copy of the pinned source",
                        description="Apply patches/<engine>/*.patch in order with git apply. "
                        "With --check, report per patch: applies / already-upstream (retire it) / conflicts.")
-    p.add_argument("engine", help="engine name (`harness engines` lists them)")
+    add_engine_arg(p)
     p.add_argument("--check", action="store_true", help="only report what each patch would do")
     add_json_flag(p)
     p.set_defaults(func=cmd_patch)

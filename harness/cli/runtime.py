@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.cli import add_json_flag, print_json
+from harness.cli import add_engine_arg, add_json_flag, print_json
 from harness.core.errors import UsageError
 
 
@@ -15,10 +15,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     what = "build + install the binding (the engine's pybind11 module) against a variant's artifact"
     p = sub.add_parser("build-binding", aliases=["build-backend"], help=f"{what} (build-backend: its old name, deprecated)",
                        description=f"{what}. build-backend is its old name: it still works, and says it is deprecated.")
-    p.add_argument("engine")
-    p.add_argument("--variant", default="cpu")
+    add_engine_arg(p)
+    p.add_argument("--variant", default="cpu", help="matrix row whose artifact to build against (default: cpu)")
     p.add_argument("--no-install", action="store_true", help="only build the wheel")
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--force", action="store_true", help="rebuild even when the installed module matches")
     add_json_flag(p)
     p.set_defaults(func=cmd_build_binding, extras=('build',))
 
@@ -30,11 +30,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q.set_defaults(func=cmd_engine_info)
 
     p = sub.add_parser("complete", help="load a model and complete a prompt (a smoke test of the runtime)")
-    p.add_argument("model", type=Path)
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--variant")
+    p.add_argument("model", type=Path, metavar="MODEL", help="GGUF model file")
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--max-tokens", type=int, default=64, help="most tokens to generate (default: 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0, greedy)")
+    p.add_argument("--variant", help="installed variant to load (default: the best one this host runs)")
     p.add_argument("--stream", action="store_true", help="print deltas as they arrive")
     add_json_flag(p)
     p.set_defaults(func=cmd_complete)

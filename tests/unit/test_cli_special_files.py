@@ -196,7 +196,7 @@ def test_a_bad_file_in_a_validated_directory_does_not_stop_the_others(tmp_path: 
     (tmp_path / "e-bad.yaml").write_text("name: e\nparameters: {model: 3}\nunknown_key_here: 1\n")
     code, grew = run(["validate", "--json", str(tmp_path)])
     out = capsys.readouterr().out
-    assert code == 1 and grew < RSS_GROWTH
+    assert code == 3 and grew < RSS_GROWTH
     assert "a-fifo.yaml" in out and "FIFO" in out
     assert "b-zero.yaml" in out and "character device" in out
     assert "c-huge.yaml" in out and "over the 64 MiB limit" in out
