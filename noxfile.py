@@ -5,6 +5,7 @@ Default sessions: lint, tests. Others are opt-in (``default=False``):
 - ``qualify``: the main job, the whole pipeline on this host with a report.
 - ``build-<variant>``: build one matrix row (``build-cuda`` is compile-only and slow).
 - ``generate_schema``: regenerate committed JSON Schemas.
+- ``generate_settings``: regenerate the README's table of ``HARNESS_*`` variables from ``harness/core/settings.py``.
 - ``update_pins``: move an engine pin (compares before writing).
 - ``bench``: pytest-benchmark micro-benchmarks of the harness's own hot paths.
 - ``cross-aarch64``: build the cpu-aarch64 row with the cross toolchain and run every ARM CPU level
@@ -234,6 +235,13 @@ def generate_schema(session: nox.Session) -> None:
     """Regenerate the committed model-config JSON Schema from the dataclasses."""
     _install(session)
     session.run("python", "-m", "harness.config.schema", "--write")
+
+
+@nox.session(python=PYTHON, default=False)
+def generate_settings(session: nox.Session) -> None:
+    """Regenerate the README's table of HARNESS_* environment variables from harness/core/settings.py."""
+    _install(session)
+    session.run("python", "scripts/generate_settings_table.py", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)

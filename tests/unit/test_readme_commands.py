@@ -75,6 +75,7 @@ NOT_RUN: dict[str, str] = {
     "nox -s update_pins -- llamacpp 0.3.37 --build N --commit SHA":
         _NOX + " (writes engines/; its flags are checked against scripts/update_pins.py)",
     "nox -s generate_schema": _NOX + " (rewrites the committed schema)",
+    "nox -s generate_settings": _NOX + " (rewrites the README's table; tests/unit/test_settings.py checks it is current)",
     "nox -s bench": _NOX + " (micro-benchmarks)",
     "nox -s cross-aarch64": _NOX + " (cross build + QEMU runs, minutes)",
     "nox -s vulkan": _NOX + " (vulkan build + backend, minutes)",
