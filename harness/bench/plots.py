@@ -81,26 +81,80 @@ def _samples_panel(ax: Axes, ms: MetricStats, names: dict[str, str]) -> None:
     ax.grid(alpha=0.3)
 
 
-def plot_ratios(analysis: Analysis, path: Path, *, wide_pct: float = 5.0) -> Path:
+def plot_ratios(analysis: Analysis, path: Path, *, wide_pct: float = 5.0,
+                names: dict[str, str] | None = None) -> Path:
+    """Save :func:`ratios_figure` as a PNG at ``path``."""
+    ratios_figure(analysis, wide_pct=wide_pct, names=names).savefig(path, dpi=110)
+    return path
+
+
+def ratios_figure(analysis: Analysis, *, wide_pct: float = 5.0, names: dict[str, str] | None = None) -> Figure:
     """Forest plot on a log axis: each metric's B/A ratio with its interval, blocks as dots.
 
-    Where outlier blocks were flagged, the ratio without them is drawn hollow below.
+    One axis per direction, each with "B better" on the right: higher-is-better metrics (tok/s) on
+    one, lower-is-better ones (TTFT) on another whose axis runs from high to low; the values stay
+    B/A. Where outlier blocks were flagged, the ratio without them is drawn hollow below.
     """
     rows = [m for m in analysis.metrics.values() if m.ratio is not None]
-    fig = Figure(figsize=(8.8, 0.62 * len(rows) + 1.6))
+    groups = [(True, [m for m in rows if m.higher_is_better]), (False, [m for m in rows if not m.higher_is_better])]
+    groups = [(higher, ms) for higher, ms in groups if ms] or [(True, [])]
+    fig = Figure(figsize=(8.8, 0.62 * len(rows) + 1.45 * len(groups) + 0.6))
+    axes = fig.subplots(len(groups), 1, squeeze=False, height_ratios=[max(1, len(ms)) + 1.2 for _, ms in groups])
     labelled: set[str] = set()
-    ax = fig.subplots()
-    ax.set_xscale("log")
-    ax.axvspan(1 - wide_pct / 100, 1 + wide_pct / 100, color="0.9", zorder=0, label=f"±{wide_pct:.0f}%")
-    ax.axvline(1.0, color="0.3", linewidth=1.0, zorder=1)
     extent = [1.0 + wide_pct / 100, 1.0 / (1.0 + wide_pct / 100)]
+    for (_, ms), (ax,) in zip(groups, axes, strict=True):
+        extent += _ratio_panel(ax, ms, wide_pct, labelled)
+    half = max(abs(math.log(v)) for v in extent if v > 0) * 1.1
+    ticks = _log_ticks(half)
+    for (higher, ms), (ax,) in zip(groups, axes, strict=True):
+        ax.set_xlim(math.exp(-half), math.exp(half))
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+        ax.set_yticks(range(len(ms)), [f"{m.label} @ c={m.concurrency}" for m in reversed(ms)], fontsize=9)
+        ax.set_ylim(-0.7, max(1, len(ms)) - 0.4)
+        if not higher:
+            ax.invert_xaxis()  # lower is better: B's better side is the right, as on the other axis
+        direction = "higher is better" if higher else "lower is better, axis reversed"
+        ax.set_xlabel(f"B / A ({direction}: right of 1 = B better; log scale)", fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(ratios_title(analysis, names), fontsize=11)
+    handles, labels = [], []
+    for (ax,) in axes:
+        for h, lb in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lb not in labels:
+                handles.append(h)
+                labels.append(lb)
+    fig.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.01, 0.0), ncol=3, fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))  # the annotations count as the axes
+    return fig
+
+
+def ratios_title(analysis: Analysis, names: dict[str, str] | None = None) -> str:
+    """``B / A per metric: NAME_B vs NAME_A (8 blocks, 95% intervals)``."""
+    arms = f": {fit_label(names['B'])} vs {fit_label(names['A'])}" if names and "A" in names and "B" in names else ""
+    blocks = f"{analysis.blocks} blocks, " if analysis.blocks else ""
+    return f"B / A per metric{arms} ({blocks}{analysis.confidence:.0%} intervals)"
+
+
+def _ratio_panel(ax: Axes, rows: list[MetricStats], wide_pct: float, labelled: set[str]) -> list[float]:
+    """One axis of :func:`plot_ratios`; returns the ratios it draws (for a shared x range)."""
+    ax.set_xscale("log")
+    ax.axvspan(1 - wide_pct / 100, 1 + wide_pct / 100, color="0.9", zorder=0,
+               label=None if "band" in labelled else f"±{wide_pct:.0f}%")
+    labelled.add("band")
+    ax.axvline(1.0, color="0.3", linewidth=1.0, zorder=1)
+    extent: list[float] = []
     for y, ms in enumerate(reversed(rows)):
         r = ms.ratio
         assert r is not None
         iv = r.ratio
         color = {"B faster": "#2ca02c", "B slower": "#d62728"}.get(r.verdict, "0.25")
+        dots = "per-block ratio"
         ax.scatter(r.ratios, [y] * len(r.ratios), s=14, color="0.55", zorder=2,
-                   label="per-block ratio" if y == 0 else None)
+                   label=None if dots in labelled else dots)
+        labelled.add(dots)
         extent += list(r.ratios)
         text = f"{iv.point:.3f}"
         if iv.lo is not None and iv.hi is not None:
@@ -122,22 +176,7 @@ def plot_ratios(analysis: Analysis, path: Path, *, wide_pct: float = 5.0) -> Pat
             text += f"\nwithout outliers {wo.point:.3f} [{wo.lo:.3f}, {wo.hi:.3f}]"
         ax.annotate(text, (1.0, y), xycoords=("axes fraction", "data"), xytext=(8, 0),
                     textcoords="offset points", va="center", fontsize=8)
-    half = max(abs(math.log(v)) for v in extent if v > 0) * 1.1
-    ax.set_xlim(math.exp(-half), math.exp(half))
-    ticks = _log_ticks(half)
-    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-    ax.minorticks_off()
-    ax.set_yticks(range(len(rows)), [f"{m.label} @ c={m.concurrency}" for m in reversed(rows)], fontsize=9)
-    ax.set_xlabel(f"B / A (log scale; geometric mean with {analysis.confidence:.0%} interval)", fontsize=9)
-    ax.set_ylim(-0.7, len(rows) - 0.4)
-    ax.tick_params(labelsize=8)
-    ax.grid(axis="x", alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower left", bbox_to_anchor=(0.01, 0.0), ncol=3, fontsize=8,
-               frameon=False)
-    fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))  # the annotations count as the axes
-    fig.savefig(path, dpi=110)
-    return path
+    return extent
 
 
 def _log_ticks(half: float) -> list[float]:
