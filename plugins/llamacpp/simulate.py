@@ -37,7 +37,8 @@ def _model(options: dict[str, Any]) -> str:
 
 class BindingTarget:
     """Our binding (``in-process`` arm) on an installed variant, or another pin's (``pin=``/``rev=``,
-    prepared as the in-process arm is: the recipe's descriptor and binding first on the paths)."""
+    prepared as the in-process arm is: the recipe's descriptor and binding first on the paths);
+    ``lib_dir=DIR``: the CPU levels of another artifact of the same pin (``$HARNESS_BACKEND_LIB_DIR``)."""
 
     def __init__(self, options: dict[str, Any]) -> None:
         self.opts = dict(options)
@@ -53,7 +54,12 @@ class BindingTarget:
                 env[var] = str(self.opts[key])
         if self.level:
             env[levels.LEVEL_ENV] = self.level
+        if self.opts.get("lib_dir"):
+            env[levels.LIB_DIR_ENV] = str(self.opts["lib_dir"])
         env["HARNESS_NO_PROGRESS"] = "1"
+        # numpy's OpenBLAS starts a thread pool whose idle spinning is counted, differently each run
+        # (98% of the run-to-run difference, cg_diff); one thread starts none
+        env["OPENBLAS_NUM_THREADS"] = "1"
         argv = (sys.executable, "-m", "harness_plugins.llamacpp.sim_worker", "--model", self.model,
                 "--variant", self.variant, "--pn", str(pn), "--gn", str(gn))
         return SimCommand(argv=argv, env=env)
@@ -94,12 +100,9 @@ class LlamaBenchTarget:
         return SimCommand(argv=tuple(argv), env=hugepages.engine_env())
 
     def describe(self) -> dict[str, Any]:
-        manifest = self.artifact / "manifest.json"
-        pin = None
-        if manifest.is_file():
-            import json
+        from harness.build.cmake import read_manifest
 
-            pin = json.loads(manifest.read_text()).get("pin")
+        pin = read_manifest(self.artifact).get("pin")
         return {"kind": "llama-bench", "engine": "llamacpp", "pin": pin, "artifact": str(self.artifact),
                 "cpu_level": self.level, "threads": 1, "prompt_passes": self.prompt_passes,
                 "command": f"llama-bench -m M -t 1 -p 0 -n 0 -pg PN,GN -r 1 -o json"

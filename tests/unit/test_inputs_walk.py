@@ -23,6 +23,10 @@ _WRITE_FLAGS = frozenset({"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"
 
 #: (file, enclosing function, the call's callee as written): why it may read directly.
 ALLOWED: dict[tuple[str, str, str], str] = {
+    # the simulation instrument's own files: cachegrind's output and the run's log, both written by it
+    ("harness/bench/simulation.py", "run_one", "out.read_text"): "cachegrind's output file of a run the harness started",
+    ("harness/bench/simulation.py", "run_one", "log.read_text"): "the log of a run the harness started",
+    ("harness/bench/counters.py", "probe", "paranoid.read_text"): "the kernel's perf_event_paranoid setting (the host's own /proc)",
     # package data, shipped inside the wheel
     ("plugins/vllmcpp/__init__.py", "_writer_version", "(Path(__file__).parent / 'random_hf.py').read_bytes"): "the random-weight writer's own source, hashed as its version",
     ("harness/cli/config.py", "cmd_config_schema", "SCHEMA_PATH.read_text"): "the model-config schema shipped in the package",

@@ -1,0 +1,201 @@
+"""The simulation gate's error rates: injected code-path regressions caught, A/A false alarms.
+
+    python scripts/sim_error_rates.py --model $HARNESS_MODEL [--reps 20] [--gate 1] [--shape 8,24,2,6]
+
+Three comparisons, each repeated ``--reps`` times with every run in a fresh process under a fresh
+random environment size (the stack moves; nothing else differs between repetitions, which is the
+point: the instrument's figure depends on the binary and its input, not on the host's load):
+
+- **A/A**: the installed binding against itself. A FAILED verdict is a false alarm.
+- **kernel +3%**: the binding on a cpu artifact built with
+  ``scripts/data/9100-test-only-haswell-q4-1-dot-3pct-more-work.patch`` on top of the pinned series
+  (the haswell level's Q4_1 x Q8_1 dot product computes every 33rd block twice: real loads and
+  multiply-adds, the result unchanged). Built through the harness's own pipeline into
+  ``<cache>/sim-study/kernel``; with ccache only the patched file recompiles.
+- **binding +2%**: a binding whose per-token callback (``Engine::on_token``) runs a multiply-add
+  chain sized to 2% of the base binding's decode instructions per token, measured first; built
+  from a copy of the engine's recipe and unpacked beside the installed one (as an old pin's is).
+
+Each repetition measures every arm through the simulation plan (4 runs each) and compares A with B
+at ``--gate`` percent on prefill and decode. Detection: the verdict is FAILED on a metric the
+regression touches (kernel: prefill and decode; binding: decode). Writes
+``<out>/sim-error-rates.json`` and ``.md``.
+
+Blind spot, by construction: a slowdown made of waiting (the wall-clock study's ``sleep``-based
+arm, ``fake:slowdown=``) costs no instruction and no simulated miss: simulation does not see it.
+Nor does it see threads (one thread), memory bandwidth beyond the miss counts, or the device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ENGINE = "llamacpp"
+PATCH = Path(__file__).with_name("data") / "9100-test-only-haswell-q4-1-dot-3pct-more-work.patch"
+#: Instructions of one iteration of the injected chain (imul, add, add, cmp+branch), measured by the
+#: calibration run below, not assumed: the script checks the injected share after measuring.
+CHAIN_INSTRUCTIONS = 4
+ON_TOKEN = "void Engine::on_token(Slot & s, llama_token tok) {\n    auto & r = *s.req;\n    r.t.n_generated++;\n"
+
+
+def kernel_artifact(work: Path) -> Path:
+    """The cpu artifact of the pinned engine with the 3% kernel patch after its series."""
+    from harness.build.matrix import get_variant
+    from harness.build.pipeline import build_row, prepare_build
+    from harness.core import paths
+    from harness.engine.descriptor import parse_engine
+
+    recipe = work / "kernel-recipe"
+    src = paths.project_root()
+    for d in ("engines", "abi", "patches"):
+        shutil.copytree(src / d / ENGINE, recipe / d / ENGINE, dirs_exist_ok=True)
+    shutil.copy2(PATCH, recipe / "patches" / ENGINE / PATCH.name)
+    spec = parse_engine(recipe / "engines" / ENGINE / "engine.yaml")
+    import os
+
+    old = os.environ.get("HARNESS_DIST")
+    os.environ["HARNESS_DIST"] = str(work / "kernel-dist")
+    try:
+        return build_row(prepare_build(spec), get_variant("cpu")).artifact
+    finally:
+        if old is None:
+            os.environ.pop("HARNESS_DIST", None)
+        else:
+            os.environ["HARNESS_DIST"] = old
+
+
+def injected_binding(work: Path, iterations: int) -> dict[str, str]:
+    """A copy of the engine's recipe whose binding runs ``iterations`` of a multiply-add chain per
+    decoded token, built and unpacked against the installed cpu artifact; the options an
+    in-process target needs to load it first."""
+    from harness.binding.wheel import unpacked_binding
+    from harness.build.cmake import artifact_dir
+    from harness.build.matrix import get_variant
+    from harness.core import paths
+    from harness.engine.descriptor import load_engine, parse_engine
+
+    recipe = work / f"binding-recipe-{iterations}"
+    src = paths.project_root()
+    for d in ("engines", "abi", "patches"):
+        shutil.copytree(src / d / ENGINE, recipe / d / ENGINE, dirs_exist_ok=True)
+    cpp = recipe / "engines" / ENGINE / "backend" / "src" / "engine.cpp"
+    text = cpp.read_text()
+    if text.count(ON_TOKEN) != 1:
+        msg = f"{cpp}: Engine::on_token's opening lines moved; update ON_TOKEN in {__file__}"
+        raise SystemExit(msg)
+    inject = (ON_TOKEN + "    {  // TEST ONLY (scripts/sim_error_rates.py): extra work per decoded token\n"
+              "        static volatile unsigned long long sim_study_sink = 0;\n"
+              "        unsigned long long h = sim_study_sink;\n"
+              f"        for (unsigned long long i = 0; i < {iterations}ULL; ++i) h = h * 6364136223846793005ULL + i;\n"
+              "        sim_study_sink = h;\n    }\n")
+    cpp.write_text(text.replace(ON_TOKEN, inject))
+    spec = parse_engine(recipe / "engines" / ENGINE / "engine.yaml")
+    # its own binding build dir (a recipe "commit" of its own), never the installed binding's
+    spec = dataclasses.replace(spec, recipe_commit=f"simstudy{iterations:010d}")
+    artifact = artifact_dir(load_engine(ENGINE), get_variant("cpu"))
+    site = unpacked_binding(spec, artifact)
+    return {"_engines_path": str(recipe / "engines"), "_backend_path": str(site)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a Q4_1 GGUF (SmolLM2-135M Q4_1: $HARNESS_MODEL)")
+    p.add_argument("--reps", type=int, default=20, help="repetitions of each comparison (default 20)")
+    p.add_argument("--gate", type=float, default=1.0, help="percent B may be slower (default 1)")
+    p.add_argument("--shape", default="8,24,2,6", help="simulation run lengths P1,P2,G1,G2 (default 8,24,2,6)")
+    p.add_argument("--binding-pct", type=float, default=2.0, help="injected binding work, percent of decode (default 2)")
+    p.add_argument("--out", type=Path, default=None, help="report dir (default reports/<stamp>-sim-error-rates)")
+    p.add_argument("--jobs", type=int, default=None, help="runs at once (default: the CPUs)")
+    args = p.parse_args(argv)
+
+    from harness.bench import simulation
+    from harness.core import paths, progress
+
+    plan = simulation.SimPlan.parse(args.shape)
+    level = simulation.level_for_host()
+    out = args.out or paths.reports_dir() / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-sim-error-rates"
+    out.mkdir(parents=True, exist_ok=True)
+    work = paths.cache_root() / "sim-study"
+    work.mkdir(parents=True, exist_ok=True)
+    gate = {"prefill": args.gate, "decode": args.gate}
+    t0 = time.perf_counter()
+
+    def target(name: str, **opts: Any) -> simulation.SimTarget:
+        return simulation.target_for("in-process", {"model": args.model, "variant": "cpu", "engine": ENGINE,
+                                                    "name": name, **opts}, level=level)
+
+    progress.info("building the kernel +3% artifact (ccache: the patched file only) ...")
+    kernel = kernel_artifact(work)
+    progress.info(f"kernel artifact: {kernel}")
+    # calibrate the binding injection on the base binding's decode instructions per token
+    base_fig = simulation.measure([target("calibration")], plan, out / "runs" / "calibration", jobs=args.jobs)[0]
+    per_token_ir = base_fig.decode["Ir"]
+    iterations = max(1, round(per_token_ir * args.binding_pct / 100.0 / CHAIN_INSTRUCTIONS))
+    progress.info(f"decode: {per_token_ir:,.0f} instructions per token; binding +{args.binding_pct:g}%: "
+                  f"{iterations:,} chain iterations per token")
+    binding_opts = injected_binding(work, iterations)
+
+    arms = {"A": {}, "A2": {}, "kernel": {"lib_dir": str(kernel / "lib")}, "binding": binding_opts}
+    comparisons = {"aa": "A2", "kernel": "kernel", "binding": "binding"}
+    touched = {"aa": (), "kernel": ("prefill", "decode"), "binding": ("decode",)}
+    rows: list[dict[str, Any]] = []
+    for rep in range(1, args.reps + 1):
+        targets = [target(name, **opts) for name, opts in arms.items()]
+        figs = {f.name: f for f in simulation.measure(targets, plan, out / "runs" / f"rep{rep:02d}", jobs=args.jobs)}
+        row: dict[str, Any] = {"rep": rep}
+        for comp, b in comparisons.items():
+            checks = simulation.compare(figs["A"], figs[b], gate)
+            row[comp] = [c.as_dict() for c in checks]
+        rows.append(row)
+        progress.info(f"rep {rep}/{args.reps}: " + "; ".join(
+            f"{comp} " + ",".join(f"{c['metric']} {c['speed']:.4f}x {c['verdict']}" for c in row[comp])
+            for comp in comparisons) + f" ({time.perf_counter() - t0:.0f} s)")
+
+    def rate(comp: str) -> dict[str, Any]:
+        failed = [any(c["verdict"] == "FAILED" for c in r[comp] if c["metric"] in (touched[comp] or ("prefill", "decode")))
+                  for r in rows]
+        speeds = {m: [next(c["speed"] for c in r[comp] if c["metric"] == m) for r in rows] for m in ("prefill", "decode")}
+        return {"failed": sum(failed), "of": len(rows),
+                "speed_range": {m: [min(v), max(v)] for m, v in speeds.items()},
+                "resolution_pct_max": max(c["resolution_pct"] for r in rows for c in r[comp])}
+
+    summary = {comp: rate(comp) for comp in comparisons}
+    doc = {"model": args.model, "level": level, "plan": plan.as_dict(), "gate_pct": args.gate,
+           "binding_iterations": iterations, "decode_instructions_per_token": per_token_ir,
+           "kernel_artifact": str(kernel), "valgrind": simulation.valgrind_version(), "formula": simulation.FORMULA,
+           "seconds": round(time.perf_counter() - t0, 1), "summary": summary, "reps": rows,
+           "blind_spot": "a slowdown made of waiting (sleep) costs no instruction: invisible to simulation"}
+    (out / "sim-error-rates.json").write_text(json.dumps(doc, indent=2) + "\n")
+    md = [f"# Simulation gate error rates ({args.reps} repetitions, gate {args.gate:g}%)", "",
+          f"Model {Path(args.model).name}, CPU level {level}, one thread, runs P{plan.p1}/G{plan.g1}, "
+          f"P{plan.p2}/G{plan.g1}, P{plan.p1}/G{plan.g2} and the first again per arm and repetition, each in a "
+          f"fresh process with a random environment size; {doc['valgrind']}; {doc['seconds'] / 60:.1f} min.", "",
+          "| comparison | FAILED verdicts | expected | speed B/A prefill (min-max) | decode (min-max) | widest resolution |",
+          "|---|---:|---|---|---|---:|"]
+    expect = {"aa": "0 (false alarms)", "kernel": f"{args.reps} (detections)", "binding": f"{args.reps} (detections)"}
+    for comp, s in summary.items():
+        pr, de = s["speed_range"]["prefill"], s["speed_range"]["decode"]
+        md.append(f"| {comp} | {s['failed']}/{s['of']} | {expect[comp]} | {pr[0]:.4f}-{pr[1]:.4f} | "
+                  f"{de[0]:.4f}-{de[1]:.4f} | ±{s['resolution_pct_max']:.4f}% |")
+    md += ["", f"Binding injection: {iterations:,} iterations of a multiply-add chain per decoded token "
+           f"(base decode: {per_token_ir:,.0f} instructions per token).",
+           "", "Blind spot: a slowdown made of waiting (the wall-clock study's sleep-based arm) executes nothing: "
+           "simulation does not see it, nor threads, bandwidth beyond the miss counts, or the device. "
+           "Wall-clock ABBA runs beside it for those.", ""]
+    (out / "sim-error-rates.md").write_text("\n".join(md))
+    print("\n".join(md))
+    print(f"report: {out}")
+    ok = (summary["aa"]["failed"] == 0 and summary["kernel"]["failed"] == args.reps
+          and summary["binding"]["failed"] == args.reps)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
