@@ -6,7 +6,8 @@ Three comparisons, each repeated ``--reps`` times with every run in a fresh proc
 random environment size (the stack moves; nothing else differs between repetitions, which is the
 point: the instrument's figure depends on the binary and its input, not on the host's load):
 
-- **A/A**: the installed binding against itself. A FAILED verdict is a false alarm.
+- **A/A**: the installed binding against itself: repetition i's measurement against repetition i+1's
+  (the last against the first), every one an independent set of runs. A FAILED verdict is a false alarm.
 - **kernel +3%**: the binding on a cpu artifact built with
   ``scripts/data/9100-test-only-haswell-q4-1-dot-3pct-more-work.patch`` on top of the pinned series
   (the haswell level's Q4_1 x Q8_1 dot product computes every 33rd block twice: real loads and
@@ -142,21 +143,25 @@ def main(argv: list[str] | None = None) -> int:
                   f"{iterations:,} chain iterations per token")
     binding_opts = injected_binding(work, iterations)
 
-    arms = {"A": {}, "A2": {}, "kernel": {"lib_dir": str(kernel / "lib")}, "binding": binding_opts}
-    comparisons = {"aa": "A2", "kernel": "kernel", "binding": "binding"}
+    arms = {"A": {}, "kernel": {"lib_dir": str(kernel / "lib")}, "binding": binding_opts}
+    comparisons = {"aa": "A", "kernel": "kernel", "binding": "binding"}
     touched = {"aa": (), "kernel": ("prefill", "decode"), "binding": ("decode",)}
-    rows: list[dict[str, Any]] = []
+    figs_by_rep: list[dict[str, Any]] = []
     for rep in range(1, args.reps + 1):
         targets = [target(name, **opts) for name, opts in arms.items()]
-        figs = {f.name: f for f in simulation.measure(targets, plan, out / "runs" / f"rep{rep:02d}", jobs=args.jobs)}
-        row: dict[str, Any] = {"rep": rep}
+        figs_by_rep.append({f.name: f for f in simulation.measure(targets, plan, out / "runs" / f"rep{rep:02d}",
+                                                                  jobs=args.jobs)})
+        progress.info(f"rep {rep}/{args.reps} measured ({time.perf_counter() - t0:.0f} s)")
+    rows: list[dict[str, Any]] = []
+    for i, figs in enumerate(figs_by_rep):
+        row: dict[str, Any] = {"rep": i + 1}
         for comp, b in comparisons.items():
-            checks = simulation.compare(figs["A"], figs[b], gate)
-            row[comp] = [c.as_dict() for c in checks]
+            other = figs_by_rep[(i + 1) % len(figs_by_rep)]["A"] if comp == "aa" else figs[b]
+            row[comp] = [c.as_dict() for c in simulation.compare(figs["A"], other, gate)]
         rows.append(row)
-        progress.info(f"rep {rep}/{args.reps}: " + "; ".join(
+        progress.info(f"rep {i + 1}: " + "; ".join(
             f"{comp} " + ",".join(f"{c['metric']} {c['speed']:.4f}x {c['verdict']}" for c in row[comp])
-            for comp in comparisons) + f" ({time.perf_counter() - t0:.0f} s)")
+            for comp in comparisons))
 
     def rate(comp: str) -> dict[str, Any]:
         failed = [any(c["verdict"] == "FAILED" for c in r[comp] if c["metric"] in (touched[comp] or ("prefill", "decode")))

@@ -177,7 +177,7 @@ def test_qualify_report_shows_headline_gate_system_threads_and_both_models(tmp_p
     assert smol["status"] == "passed" and bw["status"] == "failed"
     # the stage summaries carry the headline speed ratios and the verdict
     assert smol["summary"].startswith("SmolLM2-135M-Instruct.Q4_1.gguf: prefill @ c=1 1.1")
-    assert "gate (B >5% slower): passed" in smol["summary"] and re.search(r"; [46] blocks \(halfwidth\)$", smol["summary"])
+    assert "gate (B >5% slower): passed" in smol["summary"] and re.search(r"; [46] blocks \(halfwidth\); decided: prefill @ c=1 passed \(walltime\)", smol["summary"])
     assert "gate (B >5% slower): FAILED on prefill @ c=1, decode @ c=1, aggregate @ c=4" in bw["summary"]
     doc = {**_doc([smol, bw]), "threads": 2, "threads_source": "2 physical cores", "passed": False}
     md = render_markdown(doc)

@@ -69,6 +69,10 @@ def simulate_pair(plan: BenchPlan, model_var: str, a: tuple[str, Mapping[str, An
     (:class:`~harness.bench.simulation.SimResult`, None), or (None, why it did not run)."""
     if "simulation" not in plan.instruments:
         return None, "not in this run's instruments"
+    shape = plan.sim_plan(model_var)
+    if shape is None:
+        return None, (f"qualify.bench.simulation names no run lengths for {model_var} (a bandwidth-bound model: "
+                      "simulation does not model DRAM bandwidth; the code path is simulated on the other bench model)")
     from harness.bench import simulation
     from harness.core.errors import HostError
 
@@ -76,7 +80,7 @@ def simulate_pair(plan: BenchPlan, model_var: str, a: tuple[str, Mapping[str, An
     try:
         ta = simulation.target_for(a[0], a[1], level=level)
         tb = simulation.target_for(b[0], b[1], level=level)
-        return simulation.simulate(ta, tb, plan.sim_plan(model_var), out, gate=gate, level=level), None
+        return simulation.simulate(ta, tb, shape, out, gate=gate, level=level), None
     except HostError as e:
         return None, str(e)
 
@@ -128,8 +132,8 @@ def bench_stage_result(outcome: Any, report_root: Path, model: str, *, label: st
     if status == "undecided":
         if not advisory:
             raise StageUndecided(result)
-        note = ("not decided on this host: wall-clock could not resolve the gate and simulation cannot run "
-                f"this peer ({sim_note or 'no simulation target'}); advisory, not a pass of the gate")
+        note = ("not decided on this host: wall-clock could not resolve the gate and simulation did not measure "
+                f"these arms ({sim_note or 'no simulation target'}); advisory, not a pass of the gate")
         return StageResult(f"{result.summary}; {note}", {**data, "advisory": note}, status="warning")
     return StageResult(result.summary, data, status="warning" if status == "warning" else "passed")
 
@@ -175,7 +179,7 @@ def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Pa
                               out=out / "simulation", gate=_sim_gate(plan.gate))
     outcome = run_and_report(a, b, plan.config((1,)), name=f"old-pin-{label}-vs-{engine.pin}", out=out, host=host,
                              host_measure=host_measure, gate=plan.gate, threads_source=plan.threads_source)
-    return bench_stage_result(outcome, out.parent, Path(model).name, sim=sim, sim_note=note)
+    return bench_stage_result(outcome, out.parent, Path(model).name, sim=sim, sim_note=note, advisory=sim is None)
 
 
 def _sim_gate(gate: Mapping[str, float]) -> dict[str, float]:

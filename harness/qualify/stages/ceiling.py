@@ -88,4 +88,4 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     return bench_stage_result(outcome, report_root, Path(model).name,
                          label=f"{Path(model).name}, cpu level {level or '?'}, binding / {kind} (floor {ratio:.2f}x)",
                          extra={"min_ratio": ratio, "cpu_level": level, "commands": list(tool.get("commands") or [])},
-                         sim=sim, sim_note=note)
+                         sim=sim, sim_note=note, advisory=sim is None)
