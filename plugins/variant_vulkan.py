@@ -17,12 +17,12 @@ import json
 import os
 import re
 import shutil
-import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from harness.core.errors import SourceError, UnsafeArchiveError
+from harness.core.tarfiles import tarfile
 from harness.core.types import Buildability, EngineSpec, HostInfo, Variant
 from harness.engine.plugin import hookimpl
 

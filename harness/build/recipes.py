@@ -23,7 +23,6 @@ import io
 import json
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from filelock import FileLock
 from harness.core import paths
 from harness.core.datafile import load_yaml
 from harness.core.errors import ConfigError
+from harness.core.tarfiles import tarfile
 from harness.core.types import EngineSpec
 from harness.engine.descriptor import DESCRIPTOR, load_engine, parse_engine
 

@@ -39,7 +39,6 @@ import re
 import shutil
 import socket
 import stat
-import tarfile
 import tempfile
 import time
 import zipfile
@@ -60,6 +59,7 @@ from harness.core.errors import (
     SourceError,
     UnsafeArchiveError,
 )
+from harness.core.tarfiles import tarfile
 from harness.source import index
 from harness.source.manifest import (
     VERSION,
