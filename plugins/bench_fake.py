@@ -8,6 +8,11 @@ from harness.engine.plugin import hookimpl
 
 
 @hookimpl
+def harness_bench_arm_kinds() -> list[str]:
+    return ["fake"]
+
+
+@hookimpl
 def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
     if kind != "fake":
         return None

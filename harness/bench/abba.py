@@ -415,23 +415,7 @@ def _take(arm: ArmHandle, *, block: int, position: int, sequence: int, concurren
 
 @contextmanager
 def _steps(title: str, total: int) -> Iterator[Callable[[str, bool], None]]:
-    """A progress bar over measurements; ``step(text, advance)`` marks the next one starting."""
-    if not progress.enabled():
-        progress.info(f"{title}: {total} measurements ...")
-        yield lambda text, advance: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*cols, console=progress.console, transient=True) as p:
-        task = p.add_task(title, total=total)
-        started = [False]
-
-        def step(text: str, advance: bool) -> None:
-            # advance when the *next* measurement starts, so the bar counts finished ones
-            if advance and started[0]:
-                p.advance(task)
-            started[0] = started[0] or advance
-            p.update(task, description=f"{title}: {text}")
-
+    """Progress over measurements (:func:`harness.core.progress.steps`: a bar on a terminal, a heartbeat
+    line at least every 30 s in a log); ``step(text, advance)`` marks the next one starting."""
+    with progress.steps(f"{title} ({total} measurements)", total) as step:
         yield step

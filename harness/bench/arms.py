@@ -203,6 +203,29 @@ class Sample:
 # ---------------------------------------------------------------------------
 
 
+def check_kind(spec: ArmSpec, extra_plugins: Sequence[str] = ()) -> None:
+    """Refuse an arm kind no plugin creates, before anything is measured. Every plugin implementing
+    ``harness_bench_arm`` must also list its kinds (``harness_bench_arm_kinds``); if one does not, the
+    check is skipped (its kinds are unknown)."""
+    import importlib
+
+    from harness.core.errors import UnknownNameError
+    from harness.engine.plugin import get_manager
+
+    pm = get_manager()
+    for module_name in extra_plugins:
+        module = importlib.import_module(module_name)
+        if not pm.is_registered(module):
+            pm.register(module)
+    makers = {id(i.plugin) for i in pm.hook.harness_bench_arm.get_hookimpls()}
+    listers = {id(i.plugin) for i in pm.hook.harness_bench_arm_kinds.get_hookimpls()}
+    if not makers <= listers:
+        return
+    known = {k for kinds in pm.hook.harness_bench_arm_kinds() for k in kinds}
+    if spec.kind not in known:
+        raise UnknownNameError("bench arm kind", spec.kind, known)
+
+
 def prepare_arm(spec: ArmSpec) -> ArmSpec:
     """Let the arm's plugin prepare it here, in the parent (builds show progress), before workers
     start (``harness_bench_arm_prepare``: e.g. build the pin an arm names)."""

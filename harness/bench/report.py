@@ -33,7 +33,7 @@ from harness.bench.stats import (
 )
 from harness.bench.system import findings as system_findings
 from harness.core import paths
-from harness.core.errors import BenchError
+from harness.core.errors import BenchError, UsageError
 from harness.core.inputs import read_text
 from harness.core.jsonvalue import json_value
 
@@ -149,6 +149,8 @@ def _rooflines(result: BenchResult, analysis: Analysis, measure: Mapping[str, An
 
 
 def load_results(source: Path | str | Mapping[str, Any]) -> dict[str, Any]:
+    """A run's results.json (or its report dir); a file that is missing, unreadable, not JSON or not a
+    bench result is the user's input error (:class:`UsageError`, exit 2), never the regression code."""
     if isinstance(source, Mapping):
         return dict(source)
     path = Path(source)
@@ -156,18 +158,18 @@ def load_results(source: Path | str | Mapping[str, Any]) -> dict[str, Any]:
         path = path / RESULTS_JSON
     try:  # a regular file within the report limit: a FIFO or /dev/zero is refused unread
         text = read_text(path, kind="report", error=BenchError)
-    except BenchError as e:
+    except BenchError as e:  # an input the user named, not a regression: the usage code (2), not 13
         msg = f"cannot read benchmark results: {e}; expected a results.json written by `harness bench`"
-        raise BenchError(msg) from None
+        raise UsageError(msg) from None
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as e:
         msg = f"{path} is not JSON ({str(e)[:200]}); expected a results.json written by `harness bench`"
-        raise BenchError(msg) from None
+        raise UsageError(msg) from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         msg = f"{path}: expected schema {SCHEMA!r}, found {found!r}; was it written by `harness bench`?"
-        raise BenchError(msg)
+        raise UsageError(msg)
     return doc
 
 

@@ -138,7 +138,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m = rsub.add_parser("merge", help="combine qualification reports from several hosts into one report",
                         description="Put qualification reports (reports/*-qualify-*/qualify.json) from different "
                         "hosts, CPU levels or variants side by side: a stage x host table, the CPU levels each "
-                        "host ran or audited, each host's bench headline ratios with their 95%% intervals (never "
+                        "host ran or audited, each host's bench headline ratios with their 95% intervals (never "
                         "averaged across hosts), and the differences that matter (a stage or CPU level that "
                         "passes on one host and fails on another, a ratio faster on one and slower on another). "
                         "Reports of different engines, pins or patch series are refused "
@@ -179,10 +179,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from harness.core import progress
     from harness.core.host import resolve_threads
 
+    from harness.bench.arms import check_kind
+
     instruments = parse_instruments(args.instrument)
     threads, source = resolve_threads(args.threads)
     a_spec = ArmSpec.parse(args.a)
     b_spec = ArmSpec.parse(args.b) if args.b else None
+    for spec in (a_spec, b_spec):
+        if spec is not None:  # before anything is measured or built
+            check_kind(spec, tuple(args.plugin))
     if "threads" in a_spec.options or (b_spec is not None and "threads" in b_spec.options):
         source = "set in the arm spec"
     a = prepare_arm(with_threads(a_spec, threads))

@@ -123,6 +123,12 @@ def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
     """Create a benchmark arm of ``kind``. Stops at first non-None result."""
 
 
+@hookspec
+def harness_bench_arm_kinds() -> list[str]:
+    """The arm kinds this plugin's ``harness_bench_arm`` creates: ``harness bench`` refuses an unknown
+    kind before it measures anything (a plugin that does not say disables the check)."""
+
+
 @hookspec(firstresult=True)
 def harness_sim_target(kind: str, options: dict[str, Any]) -> Any | None:
     """The simulation instrument's target for an arm of ``kind`` (:class:`harness.bench.simulation.SimTarget`:

@@ -11,6 +11,11 @@ from harness.engine.plugin import hookimpl
 
 
 @hookimpl
+def harness_bench_arm_kinds() -> list[str]:
+    return [IN_PROCESS, "llama-bench", "xllamacpp", "server", "llama-server"]
+
+
+@hookimpl
 def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
     if options.get("engine", "llamacpp") != "llamacpp":
         return None  # another engine's arm of the same kind (in-process:engine=vllm.cpp)

@@ -145,6 +145,13 @@ def e2e_specs() -> list[Path]:
 
 
 @hookimpl
+def harness_bench_arm_kinds() -> list[str]:
+    from harness.bench.arms import IN_PROCESS
+
+    return [IN_PROCESS]
+
+
+@hookimpl
 def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
     """``in-process:engine=vllm.cpp,...``: vllm.cpp's binding as a bench arm (:mod:`.bench`)."""
     from harness.bench.arms import IN_PROCESS

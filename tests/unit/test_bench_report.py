@@ -12,7 +12,7 @@ from harness import cli
 from harness.bench.abba import BenchConfig, BenchResult, run_abba
 from harness.bench.arms import ArmSpec
 from harness.bench.report import compare, load_results, write_report
-from harness.core.errors import BenchError
+from harness.core.errors import BenchError, UsageError
 
 FAKE = ("harness_plugins.bench_fake",)
 HOST = {"cpu_model": "Test CPU", "cores": 2}
@@ -99,9 +99,9 @@ def test_compare_flags_a_regression_beyond_noise(tmp_path: Path) -> None:
 def test_load_results_rejects_other_json(tmp_path: Path) -> None:
     p = tmp_path / "x.json"
     p.write_text(json.dumps({"schema": "other"}))
-    with pytest.raises(BenchError, match="expected schema"):
+    with pytest.raises(UsageError, match="expected schema"):
         load_results(p)
-    with pytest.raises(BenchError, match="cannot read"):
+    with pytest.raises(UsageError, match="cannot read"):
         load_results(tmp_path / "missing.json")
 
 
