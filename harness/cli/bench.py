@@ -172,14 +172,12 @@ def prepare_arm(spec: ArmSpec) -> ArmSpec:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from harness.bench.abba import BenchConfig
-    from harness.bench.arms import ArmSpec
+    from harness.bench.arms import ArmSpec, check_kind
     from harness.bench.gate import parse_gate, resolve_gate
     from harness.bench.report import all_findings
     from harness.bench.session import run_and_report, with_threads
     from harness.core import progress
     from harness.core.host import resolve_threads
-
-    from harness.bench.arms import check_kind
 
     instruments = parse_instruments(args.instrument)
     threads, source = resolve_threads(args.threads)
