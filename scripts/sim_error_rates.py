@@ -86,6 +86,8 @@ def injected_binding(work: Path, iterations: int) -> dict[str, str]:
     src = paths.project_root()
     for d in ("engines", "abi", "patches"):
         shutil.copytree(src / d / ENGINE, recipe / d / ENGINE, dirs_exist_ok=True)
+    # the bindings' shared headers (harness_pydict.h, ...)
+    shutil.copytree(src / "engines" / "_shared", recipe / "engines" / "_shared", dirs_exist_ok=True)
     cpp = recipe / "engines" / ENGINE / "backend" / "src" / "engine.cpp"
     text = cpp.read_text()
     if text.count(ON_TOKEN) != 1:
