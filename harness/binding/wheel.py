@@ -247,8 +247,3 @@ def unpacked_binding(engine: EngineSpec, artifact: Path) -> Path:
         tmp.rename(site)
     return site
 
-
-#: The names before issue 28 ("backend" also meant a GPU kind, a LocalAI backend and a bench arm),
-#: for callers of the old ``harness.backend`` module; they go with it in the next release.
-BackendBuild = BindingBuild
-build_backend = build_binding

@@ -1,4 +1,4 @@
-"""Runtime subcommands: build-binding (build-backend, its old name), engine info, complete."""
+"""Runtime subcommands: build-binding, engine info, complete."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from harness.core.errors import UsageError
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     what = "build + install the binding (the engine's pybind11 module) against a variant's artifact"
-    p = sub.add_parser("build-binding", aliases=["build-backend"], help=f"{what} (build-backend: its old name, deprecated)",
-                       description=f"{what}. build-backend is its old name: it still works, and says it is deprecated.")
+    p = sub.add_parser("build-binding", help=what, description=f"{what}.")
     add_engine_arg(p)
     p.add_argument("--variant", default="cpu", help="matrix row whose artifact to build against (default: cpu)")
     p.add_argument("--no-install", action="store_true", help="only build the wheel")
@@ -46,9 +45,6 @@ def cmd_build_binding(args: argparse.Namespace) -> int:
     from harness.build.matrix import get_variant
     from harness.engine.descriptor import load_engine
 
-    if args.command == "build-backend":
-        print("harness build-backend is deprecated: it is now harness build-binding (same arguments); "
-              "the old name goes in the next release", file=sys.stderr)
     engine = load_engine(args.engine)
     artifact = artifact_dir(engine, get_variant(args.variant))
     if not artifact.is_dir():

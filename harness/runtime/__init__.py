@@ -38,21 +38,11 @@ _PUBLIC = {
     "Sampling": "sampling",
 }
 
-#: The runtime classes' names before issue 28 (``Engine`` read like the registered ``EngineImpl``
-#: and the ``EngineSpec`` descriptor): still found for one release, with a DeprecationWarning.
-_RENAMED = {"Engine": "Runtime", "AsyncEngine": "AsyncRuntime"}
-
 __all__ = ["CONFIG_SUFFIXES", "AsyncRuntime", "AsyncStream", "ChatDelta", "ChatResult", "ChatStream", "Completion",
            "Pending", "Runtime", "Sampling", "Stream", "Usage", "parse_arguments"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        import warnings
-
-        warnings.warn(f"harness.runtime.{name} is now harness.runtime.{_RENAMED[name]} (the old name goes in the "
-                      "next release)", DeprecationWarning, stacklevel=2)
-        return __getattr__(_RENAMED[name])
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

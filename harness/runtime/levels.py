@@ -44,7 +44,7 @@ PROBE_TOKENS = 8
 
 _PROBE_CHILD = r"""
 import json, sys
-from harness import crash
+from harness.core import crash
 from harness.runtime import Runtime
 model = sys.argv[1]
 crash.note(running="the CPU-level smoke probe")

@@ -29,7 +29,7 @@ NOT_RUN = "not run here: this CPU lacks the level's features; audited (static) b
 
 _CHILD = r"""
 import json, sys
-from harness import crash
+from harness.core import crash
 from harness.runtime import Runtime
 model, variant, n, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[6])
 crash.note(running="cross-variant " + sys.argv[5])

@@ -64,7 +64,7 @@ def test_signal_names() -> None:
 
 
 def test_note_survives_the_crash(tmp_path: Path) -> None:
-    code = ("import os, signal; from harness import crash; crash.note(cpu_level='haswell'); "
+    code = ("import os, signal; from harness.core import crash; crash.note(cpu_level='haswell'); "
             "crash.note(running='spec x'); os.kill(os.getpid(), signal.SIGILL)")
     with crash.note_file() as (note, env):
         r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, check=False)

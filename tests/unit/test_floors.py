@@ -14,7 +14,7 @@ from __future__ import annotations
 from tests.unit.test_import_cycles import graph
 
 FLOORS: dict[str, int] = {
-    "harness": 0, "harness._moved": 0, "harness.core": 0,
+    "harness": 0, "harness.core": 0,
     "harness.engine": 1,
     **{f"harness.{p}": 2 for p in ("source", "abi", "build", "binding", "audit", "models", "config", "runtime",
                                    "video", "bench", "agree", "serve")},
