@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 from harness.core.types import Buildability, EngineSpec, HostInfo, Variant
 from harness.engine.plugin import hookimpl
@@ -98,6 +99,20 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
             notes.append(f"{g.name} (sm_{g.compute_capability}) is not covered by {','.join(variant.cuda_archs)}")
     return Buildability(variant=variant.name, buildable=not reasons, runnable=runnable and not reasons,
                         reasons=tuple(reasons), notes=tuple(notes))
+
+
+@hookimpl
+def harness_artifact_usable(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]] | None:
+    if manifest.get("backend") != "cuda":
+        return None
+    gpus = [g for g in host.gpus if g.api == "cuda"]
+    if not gpus:
+        return False, ["no CUDA GPU on this host"]
+    archs = manifest.get("cuda_archs", [])
+    for g in gpus:
+        if g.compute_capability and not arch_satisfies(archs, g.compute_capability):
+            return False, [f"{g.name} is sm_{g.compute_capability}; artifact has {','.join(archs)}"]
+    return True, []
 
 
 @hookimpl

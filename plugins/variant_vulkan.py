@@ -205,6 +205,22 @@ def glslc_features(log_text: str) -> dict[str, bool]:
 
 
 @hookimpl
+def harness_artifact_usable(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]] | None:
+    if manifest.get("backend") != "vulkan":
+        return None
+    devices = [g for g in host.gpus if g.api == "vulkan"]
+    if not devices:
+        return False, ["no Vulkan device on this host (mesa-vulkan-drivers provides lavapipe, a CPU one)"]
+    notes = []
+    if all("CPU" in g.device_type.upper() for g in devices):
+        notes.append("only a CPU Vulkan device (lavapipe): used when the variant is named (--variant vulkan)")
+    missing = sorted(k for k, ok in manifest.get("vulkan", {}).get("glslc_features", {}).items() if not ok)
+    if missing:
+        notes.append(f"built without {', '.join(missing)} shaders (glslc lacked them)")
+    return True, notes
+
+
+@hookimpl
 def harness_artifact_manifest(engine: EngineSpec, variant: Variant, manifest: dict[str, Any]) -> dict[str, Any] | None:
     from harness.core.host import system_vulkan_headers, vulkan_header_version
     if variant.backend != "vulkan":

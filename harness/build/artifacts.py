@@ -8,12 +8,15 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.build.cmake import MANIFEST, file_hashes, read_manifest
 from harness.core import paths
 from harness.core.errors import ArtifactError
 from harness.core.types import HostInfo
+
+if TYPE_CHECKING:
+    import pluggy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,34 +48,23 @@ def verify(path: Path) -> list[str]:
     return problems
 
 
-def usable_on(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]]:
-    """Whether an artifact can run here (CUDA archs vs the GPUs' compute capability)."""
-    from harness_plugins.variant_cuda import arch_satisfies
+def usable_on(manifest: dict[str, Any], host: HostInfo,
+              pm: pluggy.PluginManager | None = None) -> tuple[bool, list[str]]:
+    """Whether an artifact can run here, with notes: its OS and cross target here, the rest (a
+    GPU backend's devices) from the plugin owning its backend (``harness_artifact_usable``)."""
+    from harness.engine.plugin import get_manager
 
-    notes: list[str] = []
     if manifest.get("host", {}).get("os") not in (None, host.os):
         return False, [f"built for {manifest['host']['os']}, host is {host.os}"]
     target = manifest.get("target")
     if target and not str(target).startswith(f"{host.arch}-"):
         return False, [f"cross-built for {target}, host is {host.arch}: runs here only under emulation "
                        "(qemu-user; harness qualify runs it so)"]
-    if manifest.get("backend") == "cuda":
-        gpus = [g for g in host.gpus if g.api == "cuda"]
-        if not gpus:
-            return False, ["no CUDA GPU on this host"]
-        for g in gpus:
-            if g.compute_capability and not arch_satisfies(manifest.get("cuda_archs", []), g.compute_capability):
-                return False, [f"{g.name} is sm_{g.compute_capability}; artifact has {','.join(manifest['cuda_archs'])}"]
-    if manifest.get("backend") == "vulkan":
-        devices = [g for g in host.gpus if g.api == "vulkan"]
-        if not devices:
-            return False, ["no Vulkan device on this host (mesa-vulkan-drivers provides lavapipe, a CPU one)"]
-        if all("CPU" in g.device_type.upper() for g in devices):
-            notes.append("only a CPU Vulkan device (lavapipe): used when the variant is named (--variant vulkan)")
-        missing = sorted(k for k, ok in manifest.get("vulkan", {}).get("glslc_features", {}).items() if not ok)
-        if missing:
-            notes.append(f"built without {', '.join(missing)} shaders (glslc lacked them)")
-    return True, notes
+    answer = (pm or get_manager()).hook.harness_artifact_usable(manifest=manifest, host=host)
+    if answer is None:
+        return True, []
+    usable, notes = answer
+    return usable, list(notes)
 
 
 def status(path: Path, host: HostInfo | None = None) -> ArtifactStatus:

@@ -100,6 +100,19 @@ def harness_artifact_manifest(
 
 
 @hookspec(firstresult=True)
+def harness_artifact_usable(
+    manifest: dict[str, Any], host: HostInfo
+) -> tuple[bool, list[str]] | None:
+    """Whether an installed artifact runs on this host, with notes: ``(usable, notes)``; when it
+    does not, the notes say why. Stops at first non-None result.
+
+    The plugin owning the manifest's ``backend`` answers (CUDA: the GPUs' compute capability
+    against the artifact's arch list; Vulkan: a device, and the shaders glslc could compile).
+    The core checks only what every artifact has (its OS, a cross target).
+    """
+
+
+@hookspec(firstresult=True)
 def harness_artifact_cpu_levels(tree: Path, arch: str) -> list[CpuLevel] | None:
     """The CPU levels a portable build of ``tree`` produces for ``arch``, as its source defines them.
 

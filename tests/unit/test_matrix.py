@@ -91,6 +91,22 @@ def test_arch_satisfies(archs: list[str], cc: str, ok: bool) -> None:
     assert arch_satisfies(archs, cc) is ok
 
 
+def test_a_cuda_artifact_is_usable_where_the_cuda_plugin_says() -> None:
+    """The core asks the plugin manager (harness_artifact_usable); the CUDA plugin answers with its arch check."""
+    from harness.build.artifacts import usable_on
+
+    pm = make_manager(autoload=False)
+    manifest = {"backend": "cuda", "host": {"os": "linux"}, "cuda_archs": ["86-real"]}
+    assert usable_on(manifest, fake_host(), pm) == (False, ["no CUDA GPU on this host"])
+    ada = fake_host(gpus=(GpuInfo(api="cuda", name="L4", compute_capability="8.9"),))
+    assert usable_on(manifest, ada, pm) == (True, [])
+    hopper = fake_host(gpus=(GpuInfo(api="cuda", name="H200", compute_capability="9.0"),))
+    assert usable_on(manifest, hopper, pm) == (False, ["H200 is sm_9.0; artifact has 86-real"])
+    assert usable_on({**manifest, "cuda_archs": ["90-real"]}, hopper, pm) == (True, [])
+    # a CPU artifact: no plugin objects, and no CUDA GPU is needed
+    assert usable_on({"backend": "cpu", "host": {"os": "linux"}}, fake_host(), pm) == (True, [])
+
+
 def test_unknown_variant_did_you_mean(rows) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UnknownNameError, match="did you mean 'vulkan'"):
         select(rows, "vulcan")
