@@ -1,6 +1,6 @@
 """The simulation gate's error rates: injected code-path regressions caught, A/A false alarms.
 
-    python scripts/sim_error_rates.py --model $HARNESS_MODEL [--reps 20] [--gate 1] [--shape 8,24,2,6]
+    python scripts/sim_error_rates.py --model $HARNESS_MODEL [--reps 20] [--gate 1] [--shape 8,16,2,4]
 
 Three comparisons, each repeated ``--reps`` times with every run in a fresh process under a fresh
 random environment size (the stack moves; nothing else differs between repetitions, which is the
@@ -17,7 +17,8 @@ point: the instrument's figure depends on the binary and its input, not on the h
   chain sized to 2% of the base binding's decode instructions per token, measured first; built
   from a copy of the engine's recipe and unpacked beside the installed one (as an old pin's is).
 
-Each repetition measures every arm through the simulation plan (4 runs each) and compares A with B
+Each repetition measures every arm through the simulation plan (3 runs each: base, longer prompt,
+longer generation; ``--repeat-run`` adds the base again for a per-run resolution) and compares A with B
 at ``--gate`` percent on prefill and decode. Detection: the verdict is FAILED on a metric the
 regression touches (kernel: prefill and decode; binding: decode). Writes
 ``<out>/sim-error-rates.json`` and ``.md``.
@@ -112,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True, help="a Q4_1 GGUF (SmolLM2-135M Q4_1: $HARNESS_MODEL)")
     p.add_argument("--reps", type=int, default=20, help="repetitions of each comparison (default 20)")
     p.add_argument("--gate", type=float, default=1.0, help="percent B may be slower (default 1)")
-    p.add_argument("--shape", default="8,24,2,6", help="simulation run lengths P1,P2,G1,G2 (default 8,24,2,6)")
+    p.add_argument("--shape", default="8,16,2,4", help="simulation run lengths P1,P2,G1,G2 (default 8,16,2,4)")
+    p.add_argument("--repeat-run", action="store_true",
+                   help="also run each arm's base shape twice per repetition (the gate's resolution); by "
+                   "default the repetitions themselves show the spread, and each ratio is compared as a point")
     p.add_argument("--binding-pct", type=float, default=2.0, help="injected binding work, percent of decode (default 2)")
     p.add_argument("--out", type=Path, default=None, help="report dir (default reports/<stamp>-sim-error-rates)")
     p.add_argument("--jobs", type=int, default=None, help="runs at once (default: the CPUs)")
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.bench import simulation
     from harness.core import paths, progress
 
-    plan = simulation.SimPlan.parse(args.shape)
+    plan = dataclasses.replace(simulation.SimPlan.parse(args.shape), repeat=args.repeat_run)
     level = simulation.level_for_host()
     out = args.out or paths.reports_dir() / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-sim-error-rates"
     out.mkdir(parents=True, exist_ok=True)
@@ -182,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "sim-error-rates.json").write_text(json.dumps(doc, indent=2) + "\n")
     md = [f"# Simulation gate error rates ({args.reps} repetitions, gate {args.gate:g}%)", "",
           f"Model {Path(args.model).name}, CPU level {level}, one thread, runs P{plan.p1}/G{plan.g1}, "
-          f"P{plan.p2}/G{plan.g1}, P{plan.p1}/G{plan.g2} and the first again per arm and repetition, each in a "
+          f"P{plan.p2}/G{plan.g1}, P{plan.p1}/G{plan.g2}{' and the first again' if plan.repeat else ''} per arm and "
+          f"repetition, each in a "
           f"fresh process with a random environment size; {doc['valgrind']}; {doc['seconds'] / 60:.1f} min.", "",
           "| comparison | FAILED verdicts | expected | speed B/A prefill (min-max) | decode (min-max) | widest resolution |",
           "|---|---:|---|---|---|---:|"]

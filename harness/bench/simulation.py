@@ -177,6 +177,9 @@ class SimPlan:
     p2: int = 96
     g1: int = 4
     g2: int = 20
+    repeat: bool = True
+    """Run the base shape a second time for the resolution; False (a study that repeats whole
+    measurements instead) leaves the resolution at 0: each ratio is then a point."""
 
     def __post_init__(self) -> None:
         if not (0 < self.p1 < self.p2 and 0 < self.g1 < self.g2):
@@ -196,8 +199,8 @@ class SimPlan:
 
     def shapes(self) -> list[tuple[str, int, int]]:
         """(role, pn, gn): the base run, the longer prompt, the longer generation, the base again."""
-        return [("base", self.p1, self.g1), ("prompt", self.p2, self.g1), ("generation", self.p1, self.g2),
-                ("repeat", self.p1, self.g1)]
+        shapes = [("base", self.p1, self.g1), ("prompt", self.p2, self.g1), ("generation", self.p1, self.g2)]
+        return [*shapes, ("repeat", self.p1, self.g1)] if self.repeat else shapes
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -246,7 +249,8 @@ def figures_from_runs(name: str, plan: SimPlan, runs: Sequence[SimRun],
     missing = [role for role, _, _ in plan.shapes() if role not in by]
     if missing:
         raise BenchError(f"simulation of {name}: runs {', '.join(missing)} are missing")
-    base, prompt, gen, rep = by["base"].counts, by["prompt"].counts, by["generation"].counts, by["repeat"].counts
+    base, prompt, gen = by["base"].counts, by["prompt"].counts, by["generation"].counts
+    rep = by["repeat"].counts if "repeat" in by else base
     prefill = prompt.minus(base).scaled(1.0 / ((plan.p2 - plan.p1) * prompt_passes))
     decode = gen.minus(base).scaled(1.0 / (plan.g2 - plan.g1))
     jitter = abs(rep.cycles - base.cycles)
