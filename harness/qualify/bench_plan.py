@@ -97,7 +97,7 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int = 512, 
         msg = (f"expected instruments from {', '.join(INSTRUMENTS)} including walltime or simulation, found "
                f"{', '.join(chosen)}; e.g. --instrument walltime,simulation")
         raise UsageError(msg)
-    sims = {str(k): SimPlan(**{kk: int(vv) for kk, vv in dict(v).items()})
+    sims = {str(k): SimPlan(p1=int(v["p1"]), p2=int(v["p2"]), g1=int(v["g1"]), g2=int(v["g2"]))
             for k, v in (raw.get("simulation") or {}).items()}
     models_raw = tuple(str(m) for m in raw.get("models") or ("HARNESS_MODEL",))
     if "simulation" not in raw and models_raw:  # a descriptor that says nothing: the first bench model
