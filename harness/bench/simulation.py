@@ -466,7 +466,7 @@ def target_for(kind: str, options: Mapping[str, Any], *, level: str | None) -> S
     target = get_manager().hook.harness_sim_target(kind=kind, options=opts)
     if target is None:
         msg = (f"arm kind {kind!r} cannot be measured by simulation: no plugin gives a simulation target for it "
-               "(llama.cpp's: in-process, llama-bench); measure it with --instrument walltime")
+               "(README: Instruments names the kinds that can); measure it with --instrument walltime")
         raise BenchError(msg)
     if not isinstance(target, SimTarget):
         msg = f"the simulation target for {kind!r} lacks name/command()/describe(): a plugin bug"

@@ -31,7 +31,7 @@ arms are KIND[:key=value,...]; A is the baseline, B the candidate:
       exit 18 when the run cannot resolve 5% (the interval straddles 0.95): undecided, not a pass
   harness bench --a A --b B --until-halfwidth 3 --max-blocks 24
       add blocks until every headline interval is within +-3% (or 24 blocks are done)
-  harness bench --instrument simulation --a llama-bench:artifact=DIR,model=M.gguf --b in-process:model=M.gguf \
+  harness bench --instrument simulation --a TOOL:artifact=DIR,model=M.gguf --b in-process:model=M.gguf \
       --fail-on-slower 3
       the binding's code path against its engine's tool, counted, not timed: one thread, CPU level
       haswell (Valgrind executes no AVX-512 or AMX), per-token figures from two run lengths; the same

@@ -17,7 +17,7 @@ Exit codes: 0 all passed, 1 a spec failed, 16 a spec process crashed.
 
 examples:
   harness e2e tests/e2e --variant cpu
-  harness e2e tests/e2e/llamacpp/test_text.py -- -k greedy -x
+  harness e2e tests/e2e -- -k greedy -x        pytest arguments after --
 """
 
 

@@ -70,7 +70,7 @@ class Parameters:
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
 
     top_k: int | None = _c(minimum=-1, maximum=INT_MAX)
-    """Keep only the k most likely tokens; 0 (llama.cpp) or -1 (vLLM) disables the filter."""
+    """Keep only the k most likely tokens; 0 or -1 (vLLM's spelling) disables the filter."""
 
     min_p: float | None = _c(minimum=0, maximum=1)
     """Drop tokens whose probability is below min_p times the top token's."""
