@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--arch", action="append", metavar="ARCH",
                    help="qualify the cross-built rows for ARCH (e.g. aarch64) under emulation: every CPU level under "
                    "the QEMU CPU model that has its features; a row that cannot be built or run here fails with the "
-                   "reason (repeatable; default: every cross row whose toolchain is installed; 'none' for none)")
+                   "reason (repeatable; 'all': every cross row whose toolchain is installed; default: none, each reported "
+                   "as a skipped stage saying how to run it, unless --variant names the row)")
     p.add_argument("--out", type=Path, help="reports directory (default: reports/ in the checkout)")
     add_json_flag(p)
     p.set_defaults(func=cmd_qualify, extras=('build', 'bench'))
