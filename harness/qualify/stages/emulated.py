@@ -33,7 +33,7 @@ def stages(ctx: QualifyContext) -> list[Stage]:
     if arch is None and not ctx.options.variant:  # a CI entry's --variant still runs the rows it names
         here, _ = cross_rows(ctx.engine, None)
         return [Stage(name=f"emulated-{row.name}", run=functools.partial(not_asked)) for row in here]
-    if "all" in arch:
+    if arch is not None and "all" in arch:
         arch = None
     here, not_here = cross_rows(ctx.engine, list(arch) if arch is not None else None)
     if ctx.options.variant and arch is None:  # a CI entry's rows: the cross rows its pattern names, not every one
