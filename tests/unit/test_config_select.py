@@ -152,7 +152,7 @@ def test_select_first_accepting_or_declared() -> None:
     assert sel.reason == "backend 'cu' rejects this model: requires Linux with a CUDA device"
     sel = select_engine(config("x.gguf", backend="nope"), HOST, pm=pm)
     assert sel.reason == ("backend 'nope' is neither an engine here nor in LocalAI's backend index (at "
-                          "0c8bba1fbe3d): LocalAI loads the config and fails only when no gallery has that "
+                          "82c191afadf5): LocalAI loads the config and fails only when no gallery has that "
                           "backend; engines here: cu, gg, silent")
     assert sel.to_json()["chosen"] is None
 

@@ -108,7 +108,8 @@ def test_defaults_fill_what_the_config_leaves_unset(models: Path, tmp_path: Path
 def test_an_invalid_config_is_refused_with_its_diagnostics(models: Path, tmp_path: Path) -> None:
     config = tmp_path / "bad.yaml"
     config.write_text("name: bad\nbackend: llamacpp\nparameters:\n  model: weights.bin\n")
-    with pytest.raises(errors.ConfigError, match=r"bad.yaml:4:10: error: parameters.model 'weights.bin' must be"):
+    with pytest.raises(errors.ConfigError,
+                       match=r"bad.yaml:4:10: error: parameters.model 'weights.bin' not found in the models directory"):
         Runtime.load(config=config, models_dir=models, variant="steady")
 
 
