@@ -11,7 +11,8 @@ line it comes from (nothing of LocalAI's is copied but names, types and those re
   (``parameters:``) and TemplateConfig (``template:``);
 - ``usecases``: GetAllModelConfigUsecases()'s map (the FLAG_* names known_usecases takes);
 - ``refusals``: every ``return false, fmt.Errorf(...)`` of ModelConfig.Validate();
-- ``llama_cpp_options``: the ``options:`` names backend/cpp/llama-cpp/grpc-server.cpp parses;
+- ``backend_options``: per LocalAI backend name, the ``options:`` names its own source parses
+  (the backends of ``OPTION_PARSERS``: llama-cpp's backend/cpp/llama-cpp/grpc-server.cpp);
 - ``anchors``: the lines the harness's rules cite (``harness validate --explain RULE``).
 
 The source is a LocalAI git checkout or a bare mirror (files are read from the working tree when
@@ -81,18 +82,23 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "pipeline": (MODEL_CONFIG, r"^type Pipeline struct"),
     "template_file": ("core/templates/cache.go", r"dat = templateName"),
     "mcp_yaml": (MODEL_CONFIG, r"^func \(c \*MCPConfig\) MCPConfigFromYAML\(\)"),
-    "llama_options": (LLAMA_SERVER, r'strcmp\(optname, "context_shift"\)'),
-    "llama_spec_type": (LLAMA_SERVER, r'strcmp\(optname, "spec_type"\)'),
+    "options_parser": (LLAMA_SERVER, r'strcmp\(optname, "context_shift"\)'),
+    "spec_type_passthrough": (LLAMA_SERVER, r'strcmp\(optname, "spec_type"\)'),
     "diffusers_options": ("backend/python/diffusers/backend.py", r"self\.options\[key\] = value"),
     "store_backend": ("core/backend/stores.go", r"^func NewVectorStore\("),
     "model_file": ("core/backend/options.go", r"model\.WithModelFile\(c\.ModelFileName\(\)\)"),
 }
+#: Backends whose own ``options:`` parser is read: LocalAI backend name -> (its source file, a regular
+#: expression whose group 1 is an option name the parser compares with).
+OPTION_PARSERS: dict[str, tuple[str, str]] = {
+    "llama-cpp": (LLAMA_SERVER, r'strcmp\(optname, "([^"]+)"\)'),
+}
 HEADER = """\
 # LocalAI facts generated from its source at one commit (see `source`), each with the file:line
 # it comes from: backends (backend/index.yaml), config keys and their types (Go struct tags),
-# known_usecases names, Validate()'s refusals, the llama-cpp options its gRPC server parses, and
-# the lines the harness's rules cite. Written by scripts/refresh_localai_index.py
-# (nox -s refresh_localai_index -- PATH); do not edit by hand.
+# known_usecases names, Validate()'s refusals, the options: names some backends' own sources
+# parse (per backend name), and the lines the harness's rules cite. Written by
+# scripts/refresh_localai_index.py (nox -s refresh_localai_index -- PATH); do not edit by hand.
 """
 
 Reader = Callable[[str], str]
@@ -249,13 +255,16 @@ def refusals(read: Reader) -> list[list[Any]]:
     return out
 
 
-def llama_cpp_options(read: Reader) -> dict[str, str]:
-    """The option names grpc-server.cpp compares ``optname`` with -> file:line."""
-    out: dict[str, str] = {}
-    for n, line in enumerate(read(LLAMA_SERVER).splitlines(), start=1):
-        for name in re.findall(r'strcmp\(optname, "([^"]+)"\)', line):
-            out.setdefault(name, f"{LLAMA_SERVER}:{n}")
-    return dict(sorted(out.items()))
+def backend_options(read: Reader) -> dict[str, dict[str, str]]:
+    """LocalAI backend name -> the option names its parser (``OPTION_PARSERS``) compares with -> file:line."""
+    found: dict[str, dict[str, str]] = {}
+    for backend, (file, pattern) in OPTION_PARSERS.items():
+        out: dict[str, str] = {}
+        for n, line in enumerate(read(file).splitlines(), start=1):
+            for name in re.findall(pattern, line):
+                out.setdefault(name, f"{file}:{n}")
+        found[backend] = dict(sorted(out.items()))
+    return dict(sorted(found.items()))
 
 
 def anchors(read: Reader) -> dict[str, str]:
@@ -286,8 +295,10 @@ def render(facts: dict[str, Any], repository: str, commit: str) -> str:
     lines += [f"  {k}: {v}" for k, v in facts["usecases"].items()]
     lines.append("refusals:")
     lines += [f"  - [{where}, {_flow(fmt)}]" for where, fmt in facts["refusals"]]
-    lines.append("llama_cpp_options:")
-    lines += [f"  {k}: {v}" for k, v in facts["llama_cpp_options"].items()]
+    lines.append("backend_options:")
+    for backend, options in facts["backend_options"].items():
+        lines.append(f"  {backend}:")
+        lines += [f"    {k}: {v}" for k, v in options.items()]
     lines.append("keys:")
     for section, keys in facts["keys"].items():
         lines.append(f"  {section}:")
@@ -299,7 +310,7 @@ def collect(root: Path) -> dict[str, Any]:
     read = reader(root)
     return {"backends": meta_backends(read("backend/index.yaml")), "keys": config_keys(read),
             "usecases": usecases(read), "refusals": refusals(read),
-            "llama_cpp_options": llama_cpp_options(read), "anchors": anchors(read)}
+            "backend_options": backend_options(read), "anchors": anchors(read)}
 
 
 def main(argv: list[str] | None = None) -> int:

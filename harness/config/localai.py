@@ -78,8 +78,8 @@ class Vocabulary:
     """Generated: the LocalAI lines the rules cite, name -> file:line (at ``index_source``'s commit)."""
     usecase_flags: dict[str, str] = field(default_factory=dict)
     """Generated: GetAllModelConfigUsecases()'s FLAG_* names -> file:line."""
-    llama_cpp_options: dict[str, str] = field(default_factory=dict)
-    """Generated: the ``options:`` names LocalAI's llama-cpp gRPC server parses -> file:line."""
+    backend_options: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Generated: LocalAI backend name -> the ``options:`` names its own source parses -> file:line."""
     generated_keys: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
     """Generated: section -> YAML key -> (JSON type, file:line of its Go struct tag)."""
     refusals: tuple[tuple[str, str], ...] = ()
@@ -126,7 +126,8 @@ def vocabulary() -> Vocabulary:
         if section in keys:
             for name, (kind, _) in found.items():
                 keys[section].setdefault(name, Key(name=name, unused=kind))
-    llama_options = {str(k): str(v) for k, v in (index.get("llama_cpp_options") or {}).items()}
+    parsed = {str(name): {str(k): str(v) for k, v in (opts or {}).items()}
+              for name, opts in (index.get("backend_options") or {}).items()}
     backends = {
         name: Backend(name=name, alias_of=spec.get("alias_of"), options=frozenset(spec.get("options") or ()),
                       speculative=spec.get("speculative"), video_family=spec.get("video_family"),
@@ -134,12 +135,12 @@ def vocabulary() -> Vocabulary:
                       open_options=str(spec.get("open_options") or ""))
         for name, spec in raw["backends"].items()
     }
-    # llama-cpp takes every option its gRPC server parses (generated) beside the table's own.
-    llama = backends.get("llama-cpp")
-    if llama is not None:
-        backends["llama-cpp"] = dataclasses.replace(llama, options=llama.options | frozenset(llama_options))
     for name, usecases in cases.items():  # the index's names this table has nothing more about
         backends.setdefault(name, Backend(name=name, usecases=usecases))
+    # A backend whose own options parser the index read takes every option it parses beside the table's own.
+    for name, opts in parsed.items():
+        entry = backends.get(name) or Backend(name=name)
+        backends[name] = dataclasses.replace(entry, options=entry.options | frozenset(opts))
     return Vocabulary(
         source=dict(raw["source"]), keys=keys,
         harness_keys={k: frozenset(v) for k, v in (raw.get("harness") or {}).items()},
@@ -152,7 +153,7 @@ def vocabulary() -> Vocabulary:
         gallery_metadata=frozenset(str(k) for k in raw.get("gallery_metadata") or ()),
         anchors={str(k): str(v) for k, v in (index.get("anchors") or {}).items()},
         usecase_flags={str(k): str(v) for k, v in (index.get("usecases") or {}).items()},
-        llama_cpp_options=llama_options, generated_keys=generated,
+        backend_options=parsed, generated_keys=generated,
         refusals=tuple((str(w), str(m)) for w, m in index.get("refusals") or ()),
     )
 

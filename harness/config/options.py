@@ -277,12 +277,12 @@ class _Resolver:
         if name == "spec_type" and isinstance(value, str):
             value = localai_spec_type(value)
             if spec.choices and value not in spec.choices:
-                # LocalAI's llama-cpp takes any kind llama.cpp names (draft-mtp, draft-eagle3, ...)
-                # and ignores a name llama.cpp does not know: not a refusal, only outside this engine.
-                where = anchor("llama_spec_type")
+                # LocalAI's backend passes any kind through to its engine (which ignores a name it
+                # does not know): not a refusal, only outside what this harness's engine runs.
+                where = anchor("spec_type_passthrough")
                 self.out.diagnostics.append(self.doc.diag(
-                    path, "note", f"{label} {value!r}: LocalAI's llama-cpp passes it to llama.cpp ({where}); "
-                                  f"this harness's engine runs {', '.join(spec.choices)}"))
+                    path, "note", f"{label} {value!r}: LocalAI passes it through to the backend's engine "
+                                  f"({where}); this harness's engine runs {', '.join(spec.choices)}"))
                 self.out.localai.setdefault(key, path)
                 self.out.unknown[name] = Setting(value=value, source=source, path=path)
                 return

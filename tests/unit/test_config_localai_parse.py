@@ -298,7 +298,8 @@ def test_refresh_script_generates_facts_from_a_checkout(tmp_path: Path) -> None:
         "core/schema/request.go": "package schema\n\ntype BasicModelRequest struct {\n"
                                   "\tModel string `json:\"model\" yaml:\"model,omitempty\"`\n}\n",
         "backend/cpp/llama-cpp/grpc-server.cpp": 'if (!strcmp(optname, "context_shift")) {\n'
-                                                 '} else if (!strcmp(optname, "cache_ram")) {\n',
+                                                 '} else if (!strcmp(optname, "cache_ram")) {\n'
+                                                 '} else if (!strcmp(optname, "spec_type")) {\n',
     }
     for rel, text in files.items():
         (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -325,8 +326,12 @@ def test_refresh_script_generates_facts_from_a_checkout(tmp_path: Path) -> None:
                                  "FLAG_3D": "core/config/model_config.go:33"}
     assert facts["refusals"] == [["core/config/model_config.go:25", "alias config %q must not set backend or "
                                   "parameters.model: an alias is a pure redirect"]]
-    assert facts["llama_cpp_options"] == {"cache_ram": "backend/cpp/llama-cpp/grpc-server.cpp:2",
-                                          "context_shift": "backend/cpp/llama-cpp/grpc-server.cpp:1"}
+    # options per LocalAI backend name (the parsers the script reads), and the neutral anchors citing them
+    assert facts["backend_options"] == {"llama-cpp": {"cache_ram": "backend/cpp/llama-cpp/grpc-server.cpp:2",
+                                                      "context_shift": "backend/cpp/llama-cpp/grpc-server.cpp:1",
+                                                      "spec_type": "backend/cpp/llama-cpp/grpc-server.cpp:3"}}
+    assert facts["anchors"]["options_parser"] == "backend/cpp/llama-cpp/grpc-server.cpp:1"
+    assert facts["anchors"]["spec_type_passthrough"] == "backend/cpp/llama-cpp/grpc-server.cpp:3"
     assert facts["anchors"]["is_alias"] == "core/config/model_config.go:21"
     assert facts["anchors"]["alias_no_model"] == "core/config/model_config.go:25"
     r = subprocess.run([sys.executable, script, str(checkout), "--out", str(out), "--check"],
@@ -335,6 +340,14 @@ def test_refresh_script_generates_facts_from_a_checkout(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, script, str(checkout / "backend" / "index.yaml"), "--check"],
                        capture_output=True, text=True, check=False)
     assert r.returncode == 2 and "LocalAI checkout" in r.stderr  # a copied file is not a checkout
+
+
+def test_the_shipped_index_gives_each_backend_the_options_its_source_parses() -> None:
+    v = vocabulary()
+    assert v.backend_options  # at least one backend's parser was read
+    for name, options in v.backend_options.items():
+        assert set(options) <= v.backends[name].options, name
+    assert v.anchors["spec_type_passthrough"]
 
 
 # -- shapes from real LocalAI files the corpus had not seen (the held-out check) -------------------

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.config.localai import anchor
 from harness.core import errors
 from harness.runtime import Runtime
 from harness_plugins.llamacpp.engine import core_params
@@ -42,8 +43,11 @@ def test_draft_model_and_n_draft_feed_the_settings(tmp_path: Path) -> None:
 
 
 def test_bad_values_are_located() -> None:
+    # a kind this engine does not run is LocalAI's to pass through (not a refusal): a located note
     assert run(BASE + "options:\n  - spec_type:ngram\n") == [
-        "m.yaml:6:5: error: option spec_type must be one of none, ngram-simple, draft-simple, found 'ngram'"]
+        "m.yaml:6:5: note: option spec_type 'ngram': LocalAI passes it through to the backend's engine "
+        f"({anchor('spec_type_passthrough')}); this harness's engine runs none, ngram-simple, draft-simple",
+        "m.yaml:6:5: note: LocalAI keys this harness does not use: options spec_type"]
     assert run(BASE + "options:\n  - spec_n_max:65\n") == ["m.yaml:6:5: error: option spec_n_max must be <= 64, found 65"]
     assert run(BASE + "engine_args:\n  spec_min_acceptance: 1.5\n") == [
         "m.yaml:6:24: error: engine_args.spec_min_acceptance: must be <= 1, found 1.5"]
