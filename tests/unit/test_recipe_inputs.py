@@ -116,5 +116,7 @@ def test_harness_patch_refuses_a_special_patch_at_once(recipe: toy_recipe.Recipe
     what = "a FIFO (named pipe)" if kind == "fifo" else "a character device"
     assert f"patch file {recipe.patches / '0001-x.patch'} is {what}" in run.output
     assert "Traceback" not in run.output
+    # bounded work, not a timing: the read never starts (peak memory stays at start-up's) and the run
+    # ends within HANG_S (a FIFO read would block for ever); the seconds are printed, not asserted
+    # (a loaded 2-core host took 1.8 s against --version's 0.35 s)
     assert run.peak_rss_mb < 100
-    assert run.seconds < start.seconds + 1.0
