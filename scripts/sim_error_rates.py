@@ -127,8 +127,14 @@ def load_runs(d: Path, plan: Any) -> dict[str, Any]:
             runs.setdefault(m["name"], []).append(simulation.SimRun(role=m["role"], pn=int(m["pn"]), gn=int(m["gn"]),
                                                                     counts=counts, seconds=0.0, env_pad=-1))
     roles = {r for r, _, _ in plan.shapes()}
-    return {name: simulation.figures_from_runs(name, plan, rs) for name, rs in runs.items()
-            if roles <= {r.role for r in rs}}
+    out: dict[str, Any] = {}
+    for name, rs in runs.items():
+        if roles <= {r.role for r in rs}:
+            try:  # a run cut short by a stopped study: that arm of that repetition is incomplete
+                out[name] = simulation.figures_from_runs(name, plan, rs)
+            except BenchError:
+                continue
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
