@@ -203,13 +203,10 @@ class Sample:
 # ---------------------------------------------------------------------------
 
 
-def check_kind(spec: ArmSpec, extra_plugins: Sequence[str] = ()) -> None:
-    """Refuse an arm kind no plugin creates, before anything is measured. Every plugin implementing
-    ``harness_bench_arm`` must also list its kinds (``harness_bench_arm_kinds``); if one does not, the
-    check is skipped (its kinds are unknown)."""
+def _manager(extra_plugins: Sequence[str]) -> Any:
+    """The plugin manager with ``extra_plugins`` (module names) registered too."""
     import importlib
 
-    from harness.core.errors import UnknownNameError
     from harness.engine.plugin import get_manager
 
     pm = get_manager()
@@ -217,6 +214,16 @@ def check_kind(spec: ArmSpec, extra_plugins: Sequence[str] = ()) -> None:
         module = importlib.import_module(module_name)
         if not pm.is_registered(module):
             pm.register(module)
+    return pm
+
+
+def check_kind(spec: ArmSpec, extra_plugins: Sequence[str] = ()) -> None:
+    """Refuse an arm kind no plugin creates, before anything is measured. Every plugin implementing
+    ``harness_bench_arm`` must also list its kinds (``harness_bench_arm_kinds``); if one does not, the
+    check is skipped (its kinds are unknown)."""
+    from harness.core.errors import UnknownNameError
+
+    pm = _manager(extra_plugins)
     makers = {id(i.plugin) for i in pm.hook.harness_bench_arm.get_hookimpls()}
     listers = {id(i.plugin) for i in pm.hook.harness_bench_arm_kinds.get_hookimpls()}
     if not makers <= listers:
@@ -237,15 +244,7 @@ def prepare_arm(spec: ArmSpec) -> ArmSpec:
 
 def create_arm(spec: ArmSpec, role: str, extra_plugins: Sequence[str] = (), process: int = 0) -> Arm:
     """Build the plugin manager and ask ``harness_bench_arm`` for ``spec``'s arm."""
-    import importlib
-
-    from harness.engine.plugin import get_manager
-
-    pm = get_manager()
-    for module_name in extra_plugins:
-        module = importlib.import_module(module_name)
-        if not pm.is_registered(module):
-            pm.register(module)
+    pm = _manager(extra_plugins)
     pm.check_pending()
     arm = pm.hook.harness_bench_arm(kind=spec.kind, options={**spec.options, "_role": role,
                                                                        "_process": process})
