@@ -1,10 +1,11 @@
 """The simulation gate's error rates: injected code-path regressions caught, A/A false alarms.
 
-    python scripts/sim_error_rates.py --model $HARNESS_MODEL [--reps 20] [--gate 1] [--shape 8,16,2,4]
+    python scripts/sim_error_rates.py --model $HARNESS_MODEL [--reps 20] [--gate 1] [--shape 8,24,2,10]
 
-Three comparisons, each repeated ``--reps`` times with every run in a fresh process under a fresh
-random environment size (the stack moves; nothing else differs between repetitions, which is the
-point: the instrument's figure depends on the binary and its input, not on the host's load):
+Three comparisons, each repeated ``--reps`` times, every run in a fresh process; each repetition draws
+its own random environment size, shared by its runs as a qualification's measurement shares one (the
+stack moves between repetitions; nothing else differs, which is the point: the instrument's figure
+depends on the binary and its input, not on the host's load):
 
 - **A/A**: the installed binding against itself: repetition i's measurement against repetition i+1's
   (the last against the first), every one an independent set of runs. A FAILED verdict is a false alarm.
@@ -19,8 +20,9 @@ point: the instrument's figure depends on the binary and its input, not on the h
 
 Each repetition measures every arm through the simulation plan (3 runs each: base, longer prompt,
 longer generation; ``--repeat-run`` adds the base again for a per-run resolution) and compares A with B
-at ``--gate`` percent on prefill and decode. Detection: the verdict is FAILED on a metric the
-regression touches (kernel: prefill and decode; binding: decode). Writes
+at ``--gate`` percent on prefill and decode, on both figures (estimated cycles and instructions: either
+resolving below the floor fails). Detection: the verdict is FAILED on a metric the regression touches
+(kernel: prefill and decode; binding: decode). Writes
 ``<out>/sim-error-rates.json`` and ``.md``.
 
 Blind spot, by construction: a slowdown made of waiting (the wall-clock study's ``sleep``-based
@@ -142,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", required=True, help="a Q4_1 GGUF (SmolLM2-135M Q4_1: $HARNESS_MODEL)")
     p.add_argument("--reps", type=int, default=20, help="repetitions of each comparison (default 20)")
     p.add_argument("--gate", type=float, default=1.0, help="percent B may be slower (default 1)")
-    p.add_argument("--shape", default="8,16,2,4", help="simulation run lengths P1,P2,G1,G2 (default 8,16,2,4)")
+    p.add_argument("--shape", default="8,24,2,10",
+                   help="simulation run lengths P1,P2,G1,G2 (default 8,24,2,10: qualify's for SmolLM2)")
     p.add_argument("--repeat-run", action="store_true",
                    help="also run each arm's base shape twice per repetition (the gate's resolution); by "
                    "default the repetitions themselves show the spread, and each ratio is compared as a point")
@@ -213,9 +216,21 @@ def main(argv: list[str] | None = None) -> int:
     def rate(comp: str) -> dict[str, Any]:
         failed = [any(c["verdict"] == "FAILED" for c in r[comp] if c["metric"] in (touched[comp] or ("prefill", "decode")))
                   for r in rows]
-        speeds = {m: [next(c["speed"] for c in r[comp] if c["metric"] == m) for r in rows] for m in ("prefill", "decode")}
-        return {"failed": sum(failed), "of": len(rows),
+        def fig(c: dict[str, Any], name: str) -> float:
+            return float(next(f["speed"] for f in c["figures"] if f["name"] == name))
+
+        speeds = {m: [fig(next(c for c in r[comp] if c["metric"] == m), "estimated cycles") for r in rows]
+                  for m in ("prefill", "decode")}
+        ir = {m: [fig(next(c for c in r[comp] if c["metric"] == m), "instructions") for r in rows]
+              for m in ("prefill", "decode")}
+        by: dict[str, int] = {}
+        for r in rows:
+            for c in r[comp]:
+                if c["verdict"] == "FAILED":
+                    by[f"{c['metric']} on {c['decided_by']}"] = by.get(f"{c['metric']} on {c['decided_by']}", 0) + 1
+        return {"failed": sum(failed), "of": len(rows), "failed_by": by,
                 "speed_range": {m: [min(v), max(v)] for m, v in speeds.items()},
+                "instructions_speed_range": {m: [min(v), max(v)] for m, v in ir.items()},
                 "resolution_pct_max": max(c["resolution_pct"] for r in rows for c in r[comp])}
 
     summary = {comp: rate(comp) for comp in comparisons}
@@ -228,15 +243,20 @@ def main(argv: list[str] | None = None) -> int:
     md = [f"# Simulation gate error rates ({len(rows)} repetitions, gate {args.gate:g}%)", "",
           f"Model {Path(args.model).name}, CPU level {level}, one thread, runs P{plan.p1}/G{plan.g1}, "
           f"P{plan.p2}/G{plan.g1}, P{plan.p1}/G{plan.g2}{' and the first again' if plan.repeat else ''} per arm and "
-          f"repetition, each in a "
-          f"fresh process with a random environment size; {doc['valgrind']}; {doc['seconds'] / 60:.1f} min.", "",
-          "| comparison | FAILED verdicts | expected | speed B/A prefill (min-max) | decode (min-max) | widest resolution |",
-          "|---|---:|---|---|---|---:|"]
+          f"repetition, each in a fresh process, one random environment size per repetition; {doc['valgrind']}; "
+          f"{doc['seconds'] / 60:.1f} min. Speed B/A per token (> 1: B costs less), estimated cycles and instructions; "
+          "a verdict fails when either figure lies below the floor.", "",
+          "| comparison | FAILED verdicts | expected | failed on | est. cycles prefill (min-max) | decode | "
+          "instructions prefill | decode | widest resolution |",
+          "|---|---:|---|---|---|---|---|---|---:|"]
     expect = {"aa": "0 (false alarms)", "kernel": f"{len(rows)} (detections)", "binding": f"{len(rows)} (detections)"}
     for comp, s in summary.items():
         pr, de = s["speed_range"]["prefill"], s["speed_range"]["decode"]
-        md.append(f"| {comp} | {s['failed']}/{s['of']} | {expect[comp]} | {pr[0]:.4f}-{pr[1]:.4f} | "
-                  f"{de[0]:.4f}-{de[1]:.4f} | ±{s['resolution_pct_max']:.4f}% |")
+        ipr, ide = s["instructions_speed_range"]["prefill"], s["instructions_speed_range"]["decode"]
+        on = ", ".join(f"{k} {v}" for k, v in sorted(s["failed_by"].items())) or "-"
+        md.append(f"| {comp} | {s['failed']}/{s['of']} | {expect[comp]} | {on} | {pr[0]:.4f}-{pr[1]:.4f} | "
+                  f"{de[0]:.4f}-{de[1]:.4f} | {ipr[0]:.4f}-{ipr[1]:.4f} | {ide[0]:.4f}-{ide[1]:.4f} | "
+                  f"±{s['resolution_pct_max']:.4f}% |")
     md += ["", f"Binding injection: {iterations:,} iterations of a multiply-add chain per decoded token "
            f"(base decode: {per_token_ir:,.0f} instructions per token).",
            "", "Blind spot: a slowdown made of waiting (the wall-clock study's sleep-based arm) executes nothing: "

@@ -112,6 +112,46 @@ def test_compare_fails_a_code_path_regression_beyond_the_gate_and_passes_one_wit
     assert "| decode |" in ok.markdown() and "haswell" in ok.markdown()
 
 
+def test_an_instruction_regression_hidden_by_simulated_misses_fails_on_instructions() -> None:
+    # decode dominated by last-level misses (as SmolLM2's is: 63% of its estimate): B executes 2% more
+    # instructions per token and no more misses, which moves the cycle estimate by well under 1%
+    plan = SimPlan(p1=8, p2=24, g1=2, g2=6)
+
+    def runs(per_gen_ir: float) -> list[SimRun]:
+        return [SimRun(role=role, pn=pn, gn=gn, seconds=1.0, env_pad=0,
+                       counts=Counts({"Ir": 4e9 + 1e6 * pn + per_gen_ir * gn, "DLmr": 1.7e6 * gn}))
+                for role, pn, gn in plan.shapes()]
+
+    fa, fb = figures_from_runs("A", plan, runs(1e8)), figures_from_runs("B", plan, runs(1.02e8))
+    dec = next(c for c in compare(fa, fb, {"decode": 1}) if c.metric == "decode")
+    cycles = next(f for f in dec.figures if f.name == "estimated cycles")
+    assert cycles.speed > 0.99 and cycles.verdict(0.99) == "passed"
+    assert dec.verdict == "FAILED" and dec.decided_by == "instructions"
+    assert dec.speed == pytest.approx(1 / 1.02)
+
+
+def test_every_run_of_a_measurement_shares_one_environment_size(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from harness.bench import simulation
+
+    pads: list[int] = []
+
+    def fake_run(target, role, pn, gn, workdir, *, env_pad, timeout=0.0):  # type: ignore[no-untyped-def]
+        pads.append(env_pad)
+        return SimRun(role=role, pn=pn, gn=gn, seconds=0.0, env_pad=env_pad,
+                      counts=_counts(5e9 + 1e6 * pn + 4e6 * gn))
+
+    class T:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def describe(self) -> dict[str, str]:
+            return {}
+
+    monkeypatch.setattr(simulation, "run_one", fake_run)
+    simulation.measure([T("a"), T("b")], SimPlan(p1=8, p2=24, g1=2, g2=6), tmp_path, jobs=1)
+    assert len(pads) == 8 and len(set(pads)) == 1 and 0 <= pads[0] <= 4096
+
+
 def test_resolution_widens_the_interval_until_the_gate_cannot_be_told() -> None:
     # B 3% slower exactly at the floor, with a large run-to-run jitter: undecided, never passed
     r = _result(4e6, 4e6 / 0.97, jitter=2e5)
