@@ -243,12 +243,12 @@ def choose_cpu_models(levels: dict[str, frozenset[str]], models: dict[str, froze
             has = models[m] & universe
             if not need <= has:
                 continue
-            extra = has - need
+            surplus = has - need
             runnable = [lv for lv, f in levels.items() if f <= has]
             picked = max(runnable, key=lambda lv: len(levels[lv])) == name and \
                 all(len(levels[lv]) < len(need) for lv in runnable if lv != name)
-            tier = 0 if not extra else (1 if picked else 2)
-            ranked.append((tier, len(extra), order.index(m), m, tuple(sorted(extra))))
+            tier = 0 if not surplus else (1 if picked else 2)
+            ranked.append((tier, len(surplus), order.index(m), m, tuple(sorted(surplus))))
         if not ranked:
             out[name] = ModelChoice(level=name, model=None, isolated=False,
                                     note=f"no QEMU CPU model has {', '.join(sorted(need))}: not run")

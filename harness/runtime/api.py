@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from harness.core import errors
+from harness.runtime.native import CORE_ERRORS
 
 T = TypeVar("T")
 
@@ -187,25 +188,6 @@ def coalesce(deltas: list[ChatDelta]) -> list[ChatDelta]:
     return out
 
 
-_CORE_ERRORS = {
-    "ContextOverflowError": errors.ContextOverflowError,
-    "KVCacheFullError": errors.KVCacheFullError,
-    "EngineClosedError": errors.EngineClosedError,
-    "ModelLoadError": errors.ModelError,
-}
-
-
-def _translate(e: BaseException) -> BaseException:
-    cls = _CORE_ERRORS.get(type(e).__name__)
-    if cls is not None:
-        return cls(str(e))
-    if isinstance(e, ValueError):
-        return errors.InvalidRequestError(str(e))
-    if isinstance(e, RuntimeError):
-        return errors.EngineError(str(e))
-    return e
-
-
 #: A stream whose consumer has not asked for the next delta for this long, while its request
 #: still runs, is cancelled and its slot freed (``Runtime.load(..., stream_stall_timeout=S)``).
 STREAM_STALL_TIMEOUT_S = 30.0
@@ -272,9 +254,9 @@ class Stream:
         kind, text, etype = ev
         if kind == "delta":
             return str(text)
-        self.result = _completion(self._req, self._started)
+        self.result = completion_from(self._req, self._started)
         if kind == "error":
-            raise _CORE_ERRORS.get(etype, errors.EngineError)(text)
+            raise CORE_ERRORS.get(etype, errors.EngineError)(text)
         raise StopIteration
 
     @property
@@ -302,9 +284,9 @@ class Stream:
             self._last_read = time.monotonic()
         if end is not None:
             kind, text, etype = end
-            self.result = _completion(self._req, self._started)
+            self.result = completion_from(self._req, self._started)
             if kind == "error":
-                raise _CORE_ERRORS.get(etype, errors.EngineError)(text)
+                raise CORE_ERRORS.get(etype, errors.EngineError)(text)
         return str(outcome), int(events)
 
     def _stalled(self, now: float) -> bool:
@@ -362,7 +344,8 @@ class _Watchdog:
 _watchdog = _Watchdog()
 
 
-def _completion(req: Any, started: float) -> Completion:
+def completion_from(req: Any, started: float) -> Completion:
+    """The :class:`Completion` of a finished :class:`~harness.runtime.contract.NativeRequest`."""
     t = req.timings()
     ttft = t["t_first_token"] - t["t_submit"] if t["t_first_token"] else 0.0
     return Completion(text=req.text(), finish_reason=req.finish_reason, n_prompt=t["n_prompt"],
@@ -375,7 +358,7 @@ def _drain(req: Any) -> None:
     """Wait for a non-streaming request in C++ (GIL released): Python never loops per token."""
     kind, text, etype = req.wait()
     if kind == "error":
-        raise _CORE_ERRORS.get(etype, errors.EngineError)(text)
+        raise CORE_ERRORS.get(etype, errors.EngineError)(text)
 
 
 class Pending(Generic[T]):

@@ -169,7 +169,7 @@ class BackendArm:
             msg = f"backend arm option task={self.task!r}: expected one of {', '.join(TASKS)}"
             raise BenchError(msg)
         self.level = _force_level(self.opts.get("level"))
-        sizes = {k: int(self.opts[k]) for k in ENGINE_INT_OPTIONS if k in self.opts}
+        sizes: dict[str, Any] = {k: int(self.opts[k]) for k in ENGINE_INT_OPTIONS if k in self.opts}
         self.engine = Runtime.load(self.opts["model"], variant=self.variant, n_ctx=int(self.opts["n_ctx"]),
                                   threads=int(self.opts["threads"]), max_num_seqs=int(self.opts.get("max_num_seqs", 4)),
                                   prefix_caching=False, **sizes, **_spec_args(self.opts))
@@ -183,9 +183,9 @@ class BackendArm:
 
     def _prompt(self, pn: int, salt: int) -> list[int]:
         if self.task == "copy":
-            return self.engine.tokenize(copy_prompt(pn, self.engine.tokenize, salt))
+            return list(self.engine.tokenize(copy_prompt(pn, self.engine.tokenize, salt)))
         if self.task == "free":
-            return self.engine.tokenize(free_prompt(salt))
+            return list(self.engine.tokenize(free_prompt(salt)))
         return synthetic_prompt(pn, self.n_vocab, salt=salt)
 
     def warmup(self) -> None:

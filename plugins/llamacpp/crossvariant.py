@@ -136,17 +136,17 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
                        min(len(ref.tokens), len(r.tokens)))
         rows.append({"label": r.label, "variant": r.variant, "cpu_level": r.cpu_level, "ok": r.ok,
                      "status": r.status, "diverges_at": div, "text": r.text, "error": r.error})
-    out: dict[str, Any] = {"prompt": PROMPT, "expect": EXPECT, "threads": threads,
-                           "reference": ref.label if ref else None, "runs": rows,
-                           "passed": all(r["ok"] for r in rows) and bool(rows)}
+    summary: dict[str, Any] = {"prompt": PROMPT, "expect": EXPECT, "threads": threads,
+                               "reference": ref.label if ref else None, "runs": rows,
+                               "passed": all(r["ok"] for r in rows) and bool(rows)}
     if agreement and ref is not None:
         ref_level = next((r.cpu_level for r in runs if r.variant == "cpu" and r.status == "ran" and r.cpu_level), None)
         ran_levels = [r.cpu_level for r in runs if r.variant == "cpu" and r.status == "ran" and r.cpu_level
                       and r.label != "cpu"]
         others = sorted({r.variant for r in runs if r.variant != "cpu" and r.status == "ran"})
         if ref_level is not None:
-            out["agreement"] = agreement_rows(model, ref_level, ran_levels, others, threads=threads)
-    return out
+            summary["agreement"] = agreement_rows(model, ref_level, ran_levels, others, threads=threads)
+    return summary
 
 
 #: Tokens of the batch-invariance row (one token per sequence and decode is slow: ~250 tok/s alone).

@@ -31,15 +31,16 @@ from harness.runtime.api import (
     Completion,
     Pending,
     Stream,
-    _completion,
-    _translate,
+    completion_from,
 )
+from harness.runtime.native import translate_error
 from harness.runtime.sampling import Sampling, config_sampling
 from harness_plugins.llamacpp.bounds import RUNTIME_BOUNDS
 from harness_plugins.llamacpp.models import resolve_model
 
 if TYPE_CHECKING:
     from harness.config.effective import Effective
+    from harness.runtime.contract import ChatEngine, EmbeddingEngine, TextEngine, TokenEngine
 
 ENGINE = "llamacpp"
 
@@ -231,7 +232,7 @@ class Engine:
               **overrides: Any) -> Pending[Completion]:
         """Submit a completion and return at once: ``.result()`` waits, ``.cancel()`` stops it."""
         req = self._submit(prompt, self._sampling(sampling, overrides), stream=False)
-        return Pending(req, time.perf_counter(), _completion)
+        return Pending(req, time.perf_counter(), completion_from)
 
     def stream(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
                **overrides: Any) -> Stream:
@@ -251,7 +252,7 @@ class Engine:
         try:
             return self.core.submit(p, sampling.to_core(), stream)
         except Exception as e:
-            raise _translate(e) from e
+            raise translate_error(e) from e
 
     # ---------------------------------------------------------------- chat
     def chat(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None,
@@ -269,7 +270,7 @@ class Engine:
         req = self._submit_chat(messages, tools, tool_choice, sampling, response_format, overrides, stream=False)
 
         def finish(r: Any, started: float) -> ChatResult:
-            return ChatResult(message=json.loads(self.core.parse_chat(r)), completion=_completion(r, started))
+            return ChatResult(message=json.loads(self.core.parse_chat(r)), completion=completion_from(r, started))
         return Pending(req, time.perf_counter(), finish)
 
     def chat_stream(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None,
@@ -294,7 +295,7 @@ class Engine:
         try:
             return self.core.submit_chat(msgs, tls, choice, json.dumps(schema) if schema else "", s.to_core(), stream)
         except Exception as e:
-            raise _translate(e) from e
+            raise translate_error(e) from e
 
     # ---------------------------------------------------------------- embeddings & tokens
     def embed(self, texts: Sequence[str], *, normalize: bool = True) -> np.ndarray[Any, np.dtype[np.float32]]:
@@ -309,7 +310,7 @@ class Engine:
         try:
             return np.asarray(self.core.embed(list(texts), normalize), dtype=np.float32)
         except Exception as e:
-            raise _translate(e) from e
+            raise translate_error(e) from e
 
     def evaluate(self, sequences: Sequence[Sequence[int]], *, chunk: int | None = None,
                  log_softmax: bool = True) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
@@ -340,7 +341,7 @@ class Engine:
         try:
             return list(self.core.evaluate(seqs, step, log_softmax))
         except Exception as e:
-            raise _translate(e) from e
+            raise translate_error(e) from e
 
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
         if not isinstance(text, str):
@@ -352,7 +353,7 @@ class Engine:
         try:
             return str(self.core.detokenize(list(tokens), False))
         except Exception as e:
-            raise _translate(e) from e
+            raise translate_error(e) from e
 
     # ---------------------------------------------------------------- introspection
     def info(self) -> dict[str, Any]:
@@ -441,4 +442,10 @@ def _model_error(e: BaseException, path: Path) -> BaseException:
     m = re.search(r"unknown model architecture: '([^']+)'", msg)
     if m:
         return errors.ModelError(f"Unsupported model architecture: {m.group(1)} ({path})")
-    return _translate(e) if not isinstance(e, errors.HarnessError) else e
+    return translate_error(e) if not isinstance(e, errors.HarnessError) else e
+
+
+if TYPE_CHECKING:
+    # what this engine claims of harness.runtime.contract, checked by mypy --strict (nox lint / tests)
+    _CLAIMS: tuple[type[TextEngine], type[ChatEngine], type[EmbeddingEngine], type[TokenEngine]] = (
+        Engine, Engine, Engine, Engine)

@@ -99,13 +99,18 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def run(model: Path, peer_model: Path, *, prompts: Sequence[str] = PROMPTS, max_tokens: int = MAX_TOKENS,
         threads: int | None = None) -> dict[str, Any]:
     """Load both engines in this process and compare them (:func:`compare`)."""
+    from harness.core import errors
     from harness.core.host import default_threads
     from harness.engine import registry
     from harness_plugins.vllmcpp.engine import Engine
 
     t = threads or default_threads()
     n_ctx = 2 * (max_tokens + 64)
-    peer = registry.get(PEER).load(peer_model, threads=t, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, max_num_seqs=1)
+    load = registry.get(PEER).load
+    if load is None:
+        msg = f"the {PEER} engine plugin registers no load(): it cannot be the cross-engine peer"
+        raise errors.EngineError(msg)
+    peer = load(peer_model, threads=t, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, max_num_seqs=1)
     try:
         with Engine.load(model, threads=t, max_num_seqs=1, max_model_len=n_ctx) as engine:
             rows = compare(engine, peer, prompts, max_tokens=max_tokens)

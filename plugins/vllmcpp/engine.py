@@ -33,13 +33,14 @@ from harness.runtime.api import (
     Completion,
     Pending,
     Stream,
-    _completion,
-    _translate,
+    completion_from,
 )
+from harness.runtime.native import translate_error
 from harness.runtime.sampling import Sampling, config_sampling
 
 if TYPE_CHECKING:
     from harness.config.effective import Effective
+    from harness.runtime.contract import TextEngine
 
 ENGINE = "vllm.cpp"
 #: vllm.cpp reads its CPU thread count from this variable when its thread pool starts.
@@ -207,7 +208,7 @@ class Engine:
         try:
             out = self.core.complete(self._prompt(prompt), sampling_core(s))
         except Exception as e:
-            raise _translate(e) from e
+            raise translate_error(e) from e
         return Completion(text=out["text"], finish_reason=out["finish_reason"], n_prompt=out["prompt_tokens"],
                           n_cached=0, n_generated=out["completion_tokens"], ttft_s=0.0,
                           total_s=time.perf_counter() - t0)
@@ -215,7 +216,7 @@ class Engine:
     def start(self, prompt: str, sampling: Sampling | dict[str, Any] | None = None, **overrides: Any) -> Pending[Completion]:
         """Submit a completion and return at once: ``.result()`` waits, ``.cancel()`` stops it."""
         req = self._submit(prompt, self._sampling(sampling, overrides), stream=False)
-        return Pending(req, time.perf_counter(), _completion)
+        return Pending(req, time.perf_counter(), completion_from)
 
     def stream(self, prompt: str, sampling: Sampling | dict[str, Any] | None = None, **overrides: Any) -> Stream:
         """Iterate text deltas; closing the iterator cancels the request."""
@@ -230,7 +231,7 @@ class Engine:
         try:
             return dict(json.loads(self.core.chat(json.dumps(body))))
         except Exception as e:
-            raise _translate(e) from e
+            raise translate_error(e) from e
 
     def _prompt(self, prompt: str) -> str:
         if not isinstance(prompt, str):
@@ -250,7 +251,7 @@ class Engine:
         try:
             return self.core.submit(p, sampling_core(sampling), stream)
         except Exception as e:
-            raise _translate(e) from e
+            raise translate_error(e) from e
 
     # ---------------------------------------------------------------- lifecycle
     def info(self) -> dict[str, Any]:
@@ -281,4 +282,10 @@ def _model_error(e: BaseException, path: Path) -> BaseException:
         return errors.BackendError(str(e))
     if type(e).__name__ == "ModelLoadError":
         return errors.ModelError(f"vllm.cpp cannot load {path}: {e}")
-    return _translate(e) if not isinstance(e, errors.HarnessError) else e
+    return translate_error(e) if not isinstance(e, errors.HarnessError) else e
+
+
+if TYPE_CHECKING:
+    # what this engine claims of harness.runtime.contract, checked by mypy --strict (nox lint / tests);
+    # its chat() is vllm.cpp's own OpenAI request/response, not ChatEngine's parsed turn
+    _CLAIMS: tuple[type[TextEngine]] = (Engine,)
