@@ -56,7 +56,7 @@ class Shape:
 def arm_spec(text: str, *, model: str, window: int, threads: int | None) -> tuple[ArmSpec, Shape]:
     """The arm of ``text`` (bench arm syntax) with the engine sizes its batch shape needs, prepared
     by its plugin first (an arm naming another pin or revision gets that recipe's artifact and
-    binding built: ``harness_bench_arm_prepare``)."""
+    binding built: its engine's ``BenchArmKind.prepare``)."""
     spec = prepare_arm(ArmSpec.parse(text))
     opts = dict(spec.options)
     batch = _positive(opts.get("batch", 1), "batch", text)

@@ -38,10 +38,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from harness.core import crash, hugepages
 from harness.core.errors import BenchError, EngineCrashError
+
+if TYPE_CHECKING:
+    from harness.engine.interface import BenchArmKind
 
 #: The keys every ``measure()`` result must carry, all positive numbers.
 REQUIRED_METRICS: tuple[str, ...] = ("ttft_s", "decode_tps", "aggregate_tps")
@@ -217,41 +220,97 @@ def _manager(extra_plugins: Sequence[str]) -> Any:
     return pm
 
 
-def check_kind(spec: ArmSpec, extra_plugins: Sequence[str] = ()) -> None:
-    """Refuse an arm kind no plugin creates, before anything is measured. Every plugin implementing
-    ``harness_bench_arm`` must also list its kinds (``harness_bench_arm_kinds``); if one does not, the
-    check is skipped (its kinds are unknown)."""
-    from harness.core.errors import UnknownNameError
+def engine_arm(kind: str, options: Mapping[str, Any], pm: Any | None = None) -> tuple[str, BenchArmKind] | None:
+    """The engine that provides arm ``kind`` and how it makes it: the engine ``options["engine"]``
+    names; else the only registered engine with that kind, or the default text engine among several.
+    None when no engine has the kind (an engine-free kind: the ``harness_bench_arm`` hook's)."""
+    from harness.engine import registry
+
+    found = registry.engines(pm)
+    named = options.get("engine")
+    if named is not None:
+        engine = registry.get(str(named), pm)
+        if kind not in engine.bench_arms:
+            if not any(kind in e.bench_arms for e in found.values()):
+                return None
+            have = ", ".join(sorted(engine.bench_arms)) or "none"
+            msg = f"engine {engine.name} has no bench arm kind {kind!r} (its kinds: {have})"
+            raise BenchError(msg)
+        return engine.name, engine.bench_arms[kind]
+    offering = [e for e in found.values() if kind in e.bench_arms]
+    if not offering:
+        return None
+    if len(offering) > 1:
+        preferred = [e for e in offering if e.default and "text" in e.serves]
+        if len(preferred) != 1:
+            names = ", ".join(e.name for e in offering)
+            msg = f"bench arm kind {kind!r} is provided by engines {names}: name one, e.g. {kind}:engine={offering[0].name}"
+            raise BenchError(msg)
+        offering = preferred
+    return offering[0].name, offering[0].bench_arms[kind]
+
+
+def known_kinds(extra_plugins: Sequence[str] = ()) -> set[str] | None:
+    """Every arm kind an engine or a plugin provides; None when a plugin makes arms without listing its
+    kinds (``harness_bench_arm_kinds``), so the set cannot be known."""
+    from harness.engine import registry
 
     pm = _manager(extra_plugins)
     makers = {id(i.plugin) for i in pm.hook.harness_bench_arm.get_hookimpls()}
     listers = {id(i.plugin) for i in pm.hook.harness_bench_arm_kinds.get_hookimpls()}
     if not makers <= listers:
-        return
+        return None
     known = {k for kinds in pm.hook.harness_bench_arm_kinds() for k in kinds}
-    if spec.kind not in known:
+    return known | {k for e in registry.engines(pm).values() for k in e.bench_arms}
+
+
+def check_kind(spec: ArmSpec, extra_plugins: Sequence[str] = ()) -> None:
+    """Refuse an arm kind no engine and no plugin creates, before anything is measured. Every plugin
+    implementing ``harness_bench_arm`` must also list its kinds (``harness_bench_arm_kinds``); if one
+    does not, the check is skipped (its kinds are unknown)."""
+    from harness.core.errors import UnknownNameError
+
+    known = known_kinds(extra_plugins)
+    if known is not None and spec.kind not in known:
         raise UnknownNameError("bench arm kind", spec.kind, known)
 
 
-def prepare_arm(spec: ArmSpec) -> ArmSpec:
-    """Let the arm's plugin prepare it here, in the parent (builds show progress), before workers
-    start (``harness_bench_arm_prepare``: e.g. build the pin an arm names)."""
+def prepare_options(kind: str, options: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The options an arm's worker gets once its engine (or plugin) prepared it here, in the parent;
+    None when nothing prepares that kind."""
     from harness.engine.plugin import get_manager
 
-    options = get_manager().hook.harness_bench_arm_prepare(kind=spec.kind, options=dict(spec.options))
+    pm = get_manager()
+    found = engine_arm(kind, options, pm)
+    if found is not None:
+        name, arm_kind = found
+        return None if arm_kind.prepare is None else arm_kind.prepare({**options, "engine": name})
+    out = pm.hook.harness_bench_arm_prepare(kind=kind, options=dict(options))
+    return None if out is None else dict(out)
+
+
+def prepare_arm(spec: ArmSpec) -> ArmSpec:
+    """Let the arm's engine prepare it here, in the parent (builds show progress), before workers
+    start (e.g. build the pin an arm names)."""
+    options = prepare_options(spec.kind, spec.options)
     return spec if options is None else dataclasses.replace(spec, options=options)
 
 
 def create_arm(spec: ArmSpec, role: str, extra_plugins: Sequence[str] = (), process: int = 0) -> Arm:
-    """Build the plugin manager and ask ``harness_bench_arm`` for ``spec``'s arm."""
+    """The arm ``spec`` names: made by the engine that provides its kind, else by the
+    ``harness_bench_arm`` hook (engine-free kinds)."""
     pm = _manager(extra_plugins)
     pm.check_pending()
-    arm = pm.hook.harness_bench_arm(kind=spec.kind, options={**spec.options, "_role": role,
-                                                                       "_process": process})
+    options = {**spec.options, "_role": role, "_process": process}
+    found = engine_arm(spec.kind, spec.options, pm)
+    if found is not None:
+        arm = found[1].make({**options, "engine": found[0]})
+    else:
+        arm = pm.hook.harness_bench_arm(kind=spec.kind, options=options)
     if arm is None:
-        msg = (f"no plugin provides bench arm kind {spec.kind!r} (arm {role}, {spec.name!r}); "
-               "expected the built-in kind fake, or one an engine plugin provides; "
-               "`harness plugins` lists which plugins implement harness_bench_arm")
+        msg = (f"no engine or plugin provides bench arm kind {spec.kind!r} (arm {role}, {spec.name!r}); "
+               "expected the built-in kind fake, or one an engine provides; "
+               "`harness engines --json` lists each engine's bench arm kinds")
         raise BenchError(msg)
     missing = [m for m in ("warmup", "measure", "describe", "close") if not callable(getattr(arm, m, None))]
     if missing:

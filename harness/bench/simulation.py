@@ -33,7 +33,8 @@ Blind spots, by construction: threads and OpenMP teams (one thread only), memory
 latency beyond the miss counts, the device, and time spent waiting (a ``sleep`` costs no
 instruction). Wall-clock ABBA runs beside it for those.
 
-Arms are simulated through targets an engine plugin provides (``harness_sim_target`` hook): a
+Arms are simulated through targets their engine provides (``BenchArmKind.sim_target``; the
+``harness_sim_target`` hook for engine-free kinds): a
 target names the command that runs one request of ``pn`` prompt and ``gn`` generated tokens.
 """
 
@@ -517,16 +518,22 @@ def simulate(a: SimTarget, b: SimTarget, plan: SimPlan, workdir: Path, *, gate: 
 
 
 def target_for(kind: str, options: Mapping[str, Any], *, level: str | None) -> SimTarget:
-    """The plugin's simulation target for an arm of ``kind`` (``harness_sim_target`` hook), asked to run
-    ``level``; a :class:`BenchError` naming the kinds that can be simulated when none answers."""
+    """The simulation target for an arm of ``kind``: its engine's (``BenchArmKind.sim_target``), else the
+    ``harness_sim_target`` hook's (engine-free kinds), asked to run ``level``; a :class:`BenchError` naming the kinds that can be simulated when none answers."""
+    from harness.bench.arms import engine_arm
     from harness.engine.plugin import get_manager
 
     opts = {**options, "threads": 1}
     if level is not None:
         opts["level"] = level
-    target = get_manager().hook.harness_sim_target(kind=kind, options=opts)
+    found = engine_arm(kind, opts)
+    if found is not None:
+        name, arm_kind = found
+        target = None if arm_kind.sim_target is None else arm_kind.sim_target({**opts, "engine": name})
+    else:
+        target = get_manager().hook.harness_sim_target(kind=kind, options=opts)
     if target is None:
-        msg = (f"arm kind {kind!r} cannot be measured by simulation: no plugin gives a simulation target for it "
+        msg = (f"arm kind {kind!r} cannot be measured by simulation: no engine gives a simulation target for it "
                "(README: Instruments names the kinds that can); measure it with --instrument walltime")
         raise BenchError(msg)
     if not isinstance(target, SimTarget):

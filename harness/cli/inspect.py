@@ -190,13 +190,15 @@ def cmd_engines(args: argparse.Namespace) -> int:
 
     from harness.engine import registry
     from harness.engine.descriptor import engine_names, load_engine
-    registered = registry.names()
+    registered = registry.engines()
     data: list[dict[str, Any]] = []
     for name in engine_names():
         e = load_engine(name)
+        impl = registered.get(e.name)
         data.append({"engine": e.name, "pin": e.pin, "source": e.source.kind, "package": e.source.package,
-                     "upstream": e.upstream, "pinned_on": e.pinned_on, "registered": e.name in registered,
-                     "default_tests": bool(e.raw.get("tests", {}).get("default", True))})
+                     "upstream": e.upstream, "pinned_on": e.pinned_on, "registered": impl is not None,
+                     "default_tests": bool(e.raw.get("tests", {}).get("default", True)),
+                     "bench_arms": sorted(impl.bench_arms) if impl is not None else []})
     if args.json:
         print_json(data)
         return 0

@@ -133,7 +133,8 @@ def harness_artifact_cpu_levels(tree: Path, arch: str) -> list[CpuLevel] | None:
 
 @hookspec(firstresult=True)
 def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
-    """Create a benchmark arm of ``kind``. Stops at first non-None result."""
+    """Create a benchmark arm of ``kind`` that belongs to no engine (the built-in ``fake``; a test's own).
+    An engine's arms are its ``EngineImpl.bench_arms``, asked first. Stops at first non-None result."""
 
 
 @hookspec
@@ -144,12 +145,12 @@ def harness_bench_arm_kinds() -> list[str]:
 
 @hookspec(firstresult=True)
 def harness_sim_target(kind: str, options: dict[str, Any]) -> Any | None:
-    """The simulation instrument's target for an arm of ``kind`` (:class:`harness.bench.simulation.SimTarget`:
+    """For an engine-free arm kind (an engine's are ``BenchArmKind.sim_target``): the simulation instrument's target for an arm of ``kind`` (:class:`harness.bench.simulation.SimTarget`:
     a command running one request, one thread, at ``options["level"]`` when given), or None when this
     plugin cannot simulate that kind. Stops at first non-None result."""
 
 
 @hookspec(firstresult=True)
 def harness_bench_arm_prepare(kind: str, options: dict[str, Any]) -> dict[str, Any] | None:
-    """Prepare an arm in the parent process before its worker starts (e.g. build the artifact it
+    """For an engine-free arm kind (an engine's are ``BenchArmKind.prepare``): prepare an arm in the parent process before its worker starts (e.g. build the artifact it
     runs, with progress shown); return the options the worker gets. Stops at first non-None result."""

@@ -35,6 +35,20 @@ VideoGenerateFn = Callable[[Any, Path, Callable[[int, int], None], threading.Eve
 
 
 @dataclass(frozen=True, kw_only=True)
+class BenchArmKind:
+    """One bench arm kind an engine provides (``harness bench KIND:engine=NAME,...``)."""
+
+    make: Callable[[dict[str, Any]], Any]
+    """``make(options)`` -> the arm (:class:`harness.bench.arms.Arm`), in the bench worker."""
+    prepare: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
+    """``prepare(options)`` -> the options the worker gets, in the parent (build the pin it names,
+    with progress shown)."""
+    sim_target: Callable[[dict[str, Any]], Any] | None = None
+    """``sim_target(options)`` -> a :class:`harness.bench.simulation.SimTarget`; None: this kind cannot be
+    measured by simulation."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class RandomModel:
     """A random-weight model an engine's plugin writes (fixture kind ``tiny``, chosen by its ``shape``)."""
 
@@ -79,6 +93,11 @@ class EngineImpl:
     """Extra model fixtures the engine's e2e specs need (name -> path), written on demand."""
     old_pin_bench_arm: str | None = None
     """Bench arm kind that runs an artifact's own benchmark tool (old pin vs new pin)."""
+    bench_arms: Mapping[str, BenchArmKind] = field(default_factory=dict)
+    """Arm kind -> how to make it. A spec naming ``engine=NAME`` takes that engine's kind; one naming
+    none takes the only engine that has the kind, or the default text engine among several
+    (:func:`harness.bench.arms.engine_arm`). Engine-free kinds (the fake) come from the
+    ``harness_bench_arm`` hook."""
     match: MatchFn | None = None
     """``match(model, host)`` -> :class:`~harness.core.types.MatchResult` (``harness select``); without
     it the engine is registered but answers for no model."""

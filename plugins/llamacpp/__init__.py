@@ -23,6 +23,7 @@ from harness.core.errors import did_you_mean
 from harness.core.types import HostInfo, MatchResult
 from harness.engine.plugin import hookimpl
 from harness.engine.registry import EngineImpl, RandomModel
+from harness_plugins.llamacpp.bench_kinds import bench_arms
 from harness_plugins.llamacpp.bounds import RUNTIME_BOUNDS
 
 if TYPE_CHECKING:
@@ -318,5 +319,6 @@ def harness_engine_register() -> list[EngineImpl]:
     return [EngineImpl(name=NAME, serves=("text", "embeddings"), default=True, load=_load,
                        probe_model=_probe_model, random_models=_random_models(), convert=_convert,
                        cross_variant=_cross_variant, emulated_levels=_emulated_levels,
-                       old_pin_bench_arm="llama-bench", match=match, config_check=config_check,
+                       old_pin_bench_arm="llama-bench", bench_arms=bench_arms(), match=match,
+                       config_check=config_check,
                        e2e_specs=e2e_specs, localai_backends=("llama-cpp",))]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.core.types import HostInfo, MatchResult
-from harness.engine.interface import RandomModel
+from harness.engine.interface import BenchArmKind, RandomModel
 from harness.engine.plugin import hookimpl
 from harness.engine.registry import EngineImpl
 
@@ -96,6 +96,7 @@ def _cross_engine(model: Path, peer_model: Path, *, threads: int | None = None) 
 @hookimpl
 def harness_engine_register() -> list[EngineImpl]:
     return [EngineImpl(name=NAME, serves=("text",), load=_load, match=match, config_check=config_check,
+                       bench_arms={"in-process": BenchArmKind(make=_in_process_arm)},
                        e2e_specs=e2e_specs, localai_backends=("vllm-cpp",), random_models=_random_models(),
                        cross_engine=_cross_engine)]
 
@@ -144,20 +145,8 @@ def e2e_specs() -> list[Path]:
     return sorted((project_root() / "tests" / "e2e" / "vllmcpp").glob("test_*.py"))
 
 
-@hookimpl
-def harness_bench_arm_kinds() -> list[str]:
-    from harness.bench.arms import IN_PROCESS
-
-    return [IN_PROCESS]
-
-
-@hookimpl
-def harness_bench_arm(kind: str, options: dict[str, Any]) -> Any | None:
+def _in_process_arm(options: dict[str, Any]) -> Any:
     """``in-process:engine=vllm.cpp,...``: vllm.cpp's binding as a bench arm (:mod:`.bench`)."""
-    from harness.bench.arms import IN_PROCESS
+    from harness_plugins.vllmcpp.bench import VllmArm
 
-    if kind == IN_PROCESS and options.get("engine") == NAME:
-        from harness_plugins.vllmcpp.bench import VllmArm
-
-        return VllmArm(options)
-    return None
+    return VllmArm(options)

@@ -77,7 +77,7 @@ def test_fake_rejects_unknown_option() -> None:
 
 
 def test_create_arm_unknown_kind() -> None:
-    with pytest.raises(BenchError, match="no plugin provides bench arm kind 'nope'"):
+    with pytest.raises(BenchError, match="no engine or plugin provides bench arm kind 'nope'"):
         create_arm(ArmSpec.parse("nope"), "A", FAKE)
 
 

@@ -161,17 +161,16 @@ def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Pa
                   host: Mapping[str, Any], plan: BenchPlan, host_measure: Mapping[str, Any] | None = None,
                   model_var: str = "HARNESS_MODEL") -> StageResult:
     """Old pin (A) vs this pin (B), each through its own cpu artifact's benchmark tool, in ABBA blocks."""
-    from harness.bench.arms import ArmSpec
+    from harness.bench.arms import ArmSpec, prepare_options
     from harness.bench.session import run_and_report
     from harness.engine import registry
-    from harness.engine.plugin import get_manager
 
     kind = registry.get(engine.name).old_pin_bench_arm
     if kind is None:
         raise SkippedStage(f"engine {engine.name} names no benchmark tool for old pin vs new pin")
     common = {"model": model, "threads": plan.threads, "variant": "cpu", "engine": engine.name}
     # builds the old pin's recipe when needed
-    a_opts = get_manager().hook.harness_bench_arm_prepare(kind=kind, options={**old_opts, **common})
+    a_opts = prepare_options(kind, {**old_opts, **common}) or {**old_opts, **common}
     label = old_opts.get("pin") or old_opts.get("rev")
     a = ArmSpec(kind=kind, name=f"{kind} {label}", options=a_opts)
     b = ArmSpec(kind=kind, name=f"{kind} {engine.pin}", options={**common, "artifact": str(new_artifact)})

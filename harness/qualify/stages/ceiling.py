@@ -57,10 +57,9 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     Decided by simulation first (the binding's overhead is a code path: instructions and simulated
     misses per token, one thread, a level Valgrind executes), then wall-clock ABBA at the host's
     threads and level, which alone sees threading (an OpenMP team stalled behind a loader thread)."""
-    from harness.bench.arms import ArmSpec
+    from harness.bench.arms import ArmSpec, prepare_options
     from harness.bench.session import run_and_report
     from harness.engine import registry
-    from harness.engine.plugin import get_manager
     from harness.qualify.stages.bench import bench_stage_result, simulate_pair
 
     kind = registry.get(engine.name).old_pin_bench_arm
@@ -69,7 +68,7 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     ratio = ceiling_min_ratio(engine)
     pct = round(100 * (1 - ratio), 3)
     common = {"model": model, "threads": plan.threads, "variant": "cpu", "engine": engine.name}
-    a_opts = get_manager().hook.harness_bench_arm_prepare(kind=kind, options={**common, "artifact": str(artifact)})
+    a_opts = prepare_options(kind, {**common, "artifact": str(artifact)}) or {**common, "artifact": str(artifact)}
     a = ArmSpec(kind=kind, name=kind, options=a_opts)
     b = ArmSpec.parse(f"in-process:model={model},threads={plan.threads},n_ctx={plan.pn + plan.gn + 64},"
                       f"max_num_seqs=1,variant=cpu,name=backend")
