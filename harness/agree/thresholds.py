@@ -9,6 +9,7 @@ where they are, and whether a result outside them fails (``gate``) or is only re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +53,10 @@ class Threshold:
         return out
 
 
-def thresholds(raw: dict[str, Any], *, where: str = "engine.yaml") -> dict[str, Threshold]:
-    """The thresholds of a descriptor's raw data (``spec.raw``); kinds it does not set are absent."""
-    table = ((raw.get("qualify") or {}).get("agreement") or {}).get("thresholds") or {}
+def thresholds(agreement: Mapping[str, Any], *, where: str = "engine.yaml") -> dict[str, Threshold]:
+    """The thresholds of a descriptor's ``qualify.agreement`` section
+    (:attr:`~harness.engine.qualify_settings.QualifySettings.agreement`); kinds it does not set are absent."""
+    table = agreement.get("thresholds") or {}
     out: dict[str, Threshold] = {}
     for kind, entry in table.items():
         if kind not in KINDS:
@@ -69,14 +71,16 @@ def thresholds(raw: dict[str, Any], *, where: str = "engine.yaml") -> dict[str, 
 
 def for_engine(engine: str) -> dict[str, Threshold]:
     from harness.engine.descriptor import load_engine
+    from harness.engine.qualify_settings import qualify_settings
 
     spec = load_engine(engine)
-    return thresholds(spec.raw, where=str(spec.root / "engine.yaml"))
+    return thresholds(qualify_settings(spec).agreement, where=str(spec.root / "engine.yaml"))
 
 
 def agreement_settings(engine: str) -> dict[str, Any]:
     """``qualify.agreement`` of the engine's descriptor, without the thresholds (window, tokens)."""
     from harness.engine.descriptor import load_engine
+    from harness.engine.qualify_settings import qualify_settings
 
-    raw = (load_engine(engine).raw.get("qualify") or {}).get("agreement") or {}
+    raw = qualify_settings(load_engine(engine)).agreement
     return {k: v for k, v in raw.items() if k != "thresholds"}

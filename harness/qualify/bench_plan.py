@@ -8,7 +8,7 @@ physical cores. The plan is made before any stage runs, so a typo in a gate fail
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,16 +17,11 @@ from harness.bench.gate import parse_gate, resolve_gate
 from harness.bench.simulation import INSTRUMENTS, SimPlan
 from harness.core.errors import UsageError
 from harness.core.types import EngineSpec
+from harness.engine import qualify_settings as qs
 
-#: Adaptive-block defaults when the descriptor says nothing.
-UNTIL_HALFWIDTH = 3.0
-MAX_BLOCKS = 12
-#: Each adaptive bench stage's wall-clock budget (seconds) unless the descriptor says. Code-path gates
-#: are decided by simulation; wall-clock runs beside it for what simulation cannot see, and stops
-#: early when the host's noise makes the gate unreachable within the budget.
-BUDGET_S = 240.0
-#: The instruments a qualification measures with, unless the descriptor or the command line says.
-DEFAULT_INSTRUMENTS: tuple[str, ...] = ("walltime", "simulation")
+#: The defaults live with the descriptor's typed ``qualify:`` section (harness.engine.qualify_settings).
+UNTIL_HALFWIDTH, MAX_BLOCKS, BUDGET_S, DEFAULT_INSTRUMENTS = (qs.UNTIL_HALFWIDTH, qs.MAX_BLOCKS, qs.BUDGET_S,
+                                                              qs.INSTRUMENTS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,31 +77,29 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int = 512, 
     """
     from harness.core.host import resolve_threads
 
-    raw: Mapping[str, Any] = (engine.raw.get("qualify") or {}).get("bench") or {}
-    width = until_halfwidth if until_halfwidth is not None else raw.get("until_halfwidth", UNTIL_HALFWIDTH)
-    gate = parse_gate(fail_on_slower) if fail_on_slower else parse_gate(raw.get("fail_on_slower"))
+    raw = qs.qualify_settings(engine).bench
+    width = until_halfwidth if until_halfwidth is not None else raw.until_halfwidth
+    gate = parse_gate(fail_on_slower) if fail_on_slower else parse_gate(raw.fail_on_slower)
     resolve_gate(gate, concurrency)  # a typo fails before the build, not after it
     n_threads, source = resolve_threads(threads)
-    models = tuple(str(m) for m in raw.get("models") or ("HARNESS_MODEL",))
+    models = raw.models
     if not models:
         msg = f"qualify.bench.models of {engine.name} is empty; expected model variables such as HARNESS_MODEL"
         raise UsageError(msg)
-    chosen = tuple(instruments) if instruments else tuple(raw.get("instruments") or DEFAULT_INSTRUMENTS)
+    chosen = tuple(instruments) if instruments else raw.instruments
     unknown = [i for i in chosen if i not in INSTRUMENTS]
     if unknown or ("walltime" not in chosen and "simulation" not in chosen):
         msg = (f"expected instruments from {', '.join(INSTRUMENTS)} including walltime or simulation, found "
                f"{', '.join(chosen)}; e.g. --instrument walltime,simulation")
         raise UsageError(msg)
-    sims = {str(k): SimPlan(p1=int(v["p1"]), p2=int(v["p2"]), g1=int(v["g1"]), g2=int(v["g2"]))
-            for k, v in (raw.get("simulation") or {}).items()}
-    models_raw = tuple(str(m) for m in raw.get("models") or ("HARNESS_MODEL",))
-    if "simulation" not in raw and models_raw:  # a descriptor that says nothing: the first bench model
-        sims = {models_raw[0]: SIM_DEFAULT}
+    if raw.simulation is None:  # a descriptor that says nothing: the first bench model
+        sims = {models[0]: SIM_DEFAULT}
+    else:
+        sims = {k: SimPlan(p1=v.p1, p2=v.p2, g1=v.g1, g2=v.g2) for k, v in raw.simulation.items()}
     return BenchPlan(instruments=chosen, sim=sims,
-                     blocks=blocks or int(raw.get("blocks", 4)), pn=pn, gn=gn, concurrency=concurrency,
+                     blocks=blocks or raw.blocks, pn=pn, gn=gn, concurrency=concurrency,
                      until_halfwidth=float(width) if width else None,
-                     max_blocks=max_blocks or int(raw.get("max_blocks", MAX_BLOCKS)), gate=gate,
-                     budget_s=float(raw.get("budget_s", BUDGET_S)) or None,
+                     max_blocks=max_blocks or raw.max_blocks, gate=gate, budget_s=raw.budget_s,
                      threads=n_threads, threads_source=source, models=models)
 
 

@@ -133,9 +133,9 @@ def test_descriptor_thresholds_cover_every_kind_with_a_reason() -> None:
     assert table["pin"].gate is False  # pin moves are reported, gated only where the descriptor says
     assert table["level"].kld_mean is not None and table["level"].top1_min is not None
     with pytest.raises(UnknownNameError):
-        thresholds({"qualify": {"agreement": {"thresholds": {"levle": {"why": "x"}}}}})
+        thresholds({"thresholds": {"levle": {"why": "x"}}})
     with pytest.raises(ConfigError, match=r"thresholds\.level"):
-        thresholds({"qualify": {"agreement": {"thresholds": {"level": {"why": "x", "kld": 1}}}}})
+        thresholds({"thresholds": {"level": {"why": "x", "kld": 1}}})
 
 
 def test_schema_refuses_a_threshold_without_why(tmp_path: Path) -> None:

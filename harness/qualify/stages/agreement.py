@@ -30,7 +30,9 @@ def old_pin(ctx: QualifyContext) -> StageResult:
     if not (opts.old_pin or opts.old_rev):
         raise SkippedStage(NO_OLD_PIN)
     engine = ctx.engine
-    if not (engine.raw.get("qualify") or {}).get("agreement"):
+    from harness.engine.qualify_settings import qualify_settings
+
+    if not qualify_settings(engine).agreement:
         raise SkippedStage(f"not configured for {engine.name} (qualify.agreement in its engine.yaml)")
     if "cpu" not in ctx.product("build", Built).variants:
         raise SkippedStage("the cpu variant was not built")

@@ -22,7 +22,9 @@ def peer(ctx: QualifyContext, *, model_var: str) -> StageResult:
     if not ctx.options.run_bench:
         raise SkippedStage("disabled (--no-bench)")
     engine = ctx.engine
-    baseline = engine.raw.get("qualify", {}).get("bench_peer")
+    from harness.engine.qualify_settings import qualify_settings
+
+    baseline = qualify_settings(engine).bench_peer
     if not baseline:
         raise SkippedStage(f"no peer baseline for {engine.name} (qualify.bench_peer in its engine.yaml)")
     if "cpu" not in ctx.product("build", Built).variants:

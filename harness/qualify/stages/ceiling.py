@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.types import EngineSpec
+from harness.engine.qualify_settings import CEILING_MIN_RATIO, qualify_settings
 from harness.qualify.bench_plan import BenchPlan
 from harness.qualify.context import Built, Models, QualifyContext
 from harness.qualify.result import SkippedStage, StageResult
 
-#: The binding's floor against the engine's own benchmark tool when the descriptor sets none
-#: (``qualify.ceiling.min_ratio``): prefill and decode at >= 97% of it.
-CEILING_MIN_RATIO = 0.97
+__all__ = ["CEILING_MIN_RATIO", "ceiling", "ceiling_bench", "ceiling_min_ratio"]
 
 
 def ceiling(ctx: QualifyContext, *, model_var: str) -> StageResult:
@@ -43,8 +42,7 @@ def ceiling(ctx: QualifyContext, *, model_var: str) -> StageResult:
 
 def ceiling_min_ratio(engine: EngineSpec) -> float:
     """The descriptor's floor (its schema keeps it in (0, 1]), else :data:`CEILING_MIN_RATIO`."""
-    raw = (engine.raw.get("qualify") or {}).get("ceiling") or {}
-    return float(raw.get("min_ratio", CEILING_MIN_RATIO))
+    return qualify_settings(engine).ceiling_min_ratio
 
 
 def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPlan, *, out: Path, report_root: Path,

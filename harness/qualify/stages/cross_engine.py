@@ -20,8 +20,9 @@ from harness.qualify.runner import Stage
 
 
 def settings(ctx: QualifyContext) -> Mapping[str, str] | None:
-    raw = (ctx.engine.raw.get("qualify") or {}).get("cross_engine")
-    return raw if isinstance(raw, Mapping) else None
+    from harness.engine.qualify_settings import qualify_settings
+
+    return qualify_settings(ctx.engine).cross_engine
 
 
 def bench_name(peer: str) -> str:

@@ -14,7 +14,9 @@ NO_CPU_ROW = "the cpu variant (the one with CPU levels) was not built"
 
 
 def _cross_variant_configured(ctx: QualifyContext) -> None:
-    if not ctx.engine.raw.get("qualify", {}).get("cross_variant"):
+    from harness.engine.qualify_settings import qualify_settings
+
+    if not qualify_settings(ctx.engine).cross_variant:
         raise SkippedStage(f"not configured for {ctx.engine.name} (qualify.cross_variant in its engine.yaml)")
 
 

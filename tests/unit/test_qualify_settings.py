@@ -1,0 +1,39 @@
+"""The descriptor's ``qualify:`` section, typed (harness.engine.qualify_settings): defaults in one place,
+the shipped descriptors read whole."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from harness.core.types import EngineSpec, SourceSpec
+from harness.engine import qualify_settings as qs
+from harness.engine.descriptor import load_engine
+
+
+def _spec(raw: dict[str, object]) -> EngineSpec:
+    return EngineSpec(name="toy", root=Path("/nonexistent/engines/toy"), source=SourceSpec(kind="git", version="1"),
+                      upstream={}, cmake={}, targets=(), artifacts={}, abi={}, raw=raw)
+
+
+def test_a_descriptor_that_says_nothing_gets_every_default() -> None:
+    s = qs.qualify_settings(_spec({}))
+    assert s == qs.QualifySettings()
+    assert (s.ceiling_min_ratio, s.bench.budget_s, s.bench.max_blocks) == (0.97, 240.0, 12)
+    assert s.bench.models == ("HARNESS_MODEL",) and s.bench.simulation is None and not s.cross_variant
+
+
+def test_values_are_typed_and_zero_means_off() -> None:
+    s = qs.qualify_settings(_spec({"qualify": {"cross_variant": True, "bench_peer": "peer",
+                                               "ceiling": {"min_ratio": 0.9},
+                                               "bench": {"until_halfwidth": 0, "budget_s": 0, "max_blocks": "8",
+                                                         "simulation": {"M": {"p1": 8, "p2": 24, "g1": 2, "g2": 10}}}}}))
+    assert s.cross_variant and s.bench_peer == "peer" and s.ceiling_min_ratio == 0.9
+    assert s.bench.until_halfwidth is None and s.bench.budget_s is None and s.bench.max_blocks == 8
+    assert s.bench.simulation == {"M": qs.SimShape(p1=8, p2=24, g1=2, g2=10)}
+
+
+def test_the_shipped_descriptor_reads_whole() -> None:
+    s = qs.qualify_settings(load_engine("llamacpp"))
+    assert s.cross_variant and s.bench_peer and "thresholds" in s.agreement
+    assert s.bench.simulation and all(dataclasses.astuple(v) for v in s.bench.simulation.values())
