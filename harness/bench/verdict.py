@@ -99,7 +99,7 @@ def _one(label: str, pct: float, w: GateCheck | None, s: SimCheck | None, *, pro
     if s is not None:
         sim_verdict = ("FAILED" if s.hi < floor else "passed" if s.lo >= floor else "undecided")
     sim_text = None if s is None else (f"{'decode (one stream) ' if proxy else ''}{s.speed:.4f}x "
-                                       f"[{s.lo:.4f}, {s.hi:.4f}]: {sim_verdict}")
+                                       f"[{s.lo:.4f}, {s.hi:.4f}] on {s.decided_by}: {sim_verdict}")
 
     def d(status: str, instrument: str | None, reason: str) -> Decision:
         return Decision(gate=label, threshold_pct=pct, status=status, instrument=instrument, walltime=wall_text,
