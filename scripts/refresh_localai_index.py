@@ -15,6 +15,9 @@ line it comes from (nothing of LocalAI's is copied but names, types and those re
   (the backends of ``OPTION_PARSERS``: llama-cpp's backend/cpp/llama-cpp/grpc-server.cpp);
 - ``anchors``: the lines the harness's rules cite (``harness validate --explain RULE``).
 
+``--corpus DIR`` writes the differential corpus instead: every YAML block of docs/content and every
+YAML raw string of the Go tests that is a model config, one file each, citing its source line.
+
 The source is a LocalAI git checkout or a bare mirror (files are read from the working tree when
 there is one, else from HEAD with ``git show``). The diff against the committed copy is printed;
 ``--check`` only compares (exit 1 on a difference). CI has no network: give it a path.
@@ -86,7 +89,15 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "spec_type_passthrough": (LLAMA_SERVER, r'strcmp\(optname, "spec_type"\)'),
     "diffusers_options": ("backend/python/diffusers/backend.py", r"self\.options\[key\] = value"),
     "store_backend": ("core/backend/stores.go", r"^func NewVectorStore\("),
-    "model_file": ("core/backend/options.go", r"model\.WithModelFile\(c\.ModelFileName\(\)\)"),
+    "model_file": ("core/backend/options.go", r"model\.WithModel\(c\.Model\)"),
+    "artifact_model_file": ("core/backend/options.go", r"model\.WithModelFile\(c\.ModelFileName\(\)\)"),
+    "configs_by_name": ("core/config/model_config_loader.go", r"if valid, validationErr := c\.Validate\(\); valid"),
+    "unmarshal_refused": ("core/config/model_config_loader.go", r"readModelConfigsFromFile cannot unmarshal config"),
+    "alias_needs_name": (MODEL_CONFIG, r"alias config requires a name"),
+    "alias_self": (MODEL_CONFIG, r"cannot point to itself"),
+    "unknown_backend": ("core/gallery/backends.go", r"no backend found with name %q"),
+    "option_boolean": (LLAMA_SERVER, r"std::string optval_str = \(optval == NULL\) \? \"true\""),
+    "liquid_audio_default": ("backend/python/liquid-audio/backend.py", r"resolve_model_reference\($"),
 }
 #: Backends whose own ``options:`` parser is read: LocalAI backend name -> (its source file, a regular
 #: expression whose group 1 is an option name the parser compares with).
@@ -306,6 +317,88 @@ def render(facts: dict[str, Any], repository: str, commit: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Keys that make a YAML block a model config (a block with none of them is another kind of YAML).
+CONFIG_MARKS = frozenset({"backend", "parameters", "alias", "pipeline", "known_usecases", "template", "context_size",
+                          "options", "mmproj", "f16", "gpu_layers", "pii_detection", "router", "proxy", "mcp",
+                          "embeddings", "function", "download_files"})
+#: Keys of other YAML (gallery entries, compose files, Kubernetes, workflows).
+OTHER_MARKS = frozenset({"url", "urls", "config_file", "overrides", "files", "license", "icon", "tags",
+                         "description", "services", "version", "apiVersion", "kind", "jobs", "steps", "on"})
+
+
+def _is_model_config(data: Any) -> bool:
+    if isinstance(data, list):
+        return bool(data) and all(_is_model_config(d) for d in data)
+    if not isinstance(data, dict) or not data:
+        return False
+    keys = set(map(str, data))
+    if keys & OTHER_MARKS and not keys & {"backend", "parameters"}:
+        return False
+    return bool(keys & CONFIG_MARKS)
+
+
+def _doc_blocks(text: str) -> list[tuple[int, str]]:
+    """The fenced ```yaml blocks of a Markdown text: (line of the block's first line, its text dedented)."""
+    lines, out, i = text.split("\n"), [], 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)```ya?ml\s*$", lines[i])
+        if m:
+            indent, start = len(m.group(1)), i + 1
+            j = start
+            while j < len(lines) and not re.match(r"^\s*```\s*$", lines[j]):
+                j += 1
+            out.append((start + 1, "\n".join(ln[indent:] if not ln[:indent].strip() else ln
+                                              for ln in lines[start:j]) + "\n"))
+            i = j
+        i += 1
+    return out
+
+
+def _go_blocks(text: str) -> list[tuple[int, str]]:
+    """The multi-line raw strings of a Go file (no Sprintf template): (line of the YAML's first line, text)."""
+    out = []
+    for m in re.finditer(r"`([^`]*)`", text):
+        raw = m.group(1)
+        if "\n" not in raw.strip() or ":" not in raw or re.search(r"%[sdvq]", raw):
+            continue
+        body = [ln for ln in raw.split("\n")]
+        indent = min(len(ln) - len(ln.lstrip()) for ln in body if ln.strip())
+        line = text.count("\n", 0, m.start()) + 1 + (1 if raw.startswith("\n") else 0)
+        out.append((line, "\n".join(ln[indent:] for ln in body).strip("\n") + "\n"))
+    return out
+
+
+def corpus(root: Path, dest: Path, commit: str, repository: str) -> int:
+    """Write every model-config YAML block of LocalAI's docs/content and of its Go tests (core/, pkg/)
+    to ``dest``, one file each, headed ``# source: REPOSITORY COMMIT PATH:LINE``; returns how many."""
+    def ls(*trees: str) -> list[str]:
+        return subprocess.run(["git", "-C", str(root), "ls-tree", "-r", "--name-only", "HEAD", *trees],
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    read = reader(root)
+    found: list[tuple[str, int, str]] = []
+    for path in ls("docs/content", "core", "pkg"):
+        if path.endswith(".md") and path.startswith("docs/"):
+            blocks = _doc_blocks(read(path))
+        elif path.endswith("_test.go"):
+            blocks = _go_blocks(read(path))
+        else:
+            continue
+        for line, text in blocks:
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError:
+                continue
+            if _is_model_config(data):
+                found.append((path, line, text))
+    dest.mkdir(parents=True, exist_ok=True)
+    for path, line, text in found:
+        stem = path.removeprefix("docs/content/").removesuffix(".md").removesuffix(".go").replace("/", "_")
+        (dest / f"{stem}-L{line}.yaml").write_text(f"# source: {repository} {commit} {path}:{line}\n{text}",
+                                                   encoding="utf-8")
+    return len(found)
+
+
 def collect(root: Path) -> dict[str, Any]:
     read = reader(root)
     return {"backends": meta_backends(read("backend/index.yaml")), "keys": config_keys(read),
@@ -319,11 +412,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repository", default="mudler/LocalAI", help="recorded as the source repository")
     p.add_argument("--check", action="store_true", help="compare only; exit 1 when the copy is stale")
     p.add_argument("--out", type=Path, default=OUT, help="the index file (default: the committed one)")
+    p.add_argument("--corpus", type=Path, metavar="DIR",
+                   help="instead, write the model-config YAML blocks of LocalAI's docs and Go tests to DIR "
+                        "(the differential corpus, tests/data/localai-corpus)")
     args = p.parse_args(argv)
     if not args.source.is_dir():
         p.error(f"{args.source} is not a directory: give the path of a LocalAI checkout")
     commit = subprocess.run(["git", "-C", str(args.source), "rev-parse", "HEAD"],
                             capture_output=True, text=True, check=True).stdout.strip()
+    if args.corpus is not None:
+        print(f"{corpus(args.source, args.corpus, commit, args.repository)} model configs written to {args.corpus}")
+        return 0
     new = render(collect(args.source), args.repository, commit)
     old = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
     diff = list(difflib.unified_diff(old.splitlines(), new.splitlines(), str(args.out),

@@ -1,7 +1,7 @@
 """Subcommands for model configs: ``validate``, ``config show``, ``config schema``, ``select``.
 
 Wire with ``harness.cli.config.register(subparsers)``. Diagnostics go to stdout
-one per line (``file:line:col: error|warning: message``), like a linter's, or as
+one per line (``file:line:col: CODE error|warning|note: message``), like ruff's, or as
 GitHub annotations (``--format github``); summaries go to stderr; ``--json``
 prints one JSON document on stdout. ``config show`` and ``select`` answer for an
 imperfect config too: its diagnostics first, then everything still determined,
@@ -41,9 +41,13 @@ def register(subparsers: Any) -> None:
                     "Exit 3 (ConfigError) on any error, or on warnings with --strict.")
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=f"config file or directory; {STDIN} reads one config file from standard input")
-    p.add_argument("--strict", action="store_true", help="warnings fail too")
-    p.add_argument("--explain", metavar="RULE", help="print a rule's meaning and the LocalAI line that makes it "
-                                                     "true (ALL: every rule), and exit")
+    p.add_argument("--strict", action="store_true", help="warnings fail too (notes never do)")
+    p.add_argument("--ignore", metavar="CODE[,CODE]", action="append", default=[],
+                   help="silence these rule codes everywhere (repeatable); '# harness: ignore[CODE]' on a "
+                        "line silences one there")
+    p.add_argument("--explain", metavar="CODE", nargs="?", const="ALL",
+                   help="print a rule's meaning and the source line that makes it true (no CODE, or ALL: "
+                        "every rule), and exit")
     _template_flags(p)
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="text (file:line:col, default), json, or github (workflow annotations)")
@@ -107,13 +111,14 @@ def _github_escape(text: str, *, prop: bool = False) -> str:
 def github_annotation(d: Diagnostic) -> str:
     """A GitHub Actions workflow command that annotates the file at the finding."""
     level = "notice" if d.severity == "note" else d.severity
+    title = f"harness validate {d.code}" if d.code else "harness validate"
     return (f"::{level} file={_github_escape(d.file, prop=True)},line={d.line},col={d.col},"
-            f"title=harness validate::{_github_escape(d.message)}")
+            f"title={_github_escape(title, prop=True)}::{_github_escape(d.message)}")
 
 
 def _print_diagnostics(diags: list[Diagnostic] | tuple[Diagnostic, ...], fmt: str = "text") -> None:
     for d in diags:
-        print(github_annotation(d) if fmt == "github" else str(d))
+        print(github_annotation(d) if fmt == "github" else d.text())
 
 
 # ---------------------------------------------------------------------------
@@ -128,10 +133,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.explain:
         return _explain(args.explain)
     if not args.paths:
-        progress.info("harness validate: give a config file or directory (or --explain RULE)")
+        progress.info("harness validate: give a config file or directory (or --explain CODE)")
         return 2
     fmt = args.format or ("json" if args.json else "text")
-    validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template)
+    ignore = [c.strip() for item in args.ignore for c in item.split(",") if c.strip()]
+    validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template, ignore=ignore)
     report = validator.validate_paths([p for p in args.paths if p != STDIN])
     if STDIN in args.paths:
         _validate_stdin(validator, report)
@@ -172,10 +178,11 @@ def _explain(code: str) -> int:
     from harness.config import refs
     from harness.core.errors import did_you_mean
 
-    codes = list(refs.RULES) if code.upper() == "ALL" else [code.upper()]
-    unknown = [c for c in codes if c not in refs.RULES]
+    rules = refs.all_rules()
+    codes = list(rules) if code.upper() == "ALL" else [code.upper()]
+    unknown = [c for c in codes if c not in rules]
     if unknown:
-        print(f"no rule {code!r}{did_you_mean(code.upper(), list(refs.RULES))}; rules: {', '.join(refs.RULES)}")
+        print(f"no rule {code!r}{did_you_mean(code.upper(), list(rules))}; rules: {', '.join(rules)}")
         return 2
     print("\n".join(refs.explain(c) for c in codes))
     return 0

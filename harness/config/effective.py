@@ -350,7 +350,7 @@ def load_config_file(file: Path, *, name: str | None = None, models_dir: Path | 
         raise UsageError(msg)
     diags = problems + [d for c in configs for d in c.diagnostics]
     if not configs and name:
-        diags.append(Diagnostic(file=str(file), line=1, col=1, severity="error",
+        diags.append(Diagnostic(file=str(file), line=1, col=1, severity="error", code="HRN016",
                                 message=f"no config named {name!r}"))
     return ConfigFile(path=file, validated=configs[0] if configs else None, diagnostics=tuple(diags),
                       models_dir=resolved_dir)

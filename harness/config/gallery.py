@@ -48,7 +48,8 @@ def body_documents(doc: Document, text: str) -> tuple[list[Document], list[Diagn
         d.values = {p: move(m) for p, m in d.values.items()}
         d.keys = {p: move(m) for p, m in d.keys.items()}
     moved = [Diagnostic(file=p.file, line=move((p.line, p.col))[0], col=move((p.line, p.col))[1],
-                        severity=p.severity, message=p.message) for p in problems]
+                        severity=p.severity, message=p.message, code=p.code) for p in problems]
     if not docs and not problems:
-        moved.append(doc.diag((BODY_KEY,), "error", "the config_file body is empty"))
+        moved.append(doc.diag((BODY_KEY,), "error", "the config_file body is empty: the installed config "
+                                                    "names no model", code="LAI008"))
     return docs, moved

@@ -1,6 +1,7 @@
 """The kinds of model config LocalAI has, each recognised from its own fields.
 
-Only a model-backed config loads a model file; the others are served without one, so
+Only a model-backed config needs ``parameters.model`` (a config with ``artifacts:`` is handed its
+primary artifact); the others are served without one, so
 ``parameters.model`` is no rule of theirs (an alias even must not set it). Each kind names the
 LocalAI line that makes it one (an anchor of the generated ``localai_index.yaml``).
 """
@@ -12,11 +13,10 @@ from typing import Any, Literal
 
 from harness.config.localai import vocabulary
 
-Kind = Literal["model", "alias", "pipeline", "cloud-proxy", "router", "pattern", "store", "no-model-backend"]
+Kind = Literal["model", "alias", "pipeline", "cloud-proxy", "router", "pattern", "store", "no-model-backend",
+               "artifacts"]
 #: LocalAI backends that keep vectors and load no model file (the router's KNN store among them).
 STORE_BACKENDS = ("local-store", "valkey-store")
-#: What the pipeline block names: the models a realtime pipeline chains (Pipeline's yaml tags).
-PIPELINE_MODELS = ("llm", "tts", "transcription", "vad", "sound_detection")
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,13 @@ def config_kind(data: Any) -> ConfigKind:
     if entry is not None and entry.name in STORE_BACKENDS:
         return ConfigKind("store", "store_backend")
     pipeline = _mapping(data, "pipeline")
-    if any(isinstance(pipeline.get(k), str) and pipeline[k] for k in PIPELINE_MODELS):
+    if pipeline:
         # a realtime pipeline chains the models it names; its own backend, if any, loads nothing
         return ConfigKind("pipeline", "pipeline")
     if entry is not None and entry.model_optional:
         return ConfigKind("no-model-backend")
+    artifacts = data.get("artifacts")
+    if isinstance(artifacts, list) and artifacts:
+        # the primary artifact is the model file the backend is handed (ModelFileName)
+        return ConfigKind("artifacts", "artifact_model_file")
     return ConfigKind("model")

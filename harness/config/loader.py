@@ -78,6 +78,12 @@ class Diagnostic:
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}: {self.severity}: {self.message}"
 
+    def text(self) -> str:
+        """The line ``harness validate`` prints, code first as ruff prints it:
+        ``file:line:col: CODE severity: message``."""
+        code = f"{self.code} " if self.code else ""
+        return f"{self.file}:{self.line}:{self.col}: {code}{self.severity}: {self.message}"
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"file": self.file, "line": self.line, "col": self.col,
                                "severity": self.severity, "message": self.message}
@@ -146,7 +152,7 @@ class _Builder:
     def _problem(self, node: Node, message: str) -> None:
         self.problems.append(Diagnostic(
             file=self.doc.file, line=node.start_mark.line + 1, col=node.start_mark.column + 1,
-            severity="error", message=message))
+            severity="error", message=message, code="LAI013"))
 
     def build(self, node: Node, path: Path_) -> Any:
         self.count += 1
@@ -276,7 +282,7 @@ def _yaml_problem(file: str, e: Exception) -> Diagnostic:
     problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
     context = getattr(e, "context", None)
     text = f"invalid YAML: {problem}" + (f" ({context})" if context else "")
-    return Diagnostic(file=file, line=line, col=col, severity="error", message=text)
+    return Diagnostic(file=file, line=line, col=col, severity="error", message=text, code="LAI013")
 
 
 def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagnostic]]:
@@ -285,13 +291,13 @@ def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagno
     if len(text) > MAX_TEXT_BYTES:
         msg = (f"file is {len(text)} bytes, above the size limit for a model config "
                f"({MAX_TEXT_BYTES} bytes, 64 MiB)")
-        return [], [Diagnostic(file=file, line=1, col=1, severity="error", message=msg)]
+        return [], [Diagnostic(file=file, line=1, col=1, severity="error", message=msg, code="HRN016")]
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8-sig")
         except UnicodeDecodeError as e:
             msg = f"not UTF-8 text (byte {e.start}): a model config is a YAML text file"
-            return [], [Diagnostic(file=file, line=1, col=1, severity="error", message=msg)]
+            return [], [Diagnostic(file=file, line=1, col=1, severity="error", message=msg, code="LAI013")]
     import warnings
 
     from ruamel.yaml.error import ReusedAnchorWarning, YAMLError
@@ -314,10 +320,11 @@ def load_text(text: str | bytes, file: str) -> tuple[list[Document], list[Diagno
     except YAMLError as e:
         problems.append(_yaml_problem(file, e))
     except _TooLarge as e:
-        problems.append(Diagnostic(file=file, line=e.line, col=e.col, severity="error", message=str(e)))
+        problems.append(Diagnostic(file=file, line=e.line, col=e.col, severity="error", message=str(e),
+                                   code="LAI013"))
     except (RecursionError, ValueError) as e:
         msg = f"cannot read YAML: {type(e).__name__}: {e}"
-        problems.append(Diagnostic(file=file, line=1, col=1, severity="error", message=msg))
+        problems.append(Diagnostic(file=file, line=1, col=1, severity="error", message=msg, code="LAI013"))
     finally:
         # The constructor is shared by every load: keep no values (nor their nodes) alive.
         y.constructor.constructed_objects.clear()

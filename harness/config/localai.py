@@ -235,6 +235,18 @@ def backend_options(name: str | None) -> frozenset[str]:
     return frozenset(out)
 
 
+def options_parsed(backend: str | None) -> bool:
+    """The generated index holds the ``options:`` names the backend's own source parses (an option
+    key it does not compare with is one it ignores)."""
+    if not backend:
+        return False
+    entry = vocabulary().backend(backend)
+    if entry is not None:
+        return entry.name in vocabulary().backend_options
+    # a harness engine's name: the LocalAI backends it serves
+    return any(engine == backend and name in vocabulary().backend_options for name, engine in served_by().items())
+
+
 def model_optional(backend: str | None) -> str:
     """The LocalAI source showing that ``backend`` loads without a model path, else ""."""
     entry = vocabulary().backend(backend) if backend else None

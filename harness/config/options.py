@@ -230,19 +230,24 @@ def convert(label: str, spec: OptionSpec, value: Any) -> tuple[Any, str | None]:
 
 
 class _Resolver:
-    def __init__(self, doc: Document, localai: frozenset[str] = frozenset()) -> None:
+    def __init__(self, doc: Document, localai: frozenset[str] = frozenset(), *, parsed: bool = False) -> None:
         self.doc = doc
         self.localai = localai
+        # the backend's own options parser was read: a key it does not compare with is ignored by it
+        self.unknown_code = "LAI018" if parsed else "HRN005"
         self.out = ResolvedOptions()
         self.specs = option_specs()
         # engine_args keys the JSON Schema types itself: do not report their types twice.
         self.schema_typed = set(self.specs) | set(OPTION_ALIASES)
 
-    def warn(self, path: Path_, message: str, *, key: bool = False) -> None:
-        self.out.diagnostics.append(self.doc.diag(path, "warning", message, key=key))
+    def warn(self, path: Path_, message: str, *, key: bool = False, code: str = "HRN007") -> None:
+        self.out.diagnostics.append(self.doc.diag(path, "warning", message, key=key, code=code))
 
     def error(self, path: Path_, message: str) -> None:
-        self.out.diagnostics.append(self.doc.diag(path, "error", message))
+        self.out.diagnostics.append(self.doc.diag(path, "error", message, code="HRN006"))
+
+    def _unknown(self, source: str) -> str:
+        return self.unknown_code if source == "options" else "HRN005"
 
     def set(self, key: str, value: Any, source: str, path: Path_, *, report: bool = True) -> None:
         label = f"option {key}" if source == "options" else f"engine_args.{key}"
@@ -254,7 +259,7 @@ class _Resolver:
             subs = nested_specs(prefix)
             if sub not in subs:
                 self.warn(path, f"unknown {noun} key {key!r}: ignored"
-                                f"{did_you_mean(name, _known_names())}", key=True)
+                                f"{did_you_mean(name, _known_names())}", key=True, code=self._unknown(source))
                 self.out.unknown[name] = Setting(value=value, source=source, path=path)
                 return
             typed, problem = convert(label, subs[sub], value)
@@ -271,7 +276,7 @@ class _Resolver:
             return
         if spec is None:
             self.warn(path, f"unknown {noun} key {key!r}: ignored (it may belong to another engine)"
-                            f"{did_you_mean(name, _known_names())}", key=True)
+                            f"{did_you_mean(name, _known_names())}", key=True, code=self._unknown(source))
             self.out.unknown[name] = Setting(value=value, source=source, path=path)
             return
         if name == "spec_type" and isinstance(value, str):
@@ -282,7 +287,8 @@ class _Resolver:
                 where = anchor("spec_type_passthrough")
                 self.out.diagnostics.append(self.doc.diag(
                     path, "note", f"{label} {value!r}: LocalAI passes it through to the backend's engine "
-                                  f"({where}); this harness's engine runs {', '.join(spec.choices)}"))
+                                  f"({where}); this harness's engine runs {', '.join(spec.choices)}",
+                    code="HRN011"))
                 self.out.localai.setdefault(key, path)
                 self.out.unknown[name] = Setting(value=value, source=source, path=path)
                 return
@@ -332,12 +338,15 @@ class _Resolver:
                 self.set(key, value, "engine_args", path, report=key not in self.schema_typed)
 
 
-def resolve_options(doc: Document, *, localai: frozenset[str] = frozenset()) -> ResolvedOptions:
+def resolve_options(doc: Document, *, localai: frozenset[str] = frozenset(),
+                    parsed: bool = False) -> ResolvedOptions:
     """Merge ``options:`` then ``engine_args:`` (which wins) of a config document.
 
     :param localai: option keys of the config's LocalAI backend: collected, not warned about.
+    :param parsed: the backend's own ``options:`` parser is in the generated index (an unknown
+        ``options:`` key is one it ignores: a warning; otherwise a note).
     """
-    r = _Resolver(doc, localai)
+    r = _Resolver(doc, localai, parsed=parsed)
     data = doc.data if isinstance(doc.data, dict) else {}
     r.options(data.get("options"))
     r.engine_args(data.get("engine_args"))

@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.config import refs
 from harness.config.kinds import config_kind
-from harness.config.loader import Diagnostic, Document, Path_, Severity, dotted
+from harness.config.loader import Diagnostic, Document, Path_, dotted
 from harness.config.localai import (
     model_optional,
     remote_scheme,
@@ -71,15 +71,17 @@ class CheckContext:
     def data(self) -> dict[str, Any]:
         return self.document.data if isinstance(self.document.data, dict) else {}
 
-    def error(self, path: Path_, message: str, *, key: bool = False) -> Diagnostic:
-        return self.document.diag(path, "error", message, key=key)
+    def error(self, path: Path_, message: str, *, key: bool = False, code: str = "HRN017") -> Diagnostic:
+        """A finding of rule ``code`` (the engine's own, :func:`harness.config.refs.register`):
+        reported with the rule's severity, a note when the rule has no reference."""
+        return self.document.diag(path, "error", message, key=key, code=code)
 
-    def warn(self, path: Path_, message: str, *, key: bool = False) -> Diagnostic:
-        return self.document.diag(path, "warning", message, key=key)
+    def warn(self, path: Path_, message: str, *, key: bool = False, code: str = "HRN017") -> Diagnostic:
+        return self.document.diag(path, "warning", message, key=key, code=code)
 
-    def note(self, path: Path_, message: str, *, key: bool = False) -> Diagnostic:
+    def note(self, path: Path_, message: str, *, key: bool = False, code: str = "HRN017") -> Diagnostic:
         """A finding about this harness's coverage, not about the config: never fails a run."""
-        return self.document.diag(path, "note", message, key=key)
+        return self.document.diag(path, "note", message, key=key, code=code)
 
     def local_file(self, value: str) -> Path | None:
         """``value`` resolved in the models directory when it names something there, else None."""
@@ -149,9 +151,6 @@ class Rules:
         self.data: dict[str, Any] = doc.data if isinstance(doc.data, dict) else {}
         self.out: list[Diagnostic] = []
 
-    def add(self, path: Path_, severity: Severity, msg: str, *, key: bool = False) -> None:
-        self.out.append(self.doc.diag(path, severity, msg, key=key))
-
     def rule(self, code: str, path: Path_, msg: str, *, key: bool = False) -> None:
         """A finding of a coded rule (:mod:`harness.config.refs`): its severity is the rule's."""
         self.out.append(self.doc.diag(path, refs.severity(code), msg, key=key, code=code))
@@ -175,8 +174,8 @@ class Rules:
         found = self.ctx.non_finite if self.ctx.non_finite is not None else tuple(non_finite(self.data))
         for path, value in sorted(found, key=lambda p: self.doc.where(p[0])):
             where = dotted(path)
-            self.add(path, "error", f"{where}: expected a finite number, found {value!r} "
-                                    "(NaN and infinity are never valid settings)")
+            self.rule("HRN001", path, f"{where}: expected a finite number, found {value!r} (LocalAI passes "
+                                      "it on; NaN and infinity are never valid settings here)")
 
     def backend(self) -> None:
         backend = str_at(self.data, "backend")
@@ -189,14 +188,19 @@ class Rules:
         if verdict.kind == "unknown" and config_kind(self.data).kind == "pattern":
             # IsPatternDetector: matched in-process, no backend is looked up or loaded
             return
-        severities: dict[str, Severity] = {"localai": "note", "unknown": "warning"}
-        severity = severities.get(verdict.kind)
-        if severity is not None:
-            self.add(("backend",), severity, verdict.message)
+        code = {"localai": "HRN003", "unknown": "LAI016"}.get(verdict.kind)
+        if code is not None:
+            self.rule(code, ("backend",), verdict.message)
 
     def alias(self) -> None:
         if config_kind(self.data).kind != "alias":
             return
+        name = self.data.get("name")
+        if not isinstance(name, str) or not name:
+            self.rule("LAI011", ("alias",), f"an alias (alias: {self.data['alias']!r}) without a name: "
+                                            "LocalAI refuses it", key=True)
+        elif name == self.data["alias"]:
+            self.rule("LAI012", ("alias",), f"alias {name!r} names itself: LocalAI refuses it")
         for path in (("backend",), ("parameters", "model")):
             value = str_at(self.data, *path)
             if value:
@@ -244,15 +248,19 @@ class Rules:
         """Shape and existence of a models-dir path; a remote URI is only noted."""
         scheme = remote_scheme(value)
         if scheme is not None:
-            self.add(path, "note", f"{label} {value!r} is a remote model ({scheme}): {REMOTE_NOTE}")
+            self.rule("HRN004", path, f"{label} {value!r} is a remote model ({scheme}): {REMOTE_NOTE}")
             return
-        if not value.strip() and self._model_optional(path):
+        if not value.strip():
+            # no path Validate() checks (it skips an empty one): only a config that needs a model misses it
+            if path == ("parameters", "model") and not self._model_optional(path) \
+                    and config_kind(self.data).loads_model:
+                self.rule("LAI008", path, f"{label} is empty: the backend is handed no model and fails at load")
             return
         problem = path_problem(label, value)
         if problem:
             self.rule("LAI002", path, problem)
         elif self.ctx.models_dir is not None and not os.path.exists(self.ctx.models_dir / value):
-            self.add(path, "error", f"{label} {value!r} not found in the models directory {self.ctx.models_dir}")
+            self.rule("LAI017", path, f"{label} {value!r} not found in the models directory {self.ctx.models_dir}")
 
     def _model_optional(self, path: Path_) -> bool:
         """An empty parameters.model where the backend loads no model file (localai.yaml says which)."""
@@ -285,20 +293,20 @@ class Rules:
         kind = self.opts.values.get("spec_type")
         if kind is not None and kind.path is not None:
             if kind.value == "draft-simple" and top is None:
-                self.add(kind.path, "error", "spec_type draft-simple needs a draft model: set draft_model "
-                                             "(or spec_type ngram-simple to draft from the sequence itself)")
+                self.rule("HRN012", kind.path, "spec_type draft-simple needs a draft model: set draft_model "
+                                               "(or spec_type ngram-simple to draft from the sequence itself)")
             elif kind.value in ("ngram-simple", "none") and top is not None:
-                self.add(kind.path, "warning", f"spec_type {kind.value} does not use draft_model {top!r}")
+                self.rule("HRN018", kind.path, f"spec_type {kind.value} does not use draft_model {top!r}")
         models_dir = self.ctx.models_dir
         for path, ref in refs:
             if not ref.strip():
-                self.add(path, "error", "draft model reference is empty")
+                self.rule("HRN012", path, "draft model reference is empty")
             elif remote_scheme(ref):
-                self.add(path, "note", f"draft model {ref!r} is a remote model: {REMOTE_NOTE}")
+                self.rule("HRN004", path, f"draft model {ref!r} is a remote model: {REMOTE_NOTE}")
             elif models_dir is not None and resolve_draft(ref, models_dir)[0] is None:
                 looked = resolve_draft(ref, models_dir)[1]
-                self.add(path, "error", f"draft model {ref!r} not found; looked in: "
-                                        f"{', '.join(str(p) for p in looked)}")
+                self.rule("LAI017", path, f"draft model {ref!r} not found; looked in: "
+                                          f"{', '.join(str(p) for p in looked)}")
 
 
 def looks_like_template_file(value: str) -> bool:

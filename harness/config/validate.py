@@ -1,8 +1,10 @@
 """``harness validate``: schema and semantic checks of model configs, with exact locations.
 
 Every problem is a :class:`~harness.config.loader.Diagnostic` printed as
-``file:line:col: error|warning: message``; the line and column are those of the
-offending key or value in the YAML text. Nothing a user can write raises.
+``file:line:col: CODE error|warning|note: message``; the line and column are those of the
+offending key or value in the YAML text. Each carries its rule's code, and its severity is
+the rule's (:mod:`harness.config.refs`: a rule without a reference is a note); ``--ignore``
+and ``# harness: ignore[CODE]`` silence one. Nothing a user can write raises.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +35,7 @@ from harness.config.loader import Diagnostic, Document, Path_, dotted, load_text
 from harness.config.localai import (
     backend_options,
     open_options,
+    options_parsed,
     resolve_backend,
     usecase_name,
     vocabulary,
@@ -243,9 +247,9 @@ def _found(value: Any) -> str:
 
 
 #: Keys a gallery template leaves to its gallery entry.
-TEMPLATE_KEYS = {(): ("name", "parameters"), ("parameters",): ("model",)}
+TEMPLATE_KEYS: dict[Path_, tuple[str, ...]] = {(): ("name", "parameters"), ("parameters",): ("model",)}
 #: Keys a config whose backend loads no model file may leave out.
-MODEL_KEYS = {(): ("parameters",), ("parameters",): ("model",)}
+MODEL_KEYS: dict[Path_, tuple[str, ...]] = {(): ("parameters",), ("parameters",): ("model",)}
 _TEMPLATE_HINT = {
     "name": " (a gallery body gets it from its gallery entry; this mapping was checked as a full "
             "config because of --no-template or its other keys)",
@@ -309,8 +313,8 @@ def _schema(doc: Document, *, template: bool) -> _SchemaResult:
         if e.validator == "additionalProperties" and isinstance(e.instance, dict):
             props = e.schema.get("properties", {}) if isinstance(e.schema, dict) else {}
             bad += [(*path, k) for k in e.instance if k not in props]
-        elif e.validator != "required":
-            bad.append(path)
+        elif e.validator not in ("required", *_BOUNDS) or _out_of_go_range(e):
+            bad.append(path)  # a value out of a bound is this harness's limit: LocalAI passes it on, kept
         out.extend(_schema_error(doc, e, template=template, model_optional=optional))
     return _SchemaResult(diagnostics=out, bad=bad)
 
@@ -394,7 +398,7 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
             if not path and k in vocabulary().gallery_metadata:
                 out.append(doc.diag((k,), "note", f"{k!r} describes a gallery entry (LocalAI's GalleryModel); "
                                                   "a model config has no such field and LocalAI ignores it",
-                                    key=True))
+                                    key=True, code="HRN010"))
                 continue
             if home is not None:
                 msg = (f"{k!r} under {where}: is silently ignored by LocalAI there; it belongs {home}")
@@ -411,15 +415,18 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
             missing = [k for k in missing if k not in MODEL_KEYS.get(path, ())]
         label = "the config" if not path else where
         hints = _TEMPLATE_HINT if path in TEMPLATE_KEYS else {}
-        return [doc.diag(path, refs.severity("LAI008"), f"{label} is missing the required key {k!r}"
-                         f"{hints.get(k, '')}", code="LAI008")
-                if k in MODEL_KEYS.get(path, ()) else
-                doc.diag(path, "error", f"{label} is missing the required key {k!r}{hints.get(k, '')}")
-                for k in missing]
+        return [_missing(doc, path, label, k, hints.get(k, "")) for k in missing]
+    code = "HRN002"  # this harness's bounds and choices: LocalAI passes the value on
     if v == "type":
         wanted = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
         names = " or ".join(_TYPE_NAMES.get(str(t), str(t)) for t in wanted if t != "null")
-        msg = f"{where}: expected {names}, found {_found(e.instance)}"
+        msg = (f"{where}: expected {names}, found {_found(e.instance)}: yaml.v3 cannot decode it into "
+               "LocalAI's field, so LocalAI refuses the file")
+        code = "LAI013"
+    elif _out_of_go_range(e):
+        msg = (f"{where}: {e.instance!r} does not fit a 64-bit integer: yaml.v3 cannot decode it, so LocalAI "
+               "refuses the file")
+        code = "LAI013"
     elif v == "enum":
         choices = [str(c).lower() if isinstance(c, bool) else str(c) for c in e.validator_value if c is not None]
         msg = (f"{where}: expected one of {', '.join(choices)}, found {_found(e.instance)}"
@@ -431,7 +438,33 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
         msg = f"{where}: must not be empty"
     else:
         msg = f"{where}: {e.message}"
-    return [doc.diag(path, "error", msg)]
+    if path[:1] == ("engine_args",) and code == "HRN002":
+        code = "HRN006"  # an option of this harness's engines: its engine refuses the value at load
+    return [doc.diag(path, "error", msg, code=code)]
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_GO_INT = range(-(2**63), 2**63)
+
+
+def _out_of_go_range(e: ValidationError) -> bool:
+    """An integer no Go integer field holds: yaml.v3 refuses to decode it."""
+    return e.validator in _BOUNDS and type(e.instance) is int and e.instance not in _GO_INT
+
+
+def _missing(doc: Document, path: Path_, label: str, key: str, hint: str) -> Diagnostic:
+    """A required key the config lacks, as LocalAI takes it: no name is loaded under the empty name
+    (a warning); no model is a backend given nothing to load (an error)."""
+    message = f"{label} is missing the required key {key!r}{hint}"
+    if not path and key == "name":
+        message = f"{label} is missing the required key {key!r}"
+        message += ("; LocalAI loads it under the empty name, where no request can name it and the next "
+                    "nameless config replaces it")
+        return doc.diag(path, "warning", message, code="LAI010")
+    if key in MODEL_KEYS.get(path, ()):
+        message += ": the backend is handed no model and fails at load"
+        return doc.diag(path, "error", message, code="LAI008")
+    return doc.diag(path, "error", message, code="HRN002")
 
 
 # ---------------------------------------------------------------------------
@@ -534,6 +567,37 @@ def _unused_keys(doc: Document) -> list[tuple[str, Path_]]:
     return out
 
 
+def _as_rules(diags: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
+    """Each finding with its rule's severity (:mod:`harness.config.refs`): the table is the one place
+    a severity is decided, and a rule without a reference is a note."""
+    out = []
+    for d in diags:
+        severity = refs.severity(d.code)
+        out.append(d if severity == d.severity else dataclasses.replace(d, severity=severity))
+    return tuple(out)
+
+
+#: ``# harness: ignore[CODE]`` or ``# harness: ignore[CODE, CODE]`` at the end of a line.
+_IGNORE_COMMENT = re.compile(r"#\s*harness:\s*ignore\[([A-Za-z0-9_,\s]*)\]")
+_IGNORE_MARK = "ignore["  # what every such comment holds: the costly scan runs only then
+
+
+def suppressions(text: str | bytes) -> dict[int, frozenset[str]]:
+    """Line -> the codes a ``# harness: ignore[...]`` comment on that line silences."""
+    if isinstance(text, bytes):
+        if _IGNORE_MARK.encode() not in text:
+            return {}
+        text = text.decode("utf-8-sig", "replace")
+    elif _IGNORE_MARK not in text:
+        return {}
+    out: dict[int, frozenset[str]] = {}
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = _IGNORE_COMMENT.search(line)
+        if m is not None:
+            out[n] = frozenset(c.strip().upper() for c in m.group(1).split(",") if c.strip())
+    return out
+
+
 def _dedupe(diags: Iterable[Diagnostic]) -> list[Diagnostic]:
     seen: set[tuple[int, int, str, str]] = set()
     out = []
@@ -558,11 +622,15 @@ class Validator:
     :param template: True: every config is a gallery body (``name`` and ``parameters.model`` are
         the gallery entry's, not required here); False: none is; None (default): each mapping
         is recognised on its own (:func:`is_gallery_body`).
+    :param ignore: rule codes silenced everywhere (``--ignore``); a ``# harness: ignore[CODE]``
+        comment silences one on its own line.
     """
 
     def __init__(self, *, engines: Collection[str] | None = None, models_dir: Path | None = None,
-                 pm: pluggy.PluginManager | None = None, template: bool | None = None) -> None:
+                 pm: pluggy.PluginManager | None = None, template: bool | None = None,
+                 ignore: Collection[str] = ()) -> None:
         self._engines = frozenset(engines) if engines is not None else None
+        self.ignore = frozenset(c.upper() for c in ignore)
         self.models_dir = models_dir
         self.template = template
         self._pm = pm
@@ -586,8 +654,10 @@ class Validator:
         if not isinstance(doc.data, dict):
             found = _found(doc.data)
             diag = doc.diag((), "error", f"a model config is a mapping (name:, backend:, parameters: ...), "
-                                         f"found {found}")
-            return Validated(document=doc, options=ResolvedOptions(), diagnostics=(diag,), template=template)
+                                         f"found {found}: yaml.v3 cannot decode it, so LocalAI refuses the file",
+                            code="LAI013")
+            return Validated(document=doc, options=ResolvedOptions(), diagnostics=_as_rules((diag,)),
+                             template=template)
         schema = _schema(doc, template=template)
         diags = list(schema.diagnostics)
         backend = str_at(doc.data, "backend")
@@ -596,7 +666,8 @@ class Validator:
         # A backend no engine here serves gets only the shared schema: its options are its own; so
         # does one that passes any option key through (diffusers).
         opts = (ResolvedOptions() if (verdict is not None and engine is None) or open_options(backend)
-                else resolve_options(doc, localai=backend_options(backend or engine)))
+                else resolve_options(doc, localai=backend_options(backend or engine),
+                                     parsed=options_parsed(backend)))
         diags += opts.diagnostics
         numbers = tuple(non_finite(doc.data))
         ctx = Context(engines=self.engines, models_dir=self.models_dir, template=template, non_finite=numbers)
@@ -606,9 +677,9 @@ class Validator:
         check_ctx = CheckContext(document=doc, options=opts, engines=self.engines,
                                  models_dir=self.models_dir, engine=engine, template=template)
         diags += self._plugin_checks(doc, config, check_ctx)
-        diags = _dedupe(sorted(diags, key=lambda d: (d.line, d.col)))
+        coded = _as_rules(_dedupe(sorted(diags, key=lambda d: (d.line, d.col))))
         unused = _unused_keys(doc) + [(f"options {k}", p) for k, p in opts.localai.items()]
-        return Validated(document=doc, options=opts, diagnostics=tuple(diags), config=config,
+        return Validated(document=doc, options=opts, diagnostics=coded, config=config,
                          engine=engine, template=template, unused=tuple(unused))
 
     def _plugin_checks(self, doc: Document, config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
@@ -632,13 +703,14 @@ class Validator:
         except Exception as e:  # report, do not crash; but a check that could not run has not passed
             return [doc.diag((), "error", f"the {context.engine} plugin's config check failed with "
                                           f"{type(e).__name__}: {e}; the config was not checked by it. Fix "
-                                          "what the error names (a model file it could not read) or report the plugin bug")]
+                                          "what the error names (a model file it could not read) or report the plugin bug",
+                             code="HRN015")]
         out: list[Diagnostic] = []
         for item in answers or ():
             if isinstance(item, Diagnostic):
                 out.append(item)
             elif isinstance(item, str):
-                out.append(doc.diag((), "error", item))
+                out.append(doc.diag((), "error", item, code="HRN017"))
         return out
 
     def validate_text(self, text: str | bytes, file: str = "<string>") -> list[Validated | Diagnostic]:
@@ -651,13 +723,14 @@ class Validator:
         out: list[Validated | Diagnostic] = list(problems)
         forced = self.template
         if not docs and not problems:
-            out.append(Diagnostic(file=file, line=1, col=1, severity="error",
-                                  message="empty file: a model config needs name: and parameters:"))
+            out.append(Diagnostic(file=file, line=1, col=1, severity="warning", code="LAI010",
+                                  message="empty file: LocalAI loads it as an empty config under the empty "
+                                          "name; a model config needs name: and parameters:"))
         for n, doc in enumerate(docs):
             if n:
                 # yaml.v3's Unmarshal, which LocalAI reads every config and gallery file with,
                 # decodes the first document and stops: this one is never loaded
-                out.append(doc.diag((), "error", LATER_DOCUMENT.format(n=n + 1)))
+                out.append(doc.diag((), "warning", LATER_DOCUMENT.format(n=n + 1), code="LAI014"))
             if isinstance(doc.data, list):  # LocalAI's config-file form: a list of configs
                 for i, item in enumerate(doc.data):
                     out.append(self.validate_document(_subdocument(doc, i, item)))
@@ -668,7 +741,28 @@ class Validator:
                 out += [self.validate_document(d, template=forced is not False) for d in body_docs]
             else:
                 out.append(self.validate_document(doc))
-        return _body_note(_one_unused_note(out, file))
+        return self._silenced(_body_note(_one_unused_note(out, file)), suppressions(text))
+
+    def _kept(self, d: Diagnostic, inline: dict[int, frozenset[str]]) -> bool:
+        return d.code not in self.ignore and d.code not in inline.get(d.line, ())
+
+    def _silenced(self, items: list[Validated | Diagnostic],
+                  inline: dict[int, frozenset[str]]) -> list[Validated | Diagnostic]:
+        """``items`` with their severities the rules' and without what ``--ignore`` or a
+        ``# harness: ignore[CODE]`` comment on the line silences."""
+        out: list[Validated | Diagnostic] = []
+        for item in items:
+            if isinstance(item, Diagnostic):
+                item = _as_rules((item,))[0]
+                if self._kept(item, inline):
+                    out.append(item)
+            elif (self.ignore or inline) and item.diagnostics:
+                kept = tuple(d for d in item.diagnostics if self._kept(d, inline))
+                out.append(item if len(kept) == len(item.diagnostics)
+                           else dataclasses.replace(item, diagnostics=kept))
+            else:
+                out.append(item)
+        return out
 
     def validate_paths(self, paths: Iterable[str | Path]) -> Report:
         report = Report()
@@ -682,7 +776,7 @@ class Validator:
                 files = [(str(f), f) for f in _config_files(p)]
                 if not files:
                     report.diagnostics.append(Diagnostic(
-                        file=str(p), line=1, col=1, severity="error",
+                        file=str(p), line=1, col=1, severity="error", code="HRN016",
                         message="no model configs here: the directory holds no *.yaml or *.yml file"))
             else:
                 # a dangling link or a loop is read (and refused) like any other non-file
@@ -695,7 +789,7 @@ class Validator:
                        names: dict[tuple[str, str], Diagnostic]) -> None:
         if path is None:
             report.diagnostics.append(Diagnostic(file=display, line=1, col=1, severity="error",
-                                                 message="no such file or directory"))
+                                                 message="no such file or directory", code="HRN016"))
             return
         report.files += 1
         try:
@@ -704,26 +798,27 @@ class Validator:
             text = read_bytes(path, kind="config", error=ConfigError)
         except ConfigError as e:
             report.diagnostics.append(Diagnostic(file=display, line=1, col=1, severity="error",
-                                                 message=f"cannot read: {e}"))
+                                                 message=f"cannot read: {e}", code="HRN016"))
             return
+        inline = suppressions(text)
         for item in self.validate_text(text, display):
             if isinstance(item, Diagnostic):
                 report.diagnostics.append(item)
                 continue
             report.configs += 1
             report.diagnostics.extend(item.diagnostics)
-            self._unique_name(item.document, names, report)
+            self._unique_name(item.document, names, report, inline)
 
-    @staticmethod
-    def _unique_name(doc: Document, names: dict[tuple[str, str], Diagnostic], report: Report) -> None:
+    def _unique_name(self, doc: Document, names: dict[tuple[str, str], Diagnostic], report: Report,
+                     inline: dict[int, frozenset[str]]) -> None:
         name = doc.data.get("name") if isinstance(doc.data, dict) else None
         if not isinstance(name, str) or not name:
             return
         here = doc.diag(("name",), "warning", "")
         first = names.setdefault((os.path.dirname(os.path.abspath(doc.file)), name), here)
-        if first is not here:
+        if first is not here and self._kept(dataclasses.replace(here, code="LAI015"), inline):
             report.diagnostics.append(doc.diag(
-                ("name",), "warning",
+                ("name",), "warning", code="LAI015", message=
                 f"model name {name!r} is already used at {first.file}:{first.line}:{first.col}: LocalAI "
                 "loads both and keeps the one it reads last (files in name order), dropping the other "
                 "without a word"))
@@ -739,7 +834,7 @@ def _body_note(items: list[Validated | Diagnostic]) -> list[Validated | Diagnost
     first = next((i for i in items if isinstance(i, Validated) and i.template), None)
     if first is None:
         return items
-    note = first.document.diag((), "note", BODY_NOTE)
+    note = first.document.diag((), "note", BODY_NOTE, code="HRN008")
     merged = dataclasses.replace(
         first, diagnostics=tuple(sorted((note, *first.diagnostics), key=lambda d: (d.line, d.col))))
     return [merged if i is first else i for i in items]
@@ -756,7 +851,7 @@ def _one_unused_note(items: list[Validated | Diagnostic], file: str) -> list[Val
     first = validated[0]
     where = first.document.diag(first.unused[0][1], "note",
                                 f"LocalAI keys this harness does not use: {', '.join(names)}",
-                                key=True)
+                                key=True, code="HRN009")
     merged = dataclasses.replace(
         first, diagnostics=tuple(sorted((*first.diagnostics, where), key=lambda d: (d.line, d.col))))
     return [merged if i is first else i for i in items]

@@ -8,6 +8,7 @@ grids. The rules are data; this module only applies them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 from typing import Any
@@ -38,7 +39,12 @@ def config_family(context: CheckContext) -> VideoFamily | None:
 def check_video(context: CheckContext, family: VideoFamily | None = None) -> list[Diagnostic]:
     """The family's rules for a config whose options name a video checkpoint set."""
     family = family or config_family(context)
-    return [] if family is None else _VideoRules(context, family).run()
+    if family is None:
+        return []
+    # the video engine refuses an error's value at load; a warning's it changes or does not use
+    return [d if d.code not in ("", "HRN017") else
+            dataclasses.replace(d, code="HRN013" if d.severity == "error" else "HRN014")
+            for d in _VideoRules(context, family).run()]
 
 
 class _VideoRules:

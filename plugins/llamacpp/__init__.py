@@ -211,29 +211,75 @@ def _runtime_bounds() -> dict[str, tuple[int, int]]:
     return dict(RUNTIME_BOUNDS)
 
 
+#: llama.cpp's pinned source (engines/llamacpp/engine.yaml's upstream commit), where its rules are true.
+_SOURCE = "ggml-org/llama.cpp@0c1e570"
+#: Sampling values llama.cpp's server clamps into its soft limits (server-schema.cpp's set_limits).
+_CLAMPED = (("top_p", "top-p sampling"), ("min_p", "min-p sampling"))
+
+
+def config_rules() -> tuple[Any, ...]:
+    """llama.cpp's config rules (``harness validate --explain``), each with its pinned source line."""
+    from harness.config.refs import Rule
+
+    return (
+        Rule(code="LCP001", severity="note",
+             summary="an option without ':' or with an empty key: LocalAI's llama-cpp backend reads a bare "
+                     "name as a boolean set to true; this harness's engine takes key:value only"),
+        Rule(code="LCP002", severity="error", source=f"{_SOURCE} ggml/src/gguf.cpp:482",
+             summary="parameters.model is not a GGUF file (or a directory without config.json): llama.cpp "
+                     "refuses it at load"),
+        Rule(code="LCP003", severity="error", source=f"{_SOURCE} src/llama-model.cpp:371",
+             summary="a GGUF model of an architecture the pinned llama.cpp does not know: it refuses it at load"),
+        Rule(code="LCP004", severity="error", source=f"{_SOURCE} tools/mtmd/clip.cpp:1197",
+             summary="mmproj is not a GGUF file: llama.cpp's multimodal projector loader refuses it"),
+        Rule(code="LCP005", severity="note",
+             summary="a number outside what this harness's llama.cpp binding takes (its runtime bounds)"),
+        Rule(code="LCP006", severity="warning", source=f"{_SOURCE} tools/server/server-schema.cpp:598",
+             summary="parameters.top_p or min_p outside 0..1: llama.cpp's server clamps it into 0..1 "
+                     "(a top_p of 1 or more turns top-p sampling off: src/llama-sampler.cpp:1720)"),
+    )
+
+
+@functools.cache
+def _register_rules() -> None:
+    from harness.config.refs import register
+
+    register(*config_rules())
+
+
 class _Rules:
     def __init__(self, config: ModelConfig, context: CheckContext) -> None:
         self.config, self.ctx = config, context
         self.out: list[Diagnostic] = []
 
-    def error(self, path: Path_, message: str, *, key: bool = False) -> None:
-        self.out.append(self.ctx.error(path, message, key=key))
+    def error(self, path: Path_, message: str, *, key: bool = False, code: str) -> None:
+        self.out.append(self.ctx.error(path, message, key=key, code=code))
 
     def run(self) -> list[Diagnostic]:
         self.options()
         self.model()
         self.mmproj()
         self.numbers()
+        self.sampling()
         return self.out
+
+    def sampling(self) -> None:
+        for key, what in _CLAMPED:
+            value = getattr(self.config.parameters, key)
+            if isinstance(value, int | float) and not 0 <= value <= 1:
+                to = 1 if value > 1 else 0
+                off = f", which turns {what} off" if to == 1 and key == "top_p" else ""
+                self.out.append(self.ctx.warn(("parameters", key), f"parameters.{key} {value!r} is outside 0..1: "
+                                              f"llama.cpp clamps it to {to}{off}", code="LCP006"))
 
     def options(self) -> None:
         for i, key, value in self.ctx.options.items:
             item = f"{key}:{value}" if value is not None else key
             if value is None:
                 self.error(("options", i), f"option {item!r} is not key:value (llama.cpp options are "
-                                           "key:value; the key ends at the first colon)")
+                                           "key:value; the key ends at the first colon)", code="LCP001")
             elif not key:
-                self.error(("options", i), f"option {item!r} has an empty key")
+                self.error(("options", i), f"option {item!r} has an empty key", code="LCP001")
 
     def model(self) -> None:
         from harness.config.facts import gguf_header
@@ -252,15 +298,15 @@ class _Rules:
         if full.is_dir():
             if not (full / "config.json").is_file():
                 self.error(at, f"parameters.model {ref!r} is a directory without config.json; "
-                               "llama.cpp loads a .gguf file or a model directory with config.json")
+                               "llama.cpp loads a .gguf file or a model directory with config.json", code="LCP002")
         else:
             header, why = gguf_header(full)
             if header is None:
-                self.error(at, f"parameters.model: {why}")
+                self.error(at, f"parameters.model: {why}", code="LCP002")
             else:
                 problem = architecture_problem(header.get("general.architecture"))
                 if problem:
-                    self.error(at, f"parameters.model {ref!r}: {problem}")
+                    self.error(at, f"parameters.model {ref!r}: {problem}", code="LCP003")
 
     def mmproj(self) -> None:
         from harness.config.localai import remote_scheme
@@ -271,7 +317,8 @@ class _Rules:
             return
         full = self.ctx.local_file(ref)
         if Path(ref).suffix.lower() != ".gguf" or (full is not None and not full.is_file()):
-            self.error(("mmproj",), f"mmproj {ref!r} must be a .gguf file (llama.cpp's multimodal projector)")
+            self.error(("mmproj",), f"mmproj {ref!r} must be a .gguf file (llama.cpp's multimodal projector)",
+                       code="LCP004")
 
     def numbers(self) -> None:
         from harness.runtime.requests import LIMITS
@@ -295,11 +342,13 @@ class _Rules:
                 checks.append((s.path, f"{s.source} {key}", s.value, bounds[arg]))
         for path, label, value, (low, high) in checks:
             if isinstance(value, int) and not low <= value <= high:
-                self.error(path, f"{label} {value} is outside what llama.cpp takes here ({low}..{high})")
+                self.error(path, f"{label} {value} is outside what llama.cpp takes here ({low}..{high})",
+                           code="LCP005")
 
 
 def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
     """llama.cpp's rules for a model config whose backend resolves to it."""
+    _register_rules()
     return _Rules(config, context).run()
 
 

@@ -86,9 +86,22 @@ def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
     return MatchResult(engine=NAME, ok=True, variant="cpu")
 
 
+def config_rules() -> tuple[Any, ...]:
+    """stable-diffusion.cpp's own config rules (``harness validate --explain``); the video family's
+    are the core's (HRN013, HRN014)."""
+    from harness.config.refs import Rule
+
+    return (Rule(code="SDC001", severity="note",
+                 summary="known_usecases has video but no video_* option names the checkpoints this harness's "
+                         "stable-diffusion.cpp engine renders from"),)
+
+
 def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
     """The video family's rules for a config whose backend resolves to this engine."""
+    from harness.config.refs import register
     from harness.config.video_rules import check_video
+
+    register(*config_rules())
     if context.options.video_engaged:
         return check_video(context)
     if "video" in config.known_usecases:
@@ -96,7 +109,8 @@ def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]
         # harness's engine needs the video_* set, so this is about coverage, not the config.
         return [context.note(("known_usecases",), "known_usecases includes video but no video_* option "
                                                   "names the checkpoint set (video_vae, ...) that this "
-                                                  "harness's stable-diffusion.cpp engine renders from")]
+                                                  "harness's stable-diffusion.cpp engine renders from",
+                             code="SDC001")]
     return []
 
 

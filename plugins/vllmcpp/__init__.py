@@ -122,9 +122,23 @@ def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
     return MatchResult(engine=NAME, ok=True, variant="cpu")
 
 
+def config_rules() -> tuple[Any, ...]:
+    """vllm.cpp's config rules (``harness validate --explain``)."""
+    from harness.config.refs import Rule
+
+    # a path that is not a .gguf file is read as a Hugging Face directory, whose config.json it opens first
+    return (Rule(code="VLC001", severity="error",
+                 source="mudler/vllm.cpp@d85906ae src/vllm/transformers_utils/hf_config.cpp:308",
+                 summary="parameters.model is neither a .gguf file nor a directory with config.json: vllm.cpp "
+                         "refuses it at load"),)
+
+
 def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
     """The model rule (SPEC §4): ``parameters.model`` is a ``.gguf`` file or a directory with
     ``config.json``; checked when it names something in the models directory."""
+    from harness.config.refs import register
+
+    register(*config_rules())
     ref = config.parameters.model
     full = context.local_file(ref) if ref else None
     if full is None:
@@ -132,10 +146,10 @@ def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]
     at = ("parameters", "model")
     if full.is_dir() and not (full / "config.json").is_file():
         return [context.error(at, f"parameters.model {ref!r} is a directory without config.json; vllm.cpp loads "
-                                  "a .gguf file or a Hugging Face model directory")]
+                                  "a .gguf file or a Hugging Face model directory", code="VLC001")]
     if not full.is_dir() and full.suffix.lower() != ".gguf":
         return [context.error(at, f"parameters.model {ref!r} must be a .gguf file or a directory with config.json "
-                                  "(vllm.cpp refuses anything else)")]
+                                  "(vllm.cpp refuses anything else)", code="VLC001")]
     return []
 
 

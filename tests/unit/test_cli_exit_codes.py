@@ -54,7 +54,7 @@ def test_a_missing_config_file(tmp_path: Path) -> None:
     assert r.returncode == errors.UsageError.exit_code, r.stdout + r.stderr
     r = _harness("validate", tmp_path / "missing.yaml", EXAMPLE, cwd=tmp_path)
     assert r.returncode == errors.ConfigError.exit_code, r.stdout + r.stderr
-    assert r.stdout == f"{tmp_path / 'missing.yaml'}:1:1: error: no such file or directory\n"
+    assert r.stdout == f"{tmp_path / 'missing.yaml'}:1:1: HRN016 error: no such file or directory\n"
 
 
 def test_all_lacks_test_and_the_hint_says_so(monkeypatch: pytest.MonkeyPatch,

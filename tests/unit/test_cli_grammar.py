@@ -107,4 +107,4 @@ def test_validate_reads_standard_input(tmp_path: Path) -> None:
     bad = subprocess.run([*run, "-", str(ROOT / "examples" / "models")], capture_output=True, text=True,
                          input="name: m\nparameters: {model: ../x.gguf}\n", cwd=tmp_path, timeout=60, check=False)
     assert bad.returncode == errors.ConfigError.exit_code
-    assert bad.stdout.startswith("<stdin>:2:21: error: parameters.model '../x.gguf' escapes")
+    assert bad.stdout.startswith("<stdin>:2:21: LAI002 error: parameters.model '../x.gguf' escapes")

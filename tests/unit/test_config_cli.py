@@ -82,7 +82,7 @@ def test_validate_output_and_exit_codes(tmp_path: Path, capsys: pytest.CaptureFi
     f.write_text(BASE + "options: [blok_size:3]\n")
     assert cli("validate", f) == 0
     out = capsys.readouterr()
-    assert out.out == (f"{f}:5:11: warning: unknown option key 'blok_size': ignored (it may belong "
+    assert out.out == (f"{f}:5:11: LAI018 warning: unknown option key 'blok_size': ignored (it may belong "
                        "to another engine) (did you mean 'block_size'?)\n")
     assert "1 files, 1 configs: 0 errors, 1 warnings, 0 notes (ok)" in out.err
     assert cli("validate", "--strict", f) == 3
@@ -114,7 +114,7 @@ def test_config_show_refuses_invalid(tmp_path: Path, capsys: pytest.CaptureFixtu
     f = tmp_path / "c.yaml"
     f.write_text("name: m\nparameters: {model: ../x.gguf}\n")
     assert cli("config", "show", f) == 3
-    assert capsys.readouterr().out.startswith(f"{f}:2:21: error: parameters.model '../x.gguf' escapes")
+    assert capsys.readouterr().out.startswith(f"{f}:2:21: LAI002 error: parameters.model '../x.gguf' escapes")
     assert cli("config", "show", tmp_path / "missing.yaml") == 2
 
 

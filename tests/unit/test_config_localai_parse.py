@@ -137,15 +137,21 @@ def test_bodies_and_full_configs_in_one_run(tmp_path: Path) -> None:
     errors = [t for t in text if ": error: " in t]
     assert errors and all(t.startswith(f"{tmp_path / 'broken.yaml'}:") for t in errors)
     assert f"{tmp_path / 'broken.yaml'}:1:1: error: the config is missing the required key 'parameters' " \
-           "(parameters.model names the model file; a gallery body gets it from its gallery entry)" in errors
+           "(parameters.model names the model file; a gallery body gets it from its gallery entry): the backend " \
+           "is handed no model and fails at load" in errors
 
 
 def test_template_flags_force_it() -> None:
     assert [o for o in run(FULL, template=True) if ": error: " in o] == []
     assert any("gallery body" in o for o in run(FULL, template=True))
-    errors = [o for o in run(textwrap.dedent(BODY), template=False) if ": error: " in o]
-    assert [e.split(": error: ")[1].split(" (")[0] for e in errors] == [
-        "the config is missing the required key 'name'", "the config is missing the required key 'parameters'"]
+    found = [o for o in run(textwrap.dedent(BODY), template=False) if ": note: " not in o]
+    # no name: LocalAI loads it under the empty name (a warning); no model: the backend fails at load
+    assert [e.split(": ", 2)[1:] for e in found] == [
+        ["warning", "the config is missing the required key 'name'; LocalAI loads it under the empty name, "
+                    "where no request can name it and the next nameless config replaces it"],
+        ["error", "the config is missing the required key 'parameters' (parameters.model names the model file; "
+                  "a gallery body gets it from its gallery entry): the backend is handed no model and fails at "
+                  "load"]]
 
 
 @pytest.mark.usefixtures("wired")
@@ -240,7 +246,8 @@ def test_a_gallery_file_for_such_a_backend_has_no_error() -> None:
 
 def test_a_backend_that_loads_a_model_still_needs_one() -> None:
     errors = [o for o in run("name: p\nbackend: piper\nparameters:\n  model: \"\"\n") if ": error: " in o]
-    assert errors == ["m.yaml:4:10: error: parameters.model is empty"]
+    assert errors == ["m.yaml:4:10: error: parameters.model is empty: the backend is handed no model and fails "
+                      "at load"]
     errors = [o for o in run("name: n\nbackend: neutts\n") if ": error: " in o]
     assert [e.split(": error: ")[1].split(" (")[0] for e in errors] == [
         "the config is missing the required key 'parameters'"]

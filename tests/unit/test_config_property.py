@@ -26,7 +26,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "models"
 LOCALAI = Path(__file__).resolve().parents[2] / "tests" / "data" / "localai"
 TEXTS = [p.read_text() for p in sorted([*EXAMPLES.glob("*.yaml"), *LOCALAI.glob("*.yaml")])]
 DOCS: list[dict[str, Any]] = [yaml.safe_load(t) for t in TEXTS]
-LINE = re.compile(r"^(?P<file>[^\n]+):(?P<line>\d+):(?P<col>\d+): (error|warning|note): [^\n]+$")
+#: What `harness validate` prints: every finding with its rule's code, as ruff prints one.
+LINE = re.compile(r"^(?P<file>[^\n]+):(?P<line>\d+):(?P<col>\d+): (?P<code>[A-Z]{3}\d{3}) (error|warning|note): [^\n]+$")
 #: With the built-in plugins: each engine's own rules are fuzzed too.
 VALIDATOR = Validator(engines={"llamacpp", "stable-diffusion.cpp"}, pm=make_manager(autoload=False))
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -68,7 +69,7 @@ def check(items: list[Validated | Diagnostic], text: str) -> None:
     for item in items:
         diags = item.diagnostics if isinstance(item, Validated) else (item,)
         for d in diags:
-            assert LINE.match(str(d)), str(d)
+            assert LINE.match(d.text()), d.text()  # every finding carries its code
             assert 1 <= d.line <= n_lines and d.col >= 1
             assert d.severity in ("error", "warning", "note")
 
@@ -176,7 +177,7 @@ def test_cli_exit_codes(workdir: Path, monkeypatch: pytest.MonkeyPatch, text: st
     if not as_json:
         lines = out.getvalue().splitlines()
         assert all(LINE.match(line) for line in lines)
-        assert (code == ConfigError.exit_code) == any(": error: " in line for line in lines)
+        assert (code == ConfigError.exit_code) == any(" error: " in line for line in lines)
 
 
 @settings(max_examples=40, deadline=None,

@@ -95,9 +95,21 @@ def match(model: dict[str, Any], host: HostInfo) -> MatchResult:
                        reason="" if ok else f"toy loads GGUF only; model is {model.get('format')}")
 
 
+def config_rules() -> tuple[Any, ...]:
+    from harness.config.refs import Rule
+
+    # an engine's rule is an error only with the line of its pinned source that makes it true
+    return (Rule(code="TOY001", severity="error", source="example/toy@0000000 src/toy.c:1",
+                 summary="context_size above the 2048 toy takes: it refuses it at load"),)
+
+
 def config_check(config: Any, context: Any) -> list[Any]:
+    from harness.config.refs import register
+
+    register(*config_rules())
     if (config.context_size or 0) > 2048:
-        return [context.error(("context_size",), f"context_size {config.context_size} is above the 2048 toy takes")]
+        return [context.error(("context_size",), f"context_size {config.context_size} is above the 2048 toy takes",
+                              code="TOY001")]
     return []
 
 
