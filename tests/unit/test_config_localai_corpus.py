@@ -1,50 +1,52 @@
-"""LocalAI's own configs (tests/data/localai-corpus: YAML blocks of its docs and Go tests, each file
-citing its source path and commit): no error LocalAI does not make, and the misses of #46 caught."""
+"""LocalAI's own configs (tests/data/localai-corpus: every model-config YAML block of its docs/content
+and of its Go tests, each file citing its source line and commit), checked against the verdicts of
+verdicts.yaml: no error LocalAI does not make, every refusal it makes found, each finding with its rule's
+reference; and the misses of #46 caught."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.config import refs
 from harness.config.validate import Validator
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "localai-corpus"
-#: file -> the errors and warnings expected, as (severity, code or message fragment); LocalAI's verdict.
-EXPECTED: dict[str, list[tuple[str, str]]] = {
-    "features_openai-realtime-L18.yaml": [],  # a realtime pipeline loads no model file
-    "operations_cloud-proxy-L70.yaml": [],  # cloud-proxy forwards upstream
-    "features_model-aliases-L20.yaml": [],  # an alias is a pure redirect
-    "features_stores-L83.yaml": [],  # local-store keeps vectors
-    "core_http_endpoints_localai_pii_test-L96.yaml": [],  # pattern detector: in-process, backend: pattern
-    "features_text-generation-L543.yaml": [],  # cache_ram, devices, fit_params, ... grpc-server.cpp parses
-    "features_audio-diarization-L115.yaml": [],  # FLAG_* known_usecases
-    "core_http_endpoints_openai_list_capabilities_test-L84.yaml": [],  # FLAG_* known_usecases
-    "advanced_model-configuration-L427.yaml": [],  # spec_type draft-mtp: LocalAI writes it itself
-    "advanced_advanced-usage-L16.yaml": [],  # a .bin model: llama.cpp reads the content
-    # top_k 0.9 loads as 0 (a warning); top_p 80 is outside this harness's schema (its own bound)
-    "features_openai-functions-L82.yaml": [("error", "parameters.top_p: must be <= 1"), ("warning", "LAI007")],
-}
+#: file -> the errors and warnings LocalAI's behaviour gives it: [{severity, code, reference, why?}]
+VERDICTS: dict[str, list[dict[str, str]]] = yaml.safe_load((CORPUS / "verdicts.yaml").read_text())
+SOURCE = re.compile(r"^# source: mudler/LocalAI [0-9a-f]{40} [\w./-]+:\d+\n")
+VALIDATOR = Validator()
 
 
-def _found(path: Path) -> list[tuple[str, str, str]]:
-    report = Validator().validate_paths([path])
-    return [(d.severity, d.code, d.message) for d in report.diagnostics if d.severity != "note"]
+def _found(path: Path) -> list[dict[str, str]]:
+    report = VALIDATOR.validate_paths([path])
+    return [{"severity": d.severity, "code": d.code, "reference": refs.reference(d.code)}
+            for d in report.diagnostics if d.severity != "note"]
 
 
 def test_every_corpus_file_has_a_verdict_and_cites_its_source() -> None:
-    assert sorted(EXPECTED) == sorted(p.name for p in CORPUS.glob("*.yaml"))
-    for p in CORPUS.glob("*.yaml"):
-        assert p.read_text().startswith("# source: mudler/LocalAI "), p.name
+    files = sorted(p.name for p in CORPUS.glob("*.yaml") if p.name != "verdicts.yaml")
+    assert len(files) >= 200
+    assert sorted(VERDICTS) == files
+    for name in files:
+        assert SOURCE.match((CORPUS / name).read_text()), name
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", sorted(VERDICTS))
 def test_corpus_verdicts(name: str) -> None:
-    found = _found(CORPUS / name)
-    assert len(found) == len(EXPECTED[name]), found
-    for (severity, code, message), (want_severity, want) in zip(found, EXPECTED[name], strict=True):
-        assert severity == want_severity and (code == want or want in message), (severity, code, message)
+    want = [{k: v for k, v in item.items() if k != "why"} for item in VERDICTS[name] or ()]
+    assert _found(CORPUS / name) == want
+
+
+def test_every_error_of_the_corpus_is_a_refusal_with_its_line() -> None:
+    for name, items in VERDICTS.items():
+        for item in items or ():
+            assert item["reference"], (name, item)
+            if item["severity"] == "error":
+                assert item.get("why"), (name, item)
 
 
 def run(text: str, models_dir: Path | None = None) -> list[tuple[str, str]]:
@@ -88,9 +90,14 @@ def test_top_k_minus_one_and_fractions() -> None:
     assert run(base + "0.9}\n") == [("warning", "LAI007")]
 
 
-def test_every_rule_cites_a_line_of_the_pinned_localai() -> None:
-    for code, rule in refs.RULES.items():
+def test_every_rule_cites_its_reference() -> None:
+    rules = refs.all_rules()
+    assert {"LCP002", "VLC001", "SDC001"} <= set(rules)  # the engines' own rules are listed too
+    for code, rule in rules.items():
         ref = refs.reference(code)
-        assert ref.startswith("mudler/LocalAI@82c191afadf5 "), (code, ref)
-        assert refs.severity(code) == rule.severity
-        assert ref in refs.explain(code)
+        if code.startswith("LAI"):  # LocalAI's: a line of the pinned LocalAI, from the generated index
+            assert re.fullmatch(r"mudler/LocalAI@82c191afadf5 [\w./-]+:\d+", ref), (code, ref)
+        assert refs.severity(code) == (rule.severity if ref else "note"), code
+        assert (ref or "none") in refs.explain(code)
+    # an error or a warning always has a reference; a rule without one is a note
+    assert all(refs.reference(c) for c in rules if refs.severity(c) != "note")
