@@ -183,7 +183,12 @@ class Rules:
             return
         verdict = resolve_backend(backend, self.ctx.engines)
         if verdict.kind == "refused":
-            self.rule("LAI003", ("backend",), verdict.message)
+            if backend.startswith("/") or ".." in backend:
+                # Validate() checks the backend among the file paths first: refused there
+                self.rule("LAI002", ("backend",), f"backend {backend!r}: LocalAI refuses it as an invalid file "
+                                                  "path (absolute or with '..')")
+            else:
+                self.rule("LAI003", ("backend",), verdict.message)
             return
         if verdict.kind == "unknown" and config_kind(self.data).kind == "pattern":
             # IsPatternDetector: matched in-process, no backend is looked up or loaded

@@ -440,6 +440,8 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
         msg = f"{where}: {e.message}"
     if path[:1] == ("engine_args",) and code == "HRN002":
         code = "HRN006"  # an option of this harness's engines: its engine refuses the value at load
+    elif code == "HRN002" and v in _BOUNDS:
+        msg += " (this harness's bound: LocalAI passes the value on)"
     return [doc.diag(path, "error", msg, code=code)]
 
 

@@ -52,7 +52,8 @@ def test_bad_values_are_located() -> None:
     assert run(BASE + "engine_args:\n  spec_min_acceptance: 1.5\n") == [
         "m.yaml:6:24: error: engine_args.spec_min_acceptance: must be <= 1, found 1.5"]
     # n_draft is LocalAI's key, passed on: this harness's bound is a note
-    assert run(BASE + "n_draft: 100\n") == ["m.yaml:5:10: note: n_draft: must be <= 64, found 100"]
+    assert run(BASE + "n_draft: 100\n") == ["m.yaml:5:10: note: n_draft: must be <= 64, found 100 (this harness's bound: "
+                                               "LocalAI passes the value on)"]
     assert run(BASE + "options:\n  - spec_type:draft-simple\n") == [
         "m.yaml:6:5: error: spec_type draft-simple needs a draft model: set draft_model (or spec_type "
         "ngram-simple to draft from the sequence itself)"]

@@ -165,16 +165,19 @@ def test_unknown_usecase_is_dropped_with_a_warning() -> None:
 def test_positive_integers(field: str) -> None:
     key = field.split(":")[0]
     # this harness's bound, not LocalAI's (it passes the value on): a note
-    assert run(BASE + field + "\n")[0] == f"m.yaml:5:{len(key) + 3}: note: {key}: must be >= 1, found 0"
+    assert run(BASE + field + "\n")[0] == (f"m.yaml:5:{len(key) + 3}: note: {key}: must be >= 1, found 0 (this "
+                                          "harness's bound: LocalAI passes the value on)")
 
 
 def test_sampling_ranges() -> None:
     out = run(BASE + "  top_p: 1.5\n  temperature: -1\n")
     assert out == [
-        "m.yaml:5:10: note: parameters.top_p: must be <= 1, found 1.5",
+        "m.yaml:5:10: note: parameters.top_p: must be <= 1, found 1.5 (this harness's bound: LocalAI passes the "
+        "value on)",
         "m.yaml:5:10: warning: parameters.top_p 1.5 is outside 0..1: llama.cpp clamps it to 1, which turns "
         "top-p sampling off",
-        "m.yaml:6:16: note: parameters.temperature: must be >= 0, found -1",
+        "m.yaml:6:16: note: parameters.temperature: must be >= 0, found -1 (this harness's bound: LocalAI "
+        "passes the value on)",
     ]
 
 
