@@ -97,6 +97,12 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "alias_self": (MODEL_CONFIG, r"cannot point to itself"),
     "unknown_backend": ("core/gallery/backends.go", r"no backend found with name %q"),
     "option_boolean": (LLAMA_SERVER, r"std::string optval_str = \(optval == NULL\) \? \"true\""),
+    "compression_invalid": (MODEL_CONFIG, r"^\tif c\.Compression\.Enabled \{"),
+    "proxy_invalid": (MODEL_CONFIG, r"api_key_env and api_key_file are mutually exclusive"),
+    "proxy_mode": (MODEL_CONFIG, r"proxy: unknown mode %q"),
+    "proxy_provider": (MODEL_CONFIG, r"proxy: translate mode requires provider"),
+    "score_normalization": (MODEL_CONFIG, r"router: unknown score_normalization %q"),
+    "alias_artifacts": (MODEL_CONFIG, r"alias model %q cannot declare artifacts"),
     "liquid_audio_default": ("backend/python/liquid-audio/backend.py", r"resolve_model_reference\($"),
 }
 #: Backends whose own ``options:`` parser is read: LocalAI backend name -> (its source file, a regular

@@ -90,6 +90,15 @@ _RULES = (
          "the backend fails at load"),
     _lai("LAI018", "warning", "options_parser",
          "an options: key the backend's own parser does not compare with: the backend ignores it"),
+    _lai("LAI019", "error", "compression_invalid",
+         "compression enabled with settings Validate() refuses: on a cloud-proxy passthrough, trigger_at_ratio "
+         "outside 0..1, a negative token limit, or an unknown on_post_compression_overflow"),
+    _lai("LAI020", "error", "proxy_invalid", "proxy with both api_key_env and api_key_file: Validate() refuses it"),
+    _lai("LAI021", "error", "proxy_mode", "proxy.mode other than passthrough or translate: Validate() refuses it"),
+    _lai("LAI022", "error", "proxy_provider", "proxy.mode translate without a provider: Validate() refuses it"),
+    _lai("LAI023", "error", "score_normalization",
+         "router.score_normalization other than raw or mean: Validate() refuses it"),
+    _lai("LAI024", "error", "alias_artifacts", "an alias that declares artifacts: Validate() refuses it"),
     _hrn("HRN001", "note", "NaN or infinity: yaml.v3 decodes it and LocalAI passes it on; this harness "
                            "refuses it as a setting"),
     _hrn("HRN002", "note", "a value outside this harness's bounds or choices for a LocalAI key (LocalAI "

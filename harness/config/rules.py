@@ -165,6 +165,9 @@ class Rules:
         self.draft()
         self.usecases()
         self.mcp()
+        self.compression()
+        self.proxy()
+        self.router()
         self.templates()
         return self.out
 
@@ -200,6 +203,9 @@ class Rules:
     def alias(self) -> None:
         if config_kind(self.data).kind != "alias":
             return
+        if isinstance(self.data.get("artifacts"), list) and self.data["artifacts"]:
+            self.rule("LAI024", ("artifacts",), f"an alias (alias: {self.data['alias']!r}) cannot declare artifacts: "
+                                                "LocalAI refuses it", key=True)
         name = self.data.get("name")
         if not isinstance(name, str) or not name:
             self.rule("LAI011", ("alias",), f"an alias (alias: {self.data['alias']!r}) without a name: "
@@ -235,6 +241,51 @@ class Rules:
                 if problem:
                     self.rule("LAI004", ("mcp", key), f"mcp.{key}: {problem}: LocalAI refuses the config "
                                                       "(invalid MCP configuration)")
+
+    def compression(self) -> None:
+        block = self.data.get("compression")
+        if not isinstance(block, dict) or block.get("enabled") is not True:
+            return
+        at: Path_ = ("compression",)
+        proxy = self.data.get("proxy")
+        mode = proxy.get("mode") if isinstance(proxy, dict) else None
+        ratio, overflow = block.get("trigger_at_ratio"), block.get("on_post_compression_overflow")
+        if str_at(self.data, "backend") == "cloud-proxy" and mode in (None, "", "passthrough"):
+            self.rule("LAI019", at, "compression on a cloud-proxy passthrough: LocalAI refuses it (set proxy.mode "
+                                    "translate)", key=True)
+        elif isinstance(ratio, int | float) and not isinstance(ratio, bool) and not 0 <= ratio <= 1:
+            self.rule("LAI019", (*at, "trigger_at_ratio"), f"compression.trigger_at_ratio {ratio!r} is outside "
+                                                           "0..1: LocalAI refuses it")
+        elif any(isinstance(block.get(k), int) and not isinstance(block.get(k), bool) and block[k] < 0
+                 for k in ("keep_tail_tokens", "max_summary_tokens")):
+            self.rule("LAI019", at, "compression token limits cannot be negative: LocalAI refuses it", key=True)
+        elif isinstance(overflow, str) and overflow not in ("", "error", "drop_oldest_summary"):
+            self.rule("LAI019", (*at, "on_post_compression_overflow"),
+                      f"compression.on_post_compression_overflow {overflow!r} is not error or drop_oldest_summary: "
+                      "LocalAI refuses it")
+
+    def proxy(self) -> None:
+        block = self.data.get("proxy")
+        if not isinstance(block, dict):
+            return
+        if block.get("api_key_env") and block.get("api_key_file"):
+            self.rule("LAI020", ("proxy", "api_key_file"), "proxy.api_key_env and proxy.api_key_file are mutually "
+                                                           "exclusive: LocalAI refuses the config", key=True)
+        mode = block.get("mode")
+        if isinstance(mode, str) and mode not in ("", "passthrough", "translate"):
+            self.rule("LAI021", ("proxy", "mode"), f"proxy.mode {mode!r} is not passthrough or translate: LocalAI "
+                                                   f"refuses the config{did_you_mean(mode, ['passthrough', 'translate'])}")
+        elif mode == "translate" and not block.get("provider"):
+            self.rule("LAI022", ("proxy", "mode"), "proxy.mode translate needs proxy.provider (openai or "
+                                                   "anthropic): LocalAI refuses the config")
+
+    def router(self) -> None:
+        block = self.data.get("router")
+        value = block.get("score_normalization") if isinstance(block, dict) else None
+        if isinstance(value, str) and value not in ("", "raw", "mean"):
+            self.rule("LAI023", ("router", "score_normalization"),
+                      f"router.score_normalization {value!r} is not raw or mean: LocalAI refuses the config"
+                      f"{did_you_mean(value, ['raw', 'mean'])}")
 
     def templates(self) -> None:
         block = self.data.get("template")

@@ -119,3 +119,31 @@ def test_top_p_out_of_range_is_what_the_engine_clamps() -> None:
     assert refs.reference("LCP006").startswith("ggml-org/llama.cpp@0c1e570 tools/server/server-schema.cpp:")
     # no backend named: nothing LocalAI or an engine says about it
     assert [f for f in found(text.replace("backend: llama-cpp\n", "")) if f[1] != "note"] == []
+
+
+@pytest.mark.parametrize(("text", "code"), [
+    ("backend: cloud-proxy\ncompression: {enabled: true}\n", "LAI019"),
+    ("backend: llama-cpp\nparameters: {model: m.gguf}\ncompression: {enabled: true, trigger_at_ratio: 1.5}\n",
+     "LAI019"),
+    ("backend: llama-cpp\nparameters: {model: m.gguf}\ncompression: {enabled: true, keep_tail_tokens: -1}\n",
+     "LAI019"),
+    ("backend: llama-cpp\nparameters: {model: m.gguf}\n"
+     "compression: {enabled: true, on_post_compression_overflow: drop}\n", "LAI019"),
+    ("backend: cloud-proxy\nproxy: {api_key_env: K, api_key_file: /k}\n", "LAI020"),
+    ("backend: cloud-proxy\nproxy: {mode: passthru}\n", "LAI021"),
+    ("backend: cloud-proxy\nproxy: {mode: translate}\n", "LAI022"),
+    ("backend: llama-cpp\nparameters: {model: m.gguf}\nrouter: {score_normalization: avg}\n", "LAI023"),
+    ("alias: q\nartifacts: [{name: model, target: model}]\n", "LAI024"),
+])
+def test_validate_refusals(text: str, code: str) -> None:
+    # each a `return false, fmt.Errorf(...)` of LocalAI's ModelConfig.Validate()
+    errors = [c for c, s, _ in found("name: m\n" + text) if s == "error"]
+    assert errors == [code]
+    assert refs.reference(code).startswith("mudler/LocalAI@82c191afadf5 core/config/model_config.go:")
+
+
+def test_valid_compression_proxy_and_router_pass() -> None:
+    ok = ("name: m\nbackend: cloud-proxy\nproxy: {mode: translate, provider: openai, api_key_env: K}\n"
+          "compression: {enabled: true, trigger_at_ratio: 0.75, on_post_compression_overflow: drop_oldest_summary}\n"
+          "router: {score_normalization: mean}\n")
+    assert [f for f in found(ok) if f[1] == "error"] == []
