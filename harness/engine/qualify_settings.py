@@ -67,7 +67,7 @@ class QualifySettings:
     cross_variant: bool = False
     """Run the cross-variant stage (every installed variant and CPU level, greedy, and agreement)."""
     bench_peer: str | None = None
-    """The peer baseline's arm kind (``xllamacpp``), or None: no peer bench stages."""
+    """The peer baseline's bench arm kind, or None: no peer bench stages."""
     ceiling_min_ratio: float = CEILING_MIN_RATIO
     agreement: Mapping[str, Any] = field(default_factory=dict)
     """``qualify.agreement`` (window, tokens, thresholds: :mod:`harness.agree.thresholds` reads it);
