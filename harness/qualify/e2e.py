@@ -105,7 +105,10 @@ def _junit(xml: Path) -> tuple[int, list[str], int]:
 
 def run_specs(specs: Sequence[Path], *, pytest_args: Sequence[str] = (), env: dict[str, str] | None = None,
               cwd: Path | None = None, capture: bool = True) -> E2EResult:
-    """One pytest process per spec file; ``capture=False`` lets their output through (CI logs)."""
+    """One pytest process per spec file; ``capture=False`` lets their output through (CI logs).
+
+    With ``cwd``, test ids are relative to it (``--rootdir``): otherwise pytest roots them at the
+    nearest project file above the specs, which moves with wherever the temp dir lives."""
     files = spec_files(specs)
     results: list[FileResult] = []
     base = dict(env if env is not None else os.environ)
@@ -114,7 +117,8 @@ def run_specs(specs: Sequence[Path], *, pytest_args: Sequence[str] = (), env: di
         with tempfile.TemporaryDirectory(prefix="harness-e2e-") as tmp:
             xml = Path(tmp) / "junit.xml"
             argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "harness.qualify.pytest_crashnote",
-                    str(spec), f"--junitxml={xml}", *pytest_args]
+                    str(spec), f"--junitxml={xml}", *([f"--rootdir={cwd}"] if cwd is not None else []),
+                    *pytest_args]
             t0 = time.perf_counter()
             r = run_child(argv, env=base, cwd=cwd, capture=capture)
             seconds = round(time.perf_counter() - t0, 2)
