@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _injection  # scripts/_injection.py (scripts/ is on sys.path when run as a script)
+
 ENGINE = "llamacpp"
 PATCH = Path(__file__).with_name("data") / "9100-test-only-haswell-q4-1-dot-3pct-more-work.patch"
 #: A first guess at the instructions of one iteration of the injected chain; the calibration measures
@@ -77,38 +79,13 @@ def kernel_artifact(work: Path) -> Path:
 
 
 def injected_binding(work: Path, iterations: int) -> dict[str, str]:
-    """A copy of the engine's recipe whose binding runs ``iterations`` of a multiply-add chain per
-    decoded token, built and unpacked against the installed cpu artifact; the options an
-    in-process target needs to load it first."""
-    from harness.binding.wheel import unpacked_binding
-    from harness.build.cmake import artifact_dir
-    from harness.build.matrix import get_variant
-    from harness.core import paths
-    from harness.engine.descriptor import load_engine, parse_engine
-
-    recipe = work / f"binding-recipe-{iterations}"
-    src = paths.project_root()
-    for d in ("engines", "abi", "patches"):
-        shutil.copytree(src / d / ENGINE, recipe / d / ENGINE, dirs_exist_ok=True)
-    # the bindings' shared headers (harness_pydict.h, ...)
-    shutil.copytree(src / "engines" / "_shared", recipe / "engines" / "_shared", dirs_exist_ok=True)
-    cpp = recipe / "engines" / ENGINE / "backend" / "src" / "engine.cpp"
-    text = cpp.read_text()
-    if text.count(ON_TOKEN) != 1:
-        msg = f"{cpp}: Engine::on_token's opening lines moved; update ON_TOKEN in {__file__}"
-        raise SystemExit(msg)
-    inject = (ON_TOKEN + "    {  // TEST ONLY (scripts/sim_error_rates.py): extra work per decoded token\n"
-              "        static volatile unsigned long long sim_study_sink = 0;\n"
-              "        unsigned long long h = sim_study_sink;\n"
-              f"        for (unsigned long long i = 0; i < {iterations}ULL; ++i) h = h * 6364136223846793005ULL + i;\n"
-              "        sim_study_sink = h;\n    }\n")
-    cpp.write_text(text.replace(ON_TOKEN, inject))
-    spec = parse_engine(recipe / "engines" / ENGINE / "engine.yaml")
-    # its own binding build dir (a recipe "commit" of its own), never the installed binding's
-    spec = dataclasses.replace(spec, recipe_commit=f"simstudy{iterations:010d}")
-    artifact = artifact_dir(load_engine(ENGINE), get_variant("cpu"))
-    site = unpacked_binding(spec, artifact)
-    return {"_engines_path": str(recipe / "engines"), "_backend_path": str(site)}
+    """The binding whose per-token callback runs ``iterations`` of a multiply-add chain per decoded token."""
+    code = ("    {  // TEST ONLY (scripts/sim_error_rates.py): extra work per decoded token\n"
+            "        static volatile unsigned long long sim_study_sink = 0;\n"
+            "        unsigned long long h = sim_study_sink;\n"
+            f"        for (unsigned long long i = 0; i < {iterations}ULL; ++i) h = h * 6364136223846793005ULL + i;\n"
+            "        sim_study_sink = h;\n    }\n")
+    return _injection.injected_binding(work, f"sim{iterations:010d}", ON_TOKEN, code)
 
 
 def calibrate_injection(work: Path, out: Path, plan: Any, per_token_ir: float, pct: float, target: Any,

@@ -9,6 +9,7 @@ other files, and of the tests that finished before the crash, are kept.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import time
@@ -32,6 +33,8 @@ class FileResult:
     passed: int = 0
     failed: list[str] = field(default_factory=list)
     skipped: int = 0
+    deselected: int = 0
+    """Tests a ``-m`` expression left out (pytest's own count)."""
     crash: Crash | None = None
 
     @property
@@ -56,6 +59,10 @@ class E2EResult:
         return sum(f.skipped for f in self.files)
 
     @property
+    def deselected(self) -> int:
+        return sum(f.deselected for f in self.files)
+
+    @property
     def failed(self) -> list[str]:
         return [t for f in self.files for t in f.failed]
 
@@ -65,14 +72,17 @@ class E2EResult:
 
     def summary(self) -> str:
         text = f"{self.passed} passed, {len(self.failed)} failed, {self.skipped} skipped"
+        if self.deselected:
+            text += f", {self.deselected} deselected"
         if self.crashes:
             text += f", {len(self.crashes)} crashed ({'; '.join(self.crashes)})"
         return text
 
     def as_dict(self) -> dict[str, object]:
-        return {"passed": self.passed, "failed": self.failed, "skipped": self.skipped, "crashes": self.crashes,
+        return {"passed": self.passed, "failed": self.failed, "skipped": self.skipped, "deselected": self.deselected,
+                "crashes": self.crashes,
                 "files": [{"path": f.path, "returncode": f.returncode, "seconds": f.seconds, "passed": f.passed,
-                           "failed": f.failed, "skipped": f.skipped,
+                           "failed": f.failed, "skipped": f.skipped, "deselected": f.deselected,
                            "crash": f.crash.describe() if f.crash else None} for f in self.files]}
 
 
@@ -101,6 +111,15 @@ def _junit(xml: Path) -> tuple[int, list[str], int]:
         else:
             passed += 1
     return passed, failed, skipped
+
+
+DESELECTED = re.compile(r"\b(\d+) deselected\b")
+
+
+def _deselected(stdout: str) -> int:
+    """pytest's own count of the tests a ``-m`` expression left out (its summary line)."""
+    found = DESELECTED.findall(stdout)
+    return int(found[-1]) if found else 0
 
 
 def run_specs(specs: Sequence[Path], *, pytest_args: Sequence[str] = (), env: dict[str, str] | None = None,
@@ -133,7 +152,8 @@ def run_specs(specs: Sequence[Path], *, pytest_args: Sequence[str] = (), env: di
                 progress.info(f"[red]crashed[/] {progress.escape(f'{spec}: {died.describe()}')}", markup=True)
             elif xml.is_file():
                 p, f, s = _junit(xml)
-                res = FileResult(path=str(spec), returncode=returncode, seconds=seconds, passed=p, failed=f, skipped=s)
+                res = FileResult(path=str(spec), returncode=returncode, seconds=seconds, passed=p, failed=f, skipped=s,
+                                 deselected=_deselected(r.stdout) if capture else 0)
             else:
                 tail = (r.stdout + r.stderr).strip().splitlines()[-1:] if capture else []
                 res = FileResult(path=str(spec), returncode=returncode, seconds=seconds,

@@ -155,6 +155,27 @@ def test_e2e_runner_keeps_results_around_a_crash(fake_env: dict[str, str], tmp_p
                            "while running specs/test_a.py::test_crash"]
 
 
+def test_e2e_runner_counts_what_a_marker_deselects(tmp_path: Path) -> None:
+    """Qualification deselects ``harness_selftest`` specs: pytest's own count reaches the result, and a
+    file left with no test is not a failure."""
+    from harness.qualify.e2e import run_specs
+    from harness.qualify.stages.e2e import SELFTEST
+
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "test_mixed.py").write_text(
+        "import pytest\n"
+        f"@pytest.mark.{SELFTEST}\ndef test_instrument():\n    assert True\n"
+        "def test_pin():\n    assert True\n")
+    (specs / "test_only_selftest.py").write_text(
+        f"import pytest\npytestmark = pytest.mark.{SELFTEST}\ndef test_a():\n    assert True\n")
+    res = run_specs([specs], pytest_args=["-p", "no:warnings", "-m", f"not {SELFTEST}"], cwd=tmp_path)
+    assert res.ok, res.as_dict()
+    assert (res.passed, res.deselected) == (1, 2), res.as_dict()
+    assert [f.deselected for f in res.files] == [1, 1]
+    assert "2 deselected" in res.summary()
+
+
 def test_e2e_cli_takes_pytest_args_after_dashdash(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.cli import main

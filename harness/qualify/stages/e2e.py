@@ -11,9 +11,16 @@ from harness.qualify.context import Built, Models, QualifyContext
 from harness.qualify.result import SkippedStage, StageResult
 
 
+#: The marker of specs that measure this harness's own instruments rather than the engine's pin (the
+#: bench runner's A/A, the agreement gate's power on a deliberately broken kernel). Qualification
+#: deselects them: its own stages are those instruments, run on the pin; the test command runs them.
+SELFTEST = "harness_selftest"
+
+
 def e2e(ctx: QualifyContext) -> StageResult:
     """Each spec file in a process of its own, per row: a crash names its signal, spec and CPU
-    level, and the other files' results are kept."""
+    level, and the other files' results are kept. Specs marked ``harness_selftest`` are deselected
+    (named in the result, with the reason)."""
     from harness.core import paths
     from harness.engine import registry
 
@@ -32,9 +39,10 @@ def e2e(ctx: QualifyContext) -> StageResult:
     for v in ctx.product("build", Built).variants:
         env = {**os.environ, **model_env, "HARNESS_NO_PROGRESS": "1",
                "HARNESS_ARTIFACT": str(artifact_dir(engine, get_variant(v)))}
-        res = run_specs([Path(p) for p in specs], pytest_args=["-q", "--variant", v], env=env,
+        res = run_specs([Path(p) for p in specs], pytest_args=["-q", "--variant", v, "-m", f"not {SELFTEST}"], env=env,
                         cwd=paths.project_root())
         per[v] = {"passed": res.passed, "failures": len(res.failed), "errors": 0, "skipped": res.skipped,
+                  "deselected": res.deselected,
                   "failed_tests": res.failed, "crashes": res.crashes, "files": res.as_dict()["files"]}
         if not res.ok:
             failed.append(v)
@@ -43,5 +51,9 @@ def e2e(ctx: QualifyContext) -> StageResult:
             f"{v} ({per[v]['failures']} failed: {'; '.join(per[v]['failed_tests'])}"
             + (f"; crashed: {'; '.join(per[v]['crashes'])}" if per[v]["crashes"] else "") + ")" for v in failed)
         raise HarnessError(msg)
-    return StageResult("; ".join(f"{v}: {c.get('passed')} passed, {c.get('skipped')} skipped"
-                                 for v, c in per.items()), {"variants": per})
+    summary = "; ".join(f"{v}: {c.get('passed')} passed, {c.get('skipped')} skipped" for v, c in per.items())
+    deselected = max((c["deselected"] for c in per.values()), default=0)
+    if deselected:
+        summary += (f"; {deselected} harness self-tests deselected (marker {SELFTEST}: they measure the "
+                    "harness's instruments, not the pin; the test command runs them)")
+    return StageResult(summary, {"variants": per, "deselected_marker": SELFTEST})

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.bench.abba import BenchConfig, run_abba
 from harness.bench.arms import ArmSpec
 from harness.bench.report import write_report
 from harness.bench.stats import analyze
 
 from ..conftest import model_path, require_variant
+
+# the bench runner's own A/A: qualification deselects it (its bench stages are the instrument, on the pin)
+pytestmark = pytest.mark.harness_selftest
 
 
 def test_aa_interval_contains_one(variant: str, tmp_path: Path) -> None:

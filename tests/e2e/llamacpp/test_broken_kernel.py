@@ -35,7 +35,8 @@ from harness.runtime import levels
 
 from ..conftest import model_path, require_variant
 
-pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 CPU levels")
+pytestmark = [pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86-64 CPU levels"),
+              pytest.mark.harness_selftest]
 
 ENGINE = "llamacpp"
 PATCH = Path(__file__).with_name("data") / "9000-test-only-sandybridge-q4-1-dot-drops-low-bits.patch"
