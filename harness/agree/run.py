@@ -162,19 +162,75 @@ def _rows_dir() -> Iterator[Path]:
         yield Path(tmp)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Kept:
+    """Arm A's rows of one corpus cut, kept by an earlier :func:`agree` against the same reference."""
+
+    tokens: list[int]
+    n_vocab: int
+    describe: dict[str, Any]
+    timing: ArmTiming
+
+
+class ReferenceRows:
+    """A directory where :func:`agree` keeps the reference arm's per-window rows, so that a series of
+    comparisons against one reference (every CPU level against ggml's pick) evaluates it once.
+    Keyed by everything that determines the rows: arm A's spec with its sizes, the model, the corpus,
+    the window and the token limit. The rows of 4096 tokens of a 49152-word vocabulary take ~0.8 GB:
+    the directory is a temp dir on disk (not shared memory), removed by its owner."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def slot(self, spec: ArmSpec, shape: Shape, *, model: str, corpus: Corpus, window: int,
+             max_tokens: int | None) -> Path:
+        import hashlib
+        import json
+
+        key = json.dumps({"kind": spec.kind, "options": spec.options, "shape": vars(shape), "model": model,
+                          "corpus": corpus.describe(), "window": window, "max_tokens": max_tokens},
+                         sort_keys=True, default=str)
+        return self.root / hashlib.sha256(key.encode()).hexdigest()[:24]
+
+    @staticmethod
+    def load(slot: Path) -> _Kept | None:
+        import json
+
+        meta = slot / "meta.json"
+        if not meta.is_file():
+            return None
+        m = json.loads(meta.read_text())
+        return _Kept(tokens=m["tokens"], n_vocab=m["n_vocab"], describe=m["describe"], timing=ArmTiming(**m["timing"]))
+
+    @staticmethod
+    def seal(slot: Path, kept: _Kept) -> None:
+        """Written last: a slot without it (an interrupted comparison) is evaluated again."""
+        import json
+
+        (slot / "meta.json").write_text(json.dumps({"tokens": kept.tokens, "n_vocab": kept.n_vocab,
+                                                    "describe": kept.describe, "timing": vars(kept.timing)}))
+
+
 def agree(a: str, b: str, *, model: str, corpus: Corpus, window: int = DEFAULT_WINDOW, max_tokens: int | None = None,
           threads: int | None = None, kind: str | None = None, threshold: Threshold | None = None,
           resamples: int = BOOTSTRAP_RESAMPLES, isolate: bool = True, extra_plugins: Sequence[str] = (),
-          on_window: Callable[[int, int], None] | None = None) -> AgreeResult:
-    """Compare arms ``a`` (the reference) and ``b`` over ``corpus``; see the module docstring."""
+          on_window: Callable[[int, int], None] | None = None, reference: ReferenceRows | None = None) -> AgreeResult:
+    """Compare arms ``a`` (the reference) and ``b`` over ``corpus``; see the module docstring.
+
+    ``reference``: keep A's rows there, and take them from there when an earlier call evaluated the
+    same A on the same cut (then A's worker is not started at all)."""
     spec_a, shape_a = arm_spec(a, model=model, window=window, threads=threads)
     spec_b, shape_b = arm_spec(b, model=model, window=window, threads=threads)
     shapes = {"A": shape_a, "B": shape_b}
+    slot = None if reference is None else reference.slot(spec_a, shape_a, model=model, corpus=corpus, window=window,
+                                                         max_tokens=max_tokens)
+    kept = None if slot is None else ReferenceRows.load(slot)
     acc = Accumulator()
     t_start = time.perf_counter()
-    with started_arms({"A": spec_a, "B": spec_b}, isolate=isolate, extra_plugins=extra_plugins) as arms:
+    specs = {"B": spec_b} if kept is not None else {"A": spec_a, "B": spec_b}
+    with started_arms(specs, isolate=isolate, extra_plugins=extra_plugins) as arms:
         t_loaded = time.perf_counter()
-        tokens = [int(t) for t in arms["A"].call("tokenize", text=corpus.text)]
+        tokens = kept.tokens if kept is not None else [int(t) for t in arms["A"].call("tokenize", text=corpus.text)]
         if [int(t) for t in arms["B"].call("tokenize", text=corpus.text)] != tokens:
             msg = ("the two arms tokenise the corpus differently: they do not run the same model and vocabulary; "
                    "agreement compares one model on two arms")
@@ -183,14 +239,20 @@ def agree(a: str, b: str, *, model: str, corpus: Corpus, window: int = DEFAULT_W
         timing = {role: ArmTiming() for role in arms}
         group = max(shape_a.batch, shape_b.batch)
         t_compare = 0.0
+        n_vocab = kept.n_vocab if kept is not None else 0
+        if slot is not None:
+            slot.mkdir(parents=True, exist_ok=True)
         with _rows_dir() as rows:
             _warm_up(arms, shapes, windows[0], rows)
             t_loop = time.perf_counter()
             for lo in range(0, len(windows), group):
                 part = windows[lo:lo + group]
                 files: dict[str, list[str]] = {}
+                if kept is not None and slot is not None:
+                    files["A"] = [str(slot / f"A-{lo + i}.f32") for i in range(len(part))]
                 for role, arm in arms.items():
-                    files[role] = [str(rows / f"{role}-{lo + i}.f32") for i in range(len(part))]
+                    where = slot if role == "A" and slot is not None else rows
+                    files[role] = [str(where / f"{role}-{lo + i}.f32") for i in range(len(part))]
                     reply = arm.call("evaluate", windows=[w.fed for w in part], batch=shapes[role].batch,
                                      chunk=shapes[role].chunk, out=files[role])
                     timing[role] = timing[role].add(reply)
@@ -203,14 +265,21 @@ def agree(a: str, b: str, *, model: str, corpus: Corpus, window: int = DEFAULT_W
                     acc.add(w.start, compare_window(la, lb, np.asarray(w.targets)))
                     del la, lb
                     for role in files:
-                        Path(files[role][i]).unlink()
+                        if not (role == "A" and slot is not None):
+                            Path(files[role][i]).unlink()
                 t_compare += time.perf_counter() - t0
                 if on_window is not None:
                     on_window(min(lo + group, len(windows)), len(windows))
             t_end = time.perf_counter()
-        described = {role: {"spec": spec.spec, "name": spec.name, "shape": vars(shapes[role]),
-                            "shape_text": shapes[role].describe(), "describe": arms[role].describe()}
+        described: dict[str, dict[str, Any]] = {role: {"spec": spec.spec, "name": spec.name, "shape": vars(shapes[role]),
+                            "shape_text": shapes[role].describe(),
+                            "describe": arms[role].describe() if role in arms else kept.describe if kept else {}}
                      for role, spec in (("A", spec_a), ("B", spec_b))}
+        if kept is None and slot is not None:
+            ReferenceRows.seal(slot, _Kept(tokens=tokens, n_vocab=n_vocab, describe=described["A"]["describe"],
+                                           timing=timing["A"]))
+    if kept is not None:
+        timing["A"] = kept.timing  # A's own evaluation, from the call that made its rows
     summary = acc.summary(resamples=resamples)
     loop_s = t_end - t_loop
     per_arm = timing["A"].decode_s + timing["B"].decode_s
@@ -218,7 +287,7 @@ def agree(a: str, b: str, *, model: str, corpus: Corpus, window: int = DEFAULT_W
                "arms": {role: vars(t) for role, t in timing.items()},
                "eval_tokens_per_s": {role: len(windows) * window / t.decode_s if t.decode_s else None
                                      for role, t in timing.items()},
-               "cost_ratio": loop_s / per_arm if per_arm else None}
+               "cost_ratio": loop_s / per_arm if per_arm else None, "reference_rows_reused": kept is not None}
     violations = threshold.violations(summary) if threshold is not None else []
     return AgreeResult(arms=described, corpus=corpus.describe(), window=window, n_tokens=len(windows) * window,
                        summary=summary, kld=[k.tolist() for k in acc.kld], timing=timings, kind=kind,

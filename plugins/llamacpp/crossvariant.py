@@ -164,7 +164,7 @@ def agreement_rows(model: Path, ref_level: str, levels_ran: list[str], variants:
     """
     from harness.agree.corpus import load_corpus
     from harness.agree.report import rows_markdown
-    from harness.agree.run import DEFAULT_WINDOW, agree
+    from harness.agree.run import DEFAULT_WINDOW, ReferenceRows, agree
     from harness.agree.thresholds import agreement_settings, for_engine
     from harness.core.errors import HarnessError
 
@@ -183,15 +183,18 @@ def agreement_rows(model: Path, ref_level: str, levels_ran: list[str], variants:
     jobs.append((f"cpu/{ref_level} batch 4 vs 1", "", "batch", batch_tokens))
     results: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
-    for label, arm, kind, limit in jobs:
-        a, b = (f"{ref},batch=1,chunk=1", f"{ref},batch=4,chunk=1") if kind == "batch" else (ref, arm)
-        try:
-            r = agree(a, b, model=str(model), corpus=corpus, window=window, max_tokens=limit, threads=threads,
-                      kind=kind, threshold=table.get(kind), resamples=1000)
-        except HarnessError as e:
-            errors.append({"label": label, "kind": kind, "error": f"{type(e).__name__}: {e}"})
-            continue
-        results.append({"label": label, **r.as_dict()})
+    # the reference level's rows are evaluated once and compared with every level and variant
+    with tempfile.TemporaryDirectory(prefix="harness-agree-reference-") as keep:
+        reference = ReferenceRows(Path(keep))
+        for label, arm, kind, limit in jobs:
+            a, b = (f"{ref},batch=1,chunk=1", f"{ref},batch=4,chunk=1") if kind == "batch" else (ref, arm)
+            try:
+                r = agree(a, b, model=str(model), corpus=corpus, window=window, max_tokens=limit, threads=threads,
+                          kind=kind, threshold=table.get(kind), resamples=1000, reference=reference)
+            except HarnessError as e:
+                errors.append({"label": label, "kind": kind, "error": f"{type(e).__name__}: {e}"})
+                continue
+            results.append({"label": label, **r.as_dict()})
     return {"reference": f"cpu/{ref_level}", "corpus": corpus.describe(), "window": window, "tokens": tokens,
             "results": results, "errors": errors, "markdown": rows_markdown(results) if results else "",
             "passed": all(x["passed"] for x in results)}

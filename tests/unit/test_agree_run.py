@@ -81,6 +81,37 @@ def test_same_arm_twice_agrees_exactly() -> None:
     assert r.timing["cost_ratio"] is not None and len(r.kld) == 12
 
 
+def test_reference_rows_are_evaluated_once_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A series against one reference (cross-variant: every level against ggml's pick) evaluates the
+    reference once; the figures are those of a fresh comparison."""
+    from harness.agree.run import ReferenceRows
+    from tests.fakes import agree_arm
+
+    made: list[agree_arm.AgreeFakeArm] = []
+    real = agree_arm.AgreeFakeArm
+
+    def counted(options: dict[str, object]) -> agree_arm.AgreeFakeArm:
+        made.append(real(options))
+        return made[-1]
+
+    monkeypatch.setattr(agree_arm, "AgreeFakeArm", counted)
+    keep = ReferenceRows(tmp_path / "keep")
+    kw = {"model": "toy", "corpus": _corpus(TEXT), "window": 16, "isolate": False, "extra_plugins": [FAKE],
+          "resamples": 100}
+    first = agree("agree-fake", "agree-fake:perturb=0.3", reference=keep, **kw)  # type: ignore[arg-type]
+    assert len(made) == 2 and not first.timing["reference_rows_reused"]
+    second = agree("agree-fake", "agree-fake:perturb=0.3", reference=keep, **kw)  # type: ignore[arg-type]
+    assert len(made) == 3, "the reference's worker was started again"
+    assert second.timing["reference_rows_reused"]
+    assert second.summary == first.summary
+    assert second.summary == agree("agree-fake", "agree-fake:perturb=0.3", **kw).summary  # type: ignore[arg-type]
+    # another reference (or another cut) is another slot, evaluated afresh
+    agree("agree-fake:shift=1.0", "agree-fake", reference=keep, **kw)  # type: ignore[arg-type]
+    agree("agree-fake", "agree-fake", reference=keep, max_tokens=64, **kw)  # type: ignore[arg-type]
+    assert len(made) == 3 + 2 + 2 + 2  # the fresh comparison, then the two new slots
+    assert len(list((tmp_path / "keep").iterdir())) == 3
+
+
 def test_a_perturbed_arm_is_seen_and_gated() -> None:
     limit = Threshold(kind="level", why="test", kld_mean=1e-4, top1_min=0.995)
     r = agree("agree-fake", "agree-fake:perturb=0.3", model="toy", corpus=_corpus(TEXT), window=16,
