@@ -36,8 +36,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--threads", type=int, metavar="N",
                    help="compute threads for the bench arms and the cross-variant runs (default: the host's "
                    "physical cores)")
-    p.add_argument("--pn", type=int, default=512, help="bench prompt tokens (default 512)")
-    p.add_argument("--gn", type=int, default=128, help="bench generated tokens (default 128)")
+    p.add_argument("--pn", type=int, help="bench prompt tokens, every bench model (default: the descriptor's "
+                   "qualify.bench.shapes for the model, else 512)")
+    p.add_argument("--gn", type=int, help="bench generated tokens, every bench model (default: "
+                   "qualify.bench.shapes, else 128)")
     p.add_argument("--concurrency", default="1,4", help="bench concurrency levels (default 1,4)")
     p.add_argument("--variant", metavar="PAT",
                    help="matrix rows to build and test, fnmatch pattern(s), comma-separated (default: the rows "

@@ -32,6 +32,18 @@ BENCH_MODELS: tuple[str, ...] = ("HARNESS_MODEL",)
 
 
 @dataclass(frozen=True, kw_only=True)
+class BenchShape:
+    """A wall-clock bench shape: ``pn`` prompt tokens, ``gn`` generated tokens per request."""
+
+    pn: int = 512
+    gn: int = 128
+
+
+#: The wall-clock shape of a bench model the descriptor gives none for.
+BENCH_SHAPE = BenchShape()
+
+
+@dataclass(frozen=True, kw_only=True)
 class SimShape:
     """Simulation run lengths: prompts ``p1``/``p2``, generations ``g1``/``g2`` (tokens)."""
 
@@ -58,6 +70,8 @@ class BenchSettings:
     simulation: Mapping[str, SimShape] | None = None
     """Model variable -> run lengths; None when the descriptor says nothing (the first bench model is
     then simulated at the instrument's default lengths)."""
+    shapes: Mapping[str, BenchShape] = field(default_factory=dict)
+    """Model variable -> its wall-clock shape; a model not named runs :data:`BENCH_SHAPE`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +108,8 @@ def qualify_settings(engine: EngineSpec) -> QualifySettings:
         simulation=None if sims is None else {
             str(k): SimShape(p1=int(v["p1"]), p2=int(v["p2"]), g1=int(v["g1"]), g2=int(v["g2"]))
             for k, v in sims.items()},
+        shapes={str(k): BenchShape(pn=int(v.get("pn", BENCH_SHAPE.pn)), gn=int(v.get("gn", BENCH_SHAPE.gn)))
+                for k, v in (b.get("shapes") or {}).items()},
     )
     ceiling: Mapping[str, Any] = raw.get("ceiling") or {}
     cross_engine = raw.get("cross_engine")

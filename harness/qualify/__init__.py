@@ -28,8 +28,8 @@ __all__ = ["Qualification", "QualifyContext", "QualifyOptions", "SkippedStage", 
            "StageRecord", "StageResult", "qualify", "render_markdown", "write_qualification"]
 
 
-def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, bench_pn: int = 512,
-            bench_gn: int = 128, bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None,
+def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, bench_pn: int | None = None,
+            bench_gn: int | None = None, bench_concurrency: tuple[int, ...] = (1, 4), out: Path | None = None,
             run_bench: bool = True, old_pin: str | None = None, old_rev: str | None = None,
             threads: int | None = None, fail_on_slower: Sequence[str] | None = None,
             until_halfwidth: float | None = None, max_blocks: int | None = None,

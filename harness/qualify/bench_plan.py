@@ -7,6 +7,7 @@ physical cores. The plan is made before any stage runs, so a typo in a gate fail
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,8 +51,19 @@ class BenchPlan:
     is not simulated (a bandwidth-bound model: simulation's cache model says nothing of DRAM bandwidth,
     and its runs cost minutes per token under Valgrind)."""
 
+    shapes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Model variable -> (pn, gn) of its wall-clock runs (``qualify.bench.shapes``), unless the command
+    line gave --pn/--gn; a model not named runs ``pn``/``gn``."""
+
     def sim_plan(self, model_var: str) -> SimPlan | None:
         return self.sim.get(model_var)
+
+    def for_model(self, model_var: str) -> BenchPlan:
+        """This plan at the wall-clock shape of ``model_var``."""
+        if model_var not in self.shapes:
+            return self
+        pn, gn = self.shapes[model_var]
+        return dataclasses.replace(self, pn=pn, gn=gn)
 
     def config(self, concurrency: tuple[int, ...] | None = None) -> BenchConfig:
         return BenchConfig(blocks=self.blocks, pn=self.pn, gn=self.gn, concurrency=concurrency or self.concurrency,
@@ -64,16 +76,18 @@ class BenchPlan:
         return {"instruments": list(self.instruments), "simulation": {k: v.as_dict() for k, v in self.sim.items()},
                 "blocks": self.blocks, "pn": self.pn, "gn": self.gn, "concurrency": list(self.concurrency),
                 "until_halfwidth": self.until_halfwidth, "max_blocks": self.max_blocks, "budget_s": self.budget_s, "gate": dict(self.gate),
-                "threads": self.threads, "threads_source": self.threads_source, "models": list(self.models)}
+                "threads": self.threads, "threads_source": self.threads_source, "models": list(self.models),
+                "shapes": {k: {"pn": pn, "gn": gn} for k, (pn, gn) in self.shapes.items()}}
 
 
-def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int = 512, gn: int = 128,
+def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int | None = None, gn: int | None = None,
                concurrency: tuple[int, ...] = (1, 4), until_halfwidth: float | None = None,
                max_blocks: int | None = None, fail_on_slower: Sequence[str] | None = None,
                threads: int | None = None, instruments: Sequence[str] | None = None) -> BenchPlan:
     """The plan from the descriptor's ``qualify.bench`` and the command line (which wins).
 
-    ``until_halfwidth=0`` turns adaptive blocks off (``blocks`` is then the fixed count).
+    ``until_halfwidth=0`` turns adaptive blocks off (``blocks`` is then the fixed count). ``pn``/``gn``
+    given: every model's shape; None: the descriptor's ``qualify.bench.shapes`` per model, else 512/128.
     """
     from harness.core.host import resolve_threads
 
@@ -96,8 +110,10 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int = 512, 
         sims = {models[0]: SIM_DEFAULT}
     else:
         sims = {k: SimPlan(p1=v.p1, p2=v.p2, g1=v.g1, g2=v.g2) for k, v in raw.simulation.items()}
-    return BenchPlan(instruments=chosen, sim=sims,
-                     blocks=blocks or raw.blocks, pn=pn, gn=gn, concurrency=concurrency,
+    shapes = {} if pn is not None or gn is not None else {k: (v.pn, v.gn) for k, v in raw.shapes.items()}
+    return BenchPlan(instruments=chosen, sim=sims, shapes=shapes,
+                     blocks=blocks or raw.blocks, pn=qs.BENCH_SHAPE.pn if pn is None else pn,
+                     gn=qs.BENCH_SHAPE.gn if gn is None else gn, concurrency=concurrency,
                      until_halfwidth=float(width) if width else None,
                      max_blocks=max_blocks or raw.max_blocks, gate=gate, budget_s=raw.budget_s,
                      threads=n_threads, threads_source=source, models=models)

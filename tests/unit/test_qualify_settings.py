@@ -37,3 +37,35 @@ def test_the_shipped_descriptor_reads_whole() -> None:
     s = qs.qualify_settings(load_engine("llamacpp"))
     assert s.cross_variant and s.bench_peer and "thresholds" in s.agreement
     assert s.bench.simulation and all(dataclasses.astuple(v) for v in s.bench.simulation.values())
+
+
+def test_a_bench_model_can_have_its_own_wall_clock_shape() -> None:
+    """The bandwidth model's shape is its own (qualify.bench.shapes); --pn/--gn set every model's."""
+    from harness.qualify.bench_plan import bench_plan
+
+    raw = {"qualify": {"bench": {"models": ["M", "BIG"], "shapes": {"BIG": {"pn": 128, "gn": 64}, "HALF": {"gn": 32}}}}}
+    s = qs.qualify_settings(_spec(raw))
+    assert s.bench.shapes == {"BIG": qs.BenchShape(pn=128, gn=64), "HALF": qs.BenchShape(pn=512, gn=32)}
+    plan = bench_plan(_spec(raw), threads=1)
+    assert (plan.for_model("M").pn, plan.for_model("M").gn) == (512, 128)
+    big = plan.for_model("BIG")
+    assert (big.pn, big.gn) == (128, 64) and big.config().pn == 128 and big.as_dict()["pn"] == 128
+    given = bench_plan(_spec(raw), threads=1, pn=256)
+    assert (given.for_model("BIG").pn, given.for_model("BIG").gn) == (256, 128)
+
+
+def test_the_schema_takes_shapes_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    import pytest
+    import yaml
+
+    from harness.core.errors import ConfigError
+    from harness.engine.descriptor import parse_engine
+
+    src = load_engine("llamacpp").root / "engine.yaml"
+    doc = yaml.safe_load(src.read_text())
+    doc["qualify"]["bench"]["shapes"] = {"HARNESS_BANDWIDTH_MODEL": {"pn": 0}}
+    bad = tmp_path / "llamacpp" / "engine.yaml"
+    bad.parent.mkdir()
+    bad.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="pn"):
+        parse_engine(bad)

@@ -35,7 +35,7 @@ def peer(ctx: QualifyContext, *, model_var: str) -> StageResult:
     from harness.bench.roofline import measure_host
     from harness.core import host as hostmod
 
-    return peer_bench(engine, baseline, model, ctx.plan, out=ctx.report / "bench", report_root=ctx.report,
+    return peer_bench(engine, baseline, model, ctx.plan.for_model(model_var), out=ctx.report / "bench", report_root=ctx.report,
                       host=hostmod.as_dict(ctx.host), host_measure=measure_host())
 
 
@@ -61,7 +61,7 @@ def old_pin(ctx: QualifyContext) -> StageResult:
     if model is None or model_var is None:
         raise SkippedStage(f"none of the bench models ({', '.join(ctx.plan.models)}) is in place")
     return old_pin_bench(ctx.engine, old, artifact_dir(ctx.engine, get_variant("cpu")), model,
-                         ctx.report / "bench-old-pin", host=hostmod.as_dict(ctx.host), plan=ctx.plan,
+                         ctx.report / "bench-old-pin", host=hostmod.as_dict(ctx.host), plan=ctx.plan.for_model(model_var),
                          host_measure=measure_host(), model_var=model_var)
 
 

@@ -35,7 +35,7 @@ def ceiling(ctx: QualifyContext, *, model_var: str) -> StageResult:
     from harness.build.matrix import get_variant
     from harness.core import host as hostmod
 
-    return ceiling_bench(ctx.engine, artifact_dir(ctx.engine, get_variant("cpu")), model, ctx.plan,
+    return ceiling_bench(ctx.engine, artifact_dir(ctx.engine, get_variant("cpu")), model, ctx.plan.for_model(model_var),
                          out=ctx.report / "ceiling", report_root=ctx.report, host=hostmod.as_dict(ctx.host),
                          host_measure=measure_host(), model_var=model_var)
 

@@ -10,7 +10,6 @@ from harness.core.errors import HarnessError
 from harness.qualify.context import Built, Models, QualifyContext
 from harness.qualify.result import SkippedStage, StageResult
 
-
 #: The marker of specs that measure this harness's own instruments rather than the engine's pin (the
 #: bench runner's A/A, the agreement gate's power on a deliberately broken kernel). Qualification
 #: deselects them: its own stages are those instruments, run on the pin; the test command runs them.
