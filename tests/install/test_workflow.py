@@ -1,4 +1,4 @@
-"""The shipped workflow, ``.github/workflows/qualify.yml``, run on this host (``gha_local.py``).
+"""The shipped workflow, ``.github/workflows/qualify.yml``, run on this host (the package ``gha``).
 
 - the expression evaluator against the examples and rules of GitHub's expressions reference;
 - the runner's mechanics on small workflows (file commands, env, if:, matrix, artifacts,
@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from tests.install.conftest import record_time
-from tests.install.gha_local import (
+from tests.install.gha import (
     Event,
     ExpressionError,
     StepFailed,
