@@ -227,11 +227,11 @@ def serve_load(session: nox.Session) -> None:
     """`harness serve` under load and abuse at full size: 256 streaming clients on a 4-slot tiny model, 1,000
     random disconnects, slowloris, slow readers and bodies, malformed input, a 10-minute soak (-- --hour: an
     hour); requests/s, TTFT and inter-token p50/p99, the RSS slope (a leak fails). More after --: --soak-minutes,
-    --out (tests/e2e/llamacpp/serve_load.py)."""
+    --out (scripts/serve_load.py)."""
     _install(session, "all,test")
     env = {"HARNESS_NO_PROGRESS": "1"}
     e2e = _prepare_cpu(session, env, ["llamacpp"])
-    session.run("python", "-m", "tests.e2e.llamacpp.serve_load", "--model", e2e["HARNESS_TINY_MODEL"],
+    session.run("python", "scripts/serve_load.py", "--model", e2e["HARNESS_TINY_MODEL"],
                 *session.posargs, env=env)
 
 

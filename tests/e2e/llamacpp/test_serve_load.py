@@ -1,8 +1,8 @@
-"""``harness serve`` under load and abuse, CI size (serve_load's ``ci`` profile; ``nox -s serve-load``
-runs the same clients at full size with a soak): 64 concurrent streaming clients on a 4-slot
-model, 50 clients that leave at random points, then slowloris heads, a slow body, a reader of
-one byte at a time and malformed bodies while well-behaved clients are served, all on the tiny
-model (HARNESS_TINY_MODEL) over loopback.
+"""``harness serve`` under load and abuse, CI size (scripts/serve_load.py's ``ci`` profile;
+``nox -s serve-load`` runs the same clients at full size with a soak): 64 concurrent streaming
+clients on a 4-slot model, 50 clients that leave at random points, then slowloris heads, a slow
+body, a reader of one byte at a time and malformed bodies while well-behaved clients are served,
+all on the tiny model (HARNESS_TINY_MODEL) over loopback.
 
 Every client gets a complete, valid stream or a 429 with Retry-After; none hangs (each is bounded);
 each abuser gets a bounded answer (408, a dropped connection, a 4xx naming the problem) while the
@@ -13,19 +13,34 @@ no stream being read, as /health and /metrics say) and still answers. Seconds on
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import socket
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
 import pytest
 
 from ..conftest import model_path, require_variant
-from . import serve_load
 from .test_serve import Server, _config, _start
 
+
+def _script(name: str) -> ModuleType:
+    path = Path(__file__).resolve().parents[3] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+serve_load = _script("serve_load")
 P = serve_load.PROFILES["ci"]
 
 

@@ -2,7 +2,7 @@
 (tests/e2e/llamacpp/test_serve_load.py, the ``ci`` profile: seconds) and ``nox -s serve-load``
 (full size, with a soak):
 
-    python -m tests.e2e.llamacpp.serve_load --model TINY.gguf [--profile soak10 | --hour] [--out DIR]
+    python scripts/serve_load.py --model TINY.gguf [--profile soak10 | --hour] [--out DIR]
 
 The phases, on one 4-slot model:
 
@@ -22,6 +22,9 @@ The phases, on one 4-slot model:
 
 Reported per phase: requests/s, time to first token and inter-token latency (p50, p99, seen by
 the clients), 429s, RSS; JSON and Markdown under --out.
+
+It stands alone (the standard library and httpx, nothing from tests/): the spec loads it by its
+path, nox runs it as a script.
 """
 
 from __future__ import annotations
@@ -770,7 +773,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.e2e.llamacpp.serve_load", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python scripts/serve_load.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=os.environ.get("HARNESS_TINY_MODEL"),
                     help="the tiny model (default $HARNESS_TINY_MODEL)")
