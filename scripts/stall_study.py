@@ -96,11 +96,10 @@ def ceiling_pair(model: str, threads: int, b_opts: dict[str, Any], name: str, bl
     outcome = run_and_report(a, b, config, name=f"stall-study-{name}", out=out, host={}, host_measure=None,
                              gate={"prefill": 3.0, "decode": 3.0})
     row: dict[str, Any] = {"report": str(outcome.files.markdown.parent)}
-    for key, m in outcome.analysis.metrics.items():
-        if m.ratio is not None:
-            iv = m.ratio.ratio
-            row[key] = {"ratio": iv.point, "lo": iv.lo, "hi": iv.hi, "verdict": m.ratio.verdict,
-                        "caught": iv.hi is not None and iv.hi < 0.97}
+    for h in outcome.headline:  # B/A as speeds (prefill: prompt tokens per second), > 1: B faster
+        if h.speed is not None:
+            row[h.label] = {"ratio": h.speed.point, "lo": h.speed.lo, "hi": h.speed.hi, "verdict": h.verdict,
+                            "a_tok_s": h.a, "b_tok_s": h.b, "caught": h.speed.hi is not None and h.speed.hi < 0.97}
     return row
 
 
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             if m is None:
                 return "-"
             return f"{m['ratio']:.3f}x [{m['lo']:.3f}, {m['hi']:.3f}]"
-        wall = [k.split("@")[0] for k, v in w.items() if isinstance(v, dict) and v.get("caught")]
+        wall = [k.split(" @")[0] for k, v in w.items() if isinstance(v, dict) and v.get("caught")]
         md.append(f"| {name} | {t['new_threads']} | {'caught' if t['caught'] else 'passes'} | {cell('prefill')} | "
                   f"{cell('decode')} | {'caught on ' + ', '.join(wall) if wall else 'not caught'} |")
     md += ["", "Caught by the wall-clock ceiling means the whole 95% interval lies below 0.97x. Simulation is "
