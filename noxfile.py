@@ -10,7 +10,7 @@ Default sessions: lint, tests. Others are opt-in (``default=False``):
 - ``bench``: pytest-benchmark micro-benchmarks of the harness's own hot paths.
 - ``cross-aarch64``: build the cpu-aarch64 row with the cross toolchain and run every ARM CPU level
   under its QEMU CPU model (tiny model, SmolLM2 "Paris", a short llama-bench); the level table.
-- ``vulkan``: build the vulkan row and its backend, run its e2e specs on it (tiny model, SmolLM2
+- ``vulkan``: build the vulkan row and its binding, run its e2e specs on it (tiny model, SmolLM2
   short shape; lavapipe here); spec files in posargs are added (``-- tests/e2e/llamacpp/test_text.py``).
 - ``serve-load``: ``harness serve`` under load and abuse at full size with a 10-minute soak (``-- --hour``: an
   hour): requests/s, TTFT and inter-token p50/p99, RSS slope; a leak or an unbounded client fails it.
@@ -74,7 +74,7 @@ def _engines(session: nox.Session, env: dict[str, str], *, default_only: bool = 
 
 
 def _prepare_cpu(session: nox.Session, env: dict[str, str], engines: list[str]) -> dict[str, str]:
-    """Per engine: fetch -> patch -> ABI check -> build cpu -> backend; then the models.
+    """Per engine: fetch -> patch -> ABI check -> build cpu -> binding; then the models.
 
     Returns the e2e environment. Every stage is stamped: cached runs take seconds.
     """
@@ -160,7 +160,7 @@ def cross_aarch64(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def vulkan(session: nox.Session) -> None:
-    """The vulkan row on this host's Vulkan device (lavapipe: a CPU one): build, backend, its e2e specs."""
+    """The vulkan row on this host's Vulkan device (lavapipe: a CPU one): build, binding, its e2e specs."""
     _install(session, "all,test,convert")
     session.run("bash", "scripts/install-system-deps.sh", "--vulkan", external=True)
     env = {"HARNESS_NO_PROGRESS": "1"}
@@ -202,11 +202,11 @@ def bench_speculative(session: nox.Session) -> None:
     common = ["--concurrency", "1,4", "--pn", "512", "--gn", "128", *session.posargs]
     for task in ("copy", "free"):
         session.run("harness", "bench", "--name", f"speculative-{task}",
-                    "--a", f"backend:model={model},task={task},name=off",
-                    "--b", f"backend:model={model},task={task},{spec},name=ngram", *common, env=env)
+                    "--a", f"in-process:model={model},task={task},name=off",
+                    "--b", f"in-process:model={model},task={task},{spec},name=ngram", *common, env=env)
     session.run("harness", "bench", "--name", "speculative-copy-vs-llama-bench",
                 "--a", f"llama-bench:artifact={artifact},model={model},name=llama-bench",
-                "--b", f"backend:model={model},task=copy,{spec},name=ngram",
+                "--b", f"in-process:model={model},task=copy,{spec},name=ngram",
                 "--concurrency", "1", "--pn", "512", "--gn", "128", *session.posargs, env=env)
 
 

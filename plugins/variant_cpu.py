@@ -1,4 +1,4 @@
-"""Variant backend ``cpu``: the portable run-time-dispatched build and ``cpu-native``.
+"""Variant platform ``cpu``: the portable run-time-dispatched build and ``cpu-native``.
 
 Rows say what they want (``intent: {cpu_levels: runtime | native}``); the engine's descriptor
 says how it is spelled. On macOS a CPU row also intends ``gpu: none`` (engines that enable Metal
@@ -19,7 +19,7 @@ from harness_plugins import cross_gnu
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
     from harness.build.matrix import generic_reasons
-    if variant.backend != "cpu":
+    if variant.platform != "cpu":
         return None
     reasons = generic_reasons(variant, host)
     cross_reasons, notes = cross_gnu.reasons(variant)
@@ -35,7 +35,7 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
 @hookimpl
 def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostInfo) -> dict[str, str] | None:
     from harness.build.matrix import intent_defines
-    if variant.backend != "cpu":
+    if variant.platform != "cpu":
         return None
     # Metal is on by default on macOS; a CPU row must not pick it up silently.
     return (intent_defines(engine, "gpu", "none") or {}) if host.os == "darwin" else {}

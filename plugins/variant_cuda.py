@@ -1,4 +1,4 @@
-"""Variant backend ``cuda``: nvcc builds for the row's arch list; compile-only without a GPU.
+"""Variant platform ``cuda``: nvcc builds for the row's arch list; compile-only without a GPU.
 
 Without the toolkit's libcuda stub the build must not link the driver: the plugin then asks the
 engine's descriptor how it spells ``cuda_vmm: off`` (ggml: ``GGML_CUDA_NO_VMM=ON``).
@@ -77,7 +77,7 @@ def arch_satisfies(archs: tuple[str, ...] | list[str], compute_capability: str) 
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
     from harness.build.matrix import generic_reasons
-    if variant.backend != "cuda":
+    if variant.platform != "cuda":
         return None
     reasons = generic_reasons(variant, host)
     notes = []
@@ -103,7 +103,7 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
 
 @hookimpl
 def harness_artifact_usable(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]] | None:
-    if manifest.get("backend") != "cuda":
+    if manifest.get("platform") != "cuda":
         return None
     gpus = [g for g in host.gpus if g.api == "cuda"]
     if not gpus:
@@ -118,7 +118,7 @@ def harness_artifact_usable(manifest: dict[str, Any], host: HostInfo) -> tuple[b
 @hookimpl
 def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostInfo) -> dict[str, str] | None:
     from harness.build.matrix import intent_defines
-    if variant.backend != "cuda":
+    if variant.platform != "cuda":
         return None
     defines = {"CMAKE_CUDA_ARCHITECTURES": ";".join(variant.cuda_archs)}
     nvcc = host.tool("nvcc")

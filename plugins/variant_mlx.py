@@ -1,4 +1,4 @@
-"""Variant backend ``mlx``: Metal plus the MLX GEMM provider from a pinned ``mlx`` wheel."""
+"""Variant platform ``mlx``: Metal plus the MLX GEMM provider from a pinned ``mlx`` wheel."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def mlx_wheel_problems(variant: Variant) -> list[str]:
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
     from harness.build.matrix import generic_reasons
-    if variant.backend != "mlx":
+    if variant.platform != "mlx":
         return None
     reasons = generic_reasons(variant, host)
     if not reasons:

@@ -1,4 +1,4 @@
-"""Variant backend ``vulkan``: glslc + Vulkan headers; lavapipe gives a CPU device to run on.
+"""Variant platform ``vulkan``: glslc + Vulkan headers; lavapipe gives a CPU device to run on.
 
 The Vulkan headers decide which GPU features ggml-vulkan compiles in (KHR cooperative matrix,
 bfloat16, 64-bit indexing are all behind ``#if defined(VK_...)``), and the pinned ggml-vulkan
@@ -155,7 +155,7 @@ def spirv_headers_config() -> Path | None:
 @hookimpl
 def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildability | None:
     from harness.build.matrix import generic_reasons, version_at_least
-    if variant.backend != "vulkan":
+    if variant.platform != "vulkan":
         return None
     reasons = generic_reasons(variant, host)
     notes = []
@@ -186,7 +186,7 @@ def harness_variant_requirements(variant: Variant, host: HostInfo) -> Buildabili
 
 @hookimpl
 def harness_variant_configure(engine: EngineSpec, variant: Variant, host: HostInfo) -> dict[str, str] | None:
-    if variant.backend != "vulkan" or not needs_package(variant, host):
+    if variant.platform != "vulkan" or not needs_package(variant, host):
         return None
     pkg = headers_package(variant)
     assert pkg is not None
@@ -206,7 +206,7 @@ def glslc_features(log_text: str) -> dict[str, bool]:
 
 @hookimpl
 def harness_artifact_usable(manifest: dict[str, Any], host: HostInfo) -> tuple[bool, list[str]] | None:
-    if manifest.get("backend") != "vulkan":
+    if manifest.get("platform") != "vulkan":
         return None
     devices = [g for g in host.gpus if g.api == "vulkan"]
     if not devices:
@@ -223,7 +223,7 @@ def harness_artifact_usable(manifest: dict[str, Any], host: HostInfo) -> tuple[b
 @hookimpl
 def harness_artifact_manifest(engine: EngineSpec, variant: Variant, manifest: dict[str, Any]) -> dict[str, Any] | None:
     from harness.core.host import system_vulkan_headers, vulkan_header_version
-    if variant.backend != "vulkan":
+    if variant.platform != "vulkan":
         return None
     defines = manifest.get("defines", {})
     include = defines.get("Vulkan_INCLUDE_DIR")

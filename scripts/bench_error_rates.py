@@ -32,9 +32,9 @@ from typing import Any
 
 def calibrate(model: str, pn: int, gn: int, threads: int, slowdown_pct: float) -> dict[str, float]:
     """Seconds per generated token on this host (median of 3 after a warm-up) -> the delay for ``slowdown_pct``."""
-    from harness_plugins.llamacpp.bench import BackendArm
+    from harness_plugins.llamacpp.bench import BindingArm
 
-    arm = BackendArm({"model": model, "threads": threads, "max_num_seqs": 1, "n_ctx": pn + gn + 64, "variant": "cpu"})
+    arm = BindingArm({"model": model, "threads": threads, "max_num_seqs": 1, "n_ctx": pn + gn + 64, "variant": "cpu"})
     try:
         arm.warmup()
         arm.measure(pn, gn, 1)

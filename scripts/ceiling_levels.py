@@ -23,9 +23,9 @@ from pathlib import Path
 #: The binding's arm in a process of its own, with the level forced (the runtime reads it at load).
 CHILD = """
 import json, sys
-from harness_plugins.llamacpp.bench import BackendArm
+from harness_plugins.llamacpp.bench import BindingArm
 model, pn, gn, reps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-arm = BackendArm({"model": model, "threads": threads, "n_ctx": pn + gn + 64, "max_num_seqs": 1, "variant": "cpu"})
+arm = BindingArm({"model": model, "threads": threads, "n_ctx": pn + gn + 64, "max_num_seqs": 1, "variant": "cpu"})
 arm.warmup()
 runs = [arm.measure(pn, gn, 1) for _ in range(reps)]
 print(json.dumps({"level": arm.describe()["cpu_variant"], "runs": runs}))

@@ -1,4 +1,4 @@
-// Option dicts from Python, shared by every engine's backend module: typed lookups with
+// Option dicts from Python, shared by every engine's binding: typed lookups with
 // defaults, and unknown keys refused with the list of known ones.
 #pragma once
 

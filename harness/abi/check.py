@@ -1,6 +1,6 @@
 """``abi check``: the pinned, patched headers against the committed surface, before any build.
 
-The committed surface (``abi/<engine>/surface.json``) is what the backend module
+The committed surface (``abi/<engine>/surface.json``) is what the binding
 was written against. The check snapshots the pinned headers for the committed
 targets, restricts them to the committed used set, and fails on any difference.
 A move of the engine's declared ABI version macro (``abi.version_macro``) is the
@@ -79,7 +79,7 @@ def load_committed(engine: str, path: Path | None = None) -> surf.Surface:
     path = path or surface_path(engine)
     if not path.is_file():
         msg = (f"no committed ABI surface at {path}. Create it with `harness abi snapshot {engine} "
-               "--used-from <backend module or its sources>`, review it and commit it")
+               "--used-from <binding or its sources>`, review it and commit it")
         raise AbiError(msg)
     try:
         return surf.load(path)
@@ -104,11 +104,11 @@ def _cut(full: surf.Surface, committed: Mapping[str, Any]) -> surf.Surface:
 
 def uncovered_uses(abi: Mapping[str, Any], committed: Mapping[str, Any], full: Mapping[str, Any],
                    *, sources_root: Path | None = None) -> list[str]:
-    """The engine names the backend's sources (``abi.used_from``) call today that the committed used set
+    """The engine names the binding's sources (``abi.used_from``) call today that the committed used set
     lacks: a change of one of them upstream would pass the check unseen. One line per name.
 
     A relative ``abi.used_from`` is read below ``sources_root``: the root of the recipe the descriptor
-    comes from (an old pin's recipe carries its own backend source, the one its binding is built from),
+    comes from (an old pin's recipe carries its own binding source, the one its binding is built from),
     else the checkout.
     """
     configured, used = abi.get("used_from"), committed.get("used")
@@ -121,14 +121,14 @@ def uncovered_uses(abi: Mapping[str, Any], committed: Mapping[str, Any], full: M
     from harness.abi.used import used_from
 
     names = used_from(path, abi.get("used_pattern")) & surf.known_names(full)
-    return [f"the backend now uses {name}, which the committed surface does not cover (it was cut before "
-            "the backend called it)" for name in sorted(names - set(used))]
+    return [f"the binding now uses {name}, which the committed surface does not cover (it was cut before "
+            "the binding called it)" for name in sorted(names - set(used))]
 
 
 def differences(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any],
                 *, sources_root: Path | None = None) -> list[str]:
     """One line per difference between the committed surface and the pinned headers, and per engine
-    name the backend uses that the committed surface does not cover."""
+    name the binding uses that the committed surface does not cover."""
     full = _pinned(root, abi, committed)
     current = _cut(full, committed)
     lines = diff_surfaces(committed, current, version_macro=version_macro(abi))
@@ -158,7 +158,7 @@ def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = ""
             f"the pinned headers of {engine}{where} disagree with the committed ABI surface {rel} "
             f"({len(lines)} difference{'s' if len(lines) != 1 else ''}):",
             *lines,
-            f"Update the backend module (engines/{engine}/) for these changes, then accept them with "
+            f"Update the binding (engines/{engine}/binding/) for these changes, then accept them with "
             f"`harness abi snapshot {engine}` and review the diff of {rel} before committing it.",
         ])
         raise AbiError(msg)
@@ -177,7 +177,7 @@ def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = ""
 
 def check_engine(spec: EngineSpec, tree: Path) -> CheckResult:
     """The pipeline's ABI stage: the patched tree of ``spec`` against ``abi/<engine>/`` of its recipe, with
-    the backend source of the same recipe (for an old pin from git history: that commit's, not the
+    the binding source of the same recipe (for an old pin from git history: that commit's, not the
     working tree's; :mod:`harness.build.recipes`)."""
     return check_tree(spec.name, tree, spec.abi, pin=spec.pin, committed_path=spec.surface_path,
                       sources_root=spec.root.parent.parent)

@@ -2,7 +2,7 @@
 
 The ABI check (:mod:`harness.abi.check`) reads the pinned headers for every target triple of the
 surface, the cross targets included. For an artifact built for one of them (a cross-built row)
-this module closes the loop on the binary side: every function of the surface the backend uses
+this module closes the loop on the binary side: every function of the surface the binding uses
 must be exported (defined, global or weak, in ``.dynsym``) by one of the artifact's libraries, and
 the headers the artifact ships must be the ones the check read. ELF is read with pyelftools, so
 an aarch64 library is read on an x86_64 host without the cross binutils.

@@ -9,7 +9,7 @@ A *flat* surface describes one target triple::
      "constants": {NAME: int | str}}
 
 Types are kept as *spelled* (``int64_t``, not ``long``): the spelling is what the
-backend module is written against and it is the same on every target, while
+binding is written against and it is the same on every target, while
 sizes and offsets carry the target-specific part.
 
 The *merged* form (what ``abi/<engine>/surface.json`` holds) stores each item
@@ -18,7 +18,7 @@ map only where targets disagree, and an item that differs in any other way (or
 exists on some targets only) is stored as ``{"per_target": {triple: item}}``.
 Beside the categories the file holds ``schema``, ``targets``, ``fingerprint``
 (overall), ``fingerprints`` (per target), ``meta`` (headers, engine: informative
-only) and, once filtered, ``used`` (the names the backend module uses).
+only) and, once filtered, ``used`` (the names the binding uses).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Which engine symbols the backend module uses: from its binary or from its sources.
+"""Which engine symbols the binding uses: from its binary or from its sources.
 
 The committed surface is restricted to these, so an upstream change to an API
 the module never calls does not fail the check (the full report is `abi diff`).
@@ -78,7 +78,7 @@ def used_from(path: Path, pattern: str | None = None) -> set[str]:
     symbols and identifiers that only look like engine names.
     """
     if not path.exists():
-        msg = f"--used-from {path}: no such file or directory (expected the built backend module or its sources)"
+        msg = f"--used-from {path}: no such file or directory (expected the built binding or its sources)"
         raise UsageError(msg)
     if path.is_file() and _is_binary(path):
         return undefined_symbols(path)

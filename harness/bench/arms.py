@@ -109,7 +109,7 @@ class ArmSpec:
                 raise BenchError(msg)
             options[key.strip()] = _coerce(value.strip())
         label = options.pop("name", None)
-        kind = KIND_ALIASES.get(kind.strip(), kind.strip())
+        kind = kind.strip()
         return cls(kind=kind, name=name or (str(label) if label is not None else short_name(kind, options)),
                    options=options)
 
@@ -123,10 +123,8 @@ class ArmSpec:
         return {"kind": self.kind, "name": self.name, "spec": self.spec, "options": dict(self.options)}
 
 
-#: The arm that runs our binding in this process is ``in-process``; ``backend``, its name before
-#: issue 28 (when "backend" also meant a GPU kind and the binding wheel), is still accepted.
+#: The arm that runs our binding in this process.
 IN_PROCESS = "in-process"
-KIND_ALIASES = {"backend": IN_PROCESS}
 
 #: Options that say where or how big an arm runs, not which arm it is: left out of short names.
 CONTEXT_OPTIONS = frozenset({"model", "threads", "n_ctx", "max_num_seqs", "artifact", "engine", "seed"})

@@ -1,7 +1,7 @@
 """PNG plots of an ABBA run.
 
 Uses matplotlib's object API (``Figure`` renders PNG through Agg), not pyplot:
-no global backend switch, no figure registry to leak between reports.
+no global ``matplotlib.use`` switch, no figure registry to leak between reports.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def verify(path: Path) -> list[str]:
 def usable_on(manifest: dict[str, Any], host: HostInfo,
               pm: pluggy.PluginManager | None = None) -> tuple[bool, list[str]]:
     """Whether an artifact can run here, with notes: its OS and cross target here, the rest (a
-    GPU backend's devices) from the plugin owning its backend (``harness_artifact_usable``)."""
+    GPU's devices) from the plugin owning its platform (``harness_artifact_usable``)."""
     from harness.engine.plugin import get_manager
 
     if manifest.get("host", {}).get("os") not in (None, host.os):
@@ -88,7 +88,7 @@ def _refuse_link_out(link: Path, artifact: Path) -> None:
 
 
 def package(artifacts: list[Path], dest: Path) -> dict[str, Any]:
-    """One directory with a single libllama/libggml-base and several backend plugins.
+    """One directory with a single libllama/libggml-base and several ggml backend plugins.
 
     Refuses artifacts whose pin, patch series or ABI fingerprint differ: ggml
     loads the plugins at run time and a mismatched one corrupts memory, not a link.
@@ -127,7 +127,7 @@ def package(artifacts: list[Path], dest: Path) -> dict[str, Any]:
     first = manifests[0]
     manifest = {k: first.get(k) for k in (*IDENTITY_KEYS, "upstream", "patches", "toolchain", "host")}
     manifest.update({"manifest_version": first.get("manifest_version"), "variant": "+".join(m["variant"] for m in manifests),
-                     "backend": "package", "variants": [m["variant"] for m in manifests],
+                     "platform": "package", "variants": [m["variant"] for m in manifests],
                      "cuda_archs": sorted({a for m in manifests for a in m.get("cuda_archs", [])}),
                      "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     manifest["files"] = file_hashes(staging)

@@ -25,7 +25,7 @@ from harness.engine.descriptor import with_current_build_data
 
 BUILD_STAMP = ".harness-build.json"
 MANIFEST = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +63,7 @@ def effective_defines(pm: pluggy.PluginManager, engine: EngineSpec, variant: Var
     if host.tool("ccache").found and "CMAKE_C_COMPILER_LAUNCHER" not in overrides:
         defines["CMAKE_C_COMPILER_LAUNCHER"] = str(host.tool("ccache").path)
         defines["CMAKE_CXX_COMPILER_LAUNCHER"] = str(host.tool("ccache").path)
-        if variant.backend == "cuda":
+        if variant.platform == "cuda":
             defines["CMAKE_CUDA_COMPILER_LAUNCHER"] = str(host.tool("ccache").path)
     defines.update(overrides)
     return dict(sorted(defines.items()))
@@ -351,10 +351,10 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             "patches": [o.patch.name for o in tree.patches],
             "recipe_commit": engine.recipe_commit or None,
             "variant": variant.name,
-            "backend": variant.backend,
+            "platform": variant.platform,
             "intent": variant.intent,
             "defines": defines,
-            "cuda_archs": defines.get("CMAKE_CUDA_ARCHITECTURES", "").split(";") if variant.backend == "cuda" else [],
+            "cuda_archs": defines.get("CMAKE_CUDA_ARCHITECTURES", "").split(";") if variant.platform == "cuda" else [],
             "toolchain": toolchain_id(host),
             "host": {"os": host.os, "arch": host.arch, "microarch": host.microarch},
             # A cross-built row's GNU triple (where the artifact runs); None for a build for the host.

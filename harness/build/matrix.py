@@ -53,7 +53,7 @@ def load_matrix(directory: Path | None = None) -> list[Variant]:
             rows.append(
                 Variant(
                     name=row["name"],
-                    backend=row["backend"],
+                    platform=row["platform"],
                     description=row.get("description", ""),
                     os=tuple(row.get("os", ())),
                     arch=tuple(row.get("arch", ())),
@@ -173,7 +173,7 @@ def row_defines(engine: EngineSpec, variant: Variant) -> dict[str, str]:
 
 def buildability(pm: pluggy.PluginManager, variant: Variant, host: HostInfo,
                  engine: EngineSpec | None = None) -> Buildability:
-    """Ask the plugin owning ``variant.backend``; no owner means not buildable.
+    """Ask the plugin owning ``variant.platform``; no owner means not buildable.
 
     With ``engine``, a row that engine does not build is not buildable (the reason says why);
     without one, a note names every known engine that does not build it.
@@ -181,7 +181,7 @@ def buildability(pm: pluggy.PluginManager, variant: Variant, host: HostInfo,
     result: Buildability | None = pm.hook.harness_variant_requirements(variant=variant, host=host)
     if result is None:
         result = Buildability(variant=variant.name, buildable=False, runnable=False,
-                              reasons=(f"no plugin implements backend {variant.backend!r}",))
+                              reasons=(f"no plugin implements platform {variant.platform!r}",))
     if engine is not None:
         reason = engine_support(engine, variant)
         if reason:

@@ -22,12 +22,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = asub.add_parser("snapshot", help="write abi/<engine>/surface.json from the pinned, patched headers",
                         description="Parse the pinned, patched headers per target and write the surface the "
-                        "backend module is written against. Review the file's diff before committing it.")
+                        "binding is written against. Review the file's diff before committing it.")
     add_engine_arg(p)
     p.add_argument("--target", action="append", default=[], metavar="TRIPLE",
                    help="target triple (repeatable; default: abi.targets of the engine, else the committed ones)")
     p.add_argument("--used-from", type=Path, metavar="PATH",
-                   help="built backend module (.so) or its sources; default: abi.used_from, else the committed used set")
+                   help="built binding (.so) or its sources; default: abi.used_from, else the committed used set")
     p.add_argument("--all", action="store_true", help="keep the whole surface, not only the used part")
     p.add_argument("-o", "--output", metavar="FILE", help="where to write (default: abi/<engine>/surface.json; - for stdout)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = asub.add_parser("check", help="fail when the pinned headers disagree with the committed surface",
                         description="Runs before any build; seconds, not minutes. With --pin or --rev, the "
                         "recipe of another pin from git history (its descriptor, patches, ABI surface and "
-                        "backend source: what `harness build --pin` builds) instead of the working tree's.")
+                        "binding source: what `harness build --pin` builds) instead of the working tree's.")
     add_engine_arg(p)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--pin", metavar="VERSION",

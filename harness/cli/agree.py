@@ -23,7 +23,7 @@ arms use the bench arm syntax, KIND[:key=value,...]; A is the reference (KL(A ||
       the old pin's recipe (from git history; rev=GITREV too): its artifact and binding are built once
 arm options for the batch shape: batch=N (windows evaluated side by side, default 1: alone),
 chunk=K (tokens of each window per decode, default the whole window); level=NAME forces a CPU level
-(of $HARNESS_BACKEND_LIB_DIR when set: another build of this pin, e.g. a patched artifact).
+(of $HARNESS_BINDING_LIB_DIR when set: another build of this pin, e.g. a patched artifact).
 --kind picks the thresholds of engines/<engine>/engine.yaml (qualify.agreement.thresholds) and
 --gate exits 19 when a gated threshold is broken.
 """

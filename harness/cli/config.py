@@ -232,10 +232,10 @@ def cmd_config_show(args: argparse.Namespace) -> int:
         print_json({"ok": not failed, **eff.to_json(), "diagnostics": [d.to_json() for d in diags]})
         return INVALID if failed else 0
     title = eff.name or ("(gallery template: named by its entry)" if validated.template else "(no name)")
-    backend = eff.backend or "backend chosen by harness select"
+    label = eff.backend or "backend: unset, engine chosen by harness select"
     if eff.backend and validated.engine and validated.engine != eff.backend:
-        backend = f"{eff.backend}: engine {validated.engine}"
-    t = Table(title=f"{title} ({backend})" + (" -- INVALID, values as far as they resolve" if failed else ""))
+        label = f"{eff.backend}: engine {validated.engine}"
+    t = Table(title=f"{title} ({label})" + (" -- INVALID, values as far as they resolve" if failed else ""))
     for col in ("parameter", "value", "source"):
         t.add_column(col)
     for key, s in eff.params.items():

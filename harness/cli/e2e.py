@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("specs", nargs="*", type=Path, default=[Path("tests/e2e")],
                    help="spec files or directories (default: tests/e2e); arguments after -- go to each pytest run")
-    p.add_argument("--variant", action="append", default=[], help="backend variant to run on (repeatable)")
+    p.add_argument("--variant", action="append", default=[], help="binding variant to run on (repeatable)")
     add_json_flag(p)
     p.set_defaults(func=cmd_e2e, extras=("test",), takes_passthrough=True)
 

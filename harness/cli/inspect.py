@@ -159,12 +159,12 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if args.json:
         print_json([{**dataclasses.asdict(v), **dataclasses.asdict(b)} for v, b in results])
         return 0
-    t = Table("variant", "backend", "status", "why / notes", "ci", "default")
+    t = Table("variant", "platform", "status", "why / notes", "ci", "default")
     for v, b in results:
         status = "[green]buildable[/]" if b.buildable else "[yellow]not buildable[/]"
         if b.buildable and not b.runnable:
             status += " (compile-only)"
-        t.add_row(v.name, v.backend, status, "; ".join((*b.reasons, *b.notes)), "yes" if v.ci else "",
+        t.add_row(v.name, v.platform, status, "; ".join((*b.reasons, *b.notes)), "yes" if v.ci else "",
                   "yes" if v.default else "")
     _stdout_table(t)
     return 0

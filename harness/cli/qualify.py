@@ -11,7 +11,7 @@ from harness.cli import add_json_flag, print_json
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("qualify", help="run the whole pipeline for the engine pin on this host and write a report",
                        description="fetch, patch, ABI check, build every default buildable variant, build the "
-                       "backend, fetch the fixture models, run the e2e specs per variant, the cross-variant check "
+                       "binding, fetch the fixture models, run the e2e specs per variant, the cross-variant check "
                        "and ABBA benchmarks of our cpu build against the engine's peer baseline on each bench model (adaptive "
                        "blocks, gated by --fail-on-slower); the engine-ceiling and old-pin gates are decided by CPU simulation "
                        "(Valgrind: instructions and simulated cache misses per token, deterministic on a noisy host) "

@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_build_binding, extras=('build',))
 
-    p = sub.add_parser("engine", help="inspect installed backend variants")
+    p = sub.add_parser("engine", help="inspect installed binding variants")
     esub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     q = esub.add_parser("info", help="installed variants in priority order, and why any is rejected")
     q.add_argument("engine", nargs="?", default=None, help="engine name (default: the default text engine)")

@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--write-timeout", type=float, default=30.0, metavar="S",
                    help="a client that leaves 64 KiB of its answer unread for S seconds is disconnected and "
                         "its request cancelled (default 30)")
-    p.add_argument("--variant", default=None, help="backend variant (default: the best installed here)")
+    p.add_argument("--variant", default=None, help="binding variant (default: the best installed here)")
     p.add_argument("--no-malloc-hugetlb", action="store_true",
                    help="start the engine workers without glibc's malloc hugepages (by default they get "
                         "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 on Linux with glibc 2.35+: malloc's large blocks, "

@@ -182,8 +182,8 @@ class EngineClosedError(EngineError):
     """The engine was closed before or while the request ran."""
 
 
-class BackendError(HarnessError):
-    """A backend module is missing, mismatched (pin/ABI handshake) or failed to build."""
+class BindingError(HarnessError):
+    """A binding is missing, mismatched (pin/ABI handshake) or failed to build."""
 
     exit_code = 15
 

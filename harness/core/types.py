@@ -124,7 +124,8 @@ class Variant:
     """One row of the variant matrix."""
 
     name: str
-    backend: str
+    platform: str
+    """What the row computes on (cpu, cuda, vulkan, metal, mlx): the variant plugin that owns it."""
     description: str = ""
     os: tuple[str, ...] = ()
     arch: tuple[str, ...] = ()

@@ -76,7 +76,7 @@ def harness_variant_requirements(
 ) -> Buildability | None:
     """Check a matrix row against the host. Stops at first non-None result.
 
-    The plugin owning ``variant.backend`` answers.
+    The plugin owning ``variant.platform`` answers.
     """
 
 
@@ -88,7 +88,7 @@ def harness_variant_configure(
 
 
 # -------------------------------------------------------------------------
-# artifacts and backend
+# artifacts and binding
 # -------------------------------------------------------------------------
 
 
@@ -106,7 +106,7 @@ def harness_artifact_usable(
     """Whether an installed artifact runs on this host, with notes: ``(usable, notes)``; when it
     does not, the notes say why. Stops at first non-None result.
 
-    The plugin owning the manifest's ``backend`` answers (CUDA: the GPUs' compute capability
+    The plugin owning the manifest's ``platform`` answers (CUDA: the GPUs' compute capability
     against the artifact's arch list; Vulkan: a device, and the shaders glslc could compile).
     The core checks only what every artifact has (its OS, a cross target).
     """

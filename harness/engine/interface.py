@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 #: architecture, abilities) on the probed host.
 MatchFn = Callable[[dict[str, Any], "HostInfo"], "MatchResult"]
 #: ``config_check(config, context)`` -> diagnostics: the engine's own rules for a model config
-#: whose backend resolves to it (config: :class:`harness.config.model.ModelConfig`, values the
+#: whose ``backend:`` resolves to it (config: :class:`harness.config.model.ModelConfig`, values the
 #: schema refuses left out; context: :class:`harness.config.rules.CheckContext`, which locates
 #: findings with ``context.error(path, ...)`` / ``context.warn``; diagnostics:
 #: :class:`harness.config.loader.Diagnostic`).

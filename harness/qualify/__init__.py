@@ -1,6 +1,6 @@
 """Qualification: the whole pipeline for one engine pin on this host, with one report.
 
-fetch -> patch (+check) -> ABI check -> build default variants -> backend -> models
+fetch -> patch (+check) -> ABI check -> build default variants -> binding -> models
 -> e2e specs per variant -> cross-variant check -> ABBA bench vs the peer -> report.
 
 Every stage is recorded (passed / failed / skipped, seconds, figures). A failed

@@ -52,7 +52,7 @@ class Built:
     variants: tuple[str, ...]
     """The default rows (or those ``--variant`` chose): the e2e specs run on these."""
     runnable_extra: tuple[str, ...] = ()
-    """Rows marked ``extra.qualify: runnable`` (vulkan on lavapipe): given a backend too."""
+    """Rows marked ``extra.qualify: runnable`` (vulkan on lavapipe): given a binding too."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """The engine-neutral runtime API: results, streams and their watchdog, error translation.
 
-A backend module's request object (``req``) offers ``next()``, ``wait()``, ``cancel()``,
+A binding's request object (``req``) offers ``next()``, ``wait()``, ``cancel()``,
 ``done``, ``finish_reason``, ``text()`` and ``timings()``; everything here works on that
 protocol, whatever engine made the request.
 """
@@ -261,7 +261,7 @@ class Stream:
 
     @property
     def can_pump(self) -> bool:
-        """True when the backend writes this stream to a client socket itself (:meth:`pump_sse`)."""
+        """True when the binding writes this stream to a client socket itself (:meth:`pump_sse`)."""
         return self._core is not None and hasattr(self._core, "pump_sse")
 
     def pump_sse(self, fd: int, prefix: bytes, suffix: bytes, *, write_timeout_s: float, chunked: bool,
@@ -417,7 +417,7 @@ class ChatStream:
 
     @property
     def can_pump(self) -> bool:
-        """True when the backend writes this stream to a client socket itself (:meth:`pump_sse`)."""
+        """True when the binding writes this stream to a client socket itself (:meth:`pump_sse`)."""
         return self.raw.can_pump
 
     def pump_sse(self, fd: int, prefix: bytes, suffix: bytes, *, write_timeout_s: float,

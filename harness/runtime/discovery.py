@@ -1,11 +1,11 @@
-"""Run-time variant discovery: find installed backend variants, verify them, order them.
+"""Run-time variant discovery: find installed binding variants, verify them, order them.
 
-Candidates come from the ``harness.backends`` entry-point group and from
-directories on ``HARNESS_BACKEND_PATH`` (``os.pathsep``-separated). A candidate is
+Candidates come from the ``harness.bindings`` entry-point group and from
+directories on ``HARNESS_BINDING_PATH`` (``os.pathsep``-separated). A candidate is
 accepted only when its identity (engine, pin, variant, ABI fingerprint) matches
 what this checkout expects; every rejected one is reported with the reason.
 
-A backend is *usable* when the host has a device its code can run on, and *preferred* when
+A binding is *usable* when the host has a device its code can run on, and *preferred* when
 automatic choice should pick it. They differ for a CPU-type Vulkan device (Mesa's lavapipe):
 the vulkan variant runs there, so naming it (``--variant vulkan``, ``$HARNESS_VARIANT``) loads
 it, but automatic choice keeps the cpu build, which is faster on the same CPU.
@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import BackendError
+from harness.core.errors import BindingError
 from harness.core.host import probe
 from harness.core.types import HostInfo
 
-ENTRY_POINT_GROUP = "harness.backends"
+ENTRY_POINT_GROUP = "harness.bindings"
 FORCE_ENV = "HARNESS_VARIANT"
-PATH_ENV = "HARNESS_BACKEND_PATH"
+PATH_ENV = "HARNESS_BINDING_PATH"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +46,7 @@ class Candidate:
     """Usable here but not chosen automatically (a vulkan build with only a CPU-type device)."""
     note: str = ""
     devices: tuple[int, ...] = ()
-    """For a forced-only backend: the indices (in its API's enumeration order) of the devices it runs on."""
+    """For a forced-only binding: the indices (in its API's enumeration order) of the devices it runs on."""
 
     @property
     def variant(self) -> str:
@@ -58,7 +58,7 @@ def _cpu_type(device_type: str) -> bool:
 
 
 def platform_priority(host: HostInfo) -> list[str]:
-    """Backends automatic choice picks from, in preference order: GPUs with a present device
+    """Platforms automatic choice picks from, in preference order: GPUs with a present device
     (not a CPU-type Vulkan device) first, then CPU."""
     if host.os == "darwin" and host.arch == "arm64":
         return ["mlx", "metal", "cpu"]
@@ -70,8 +70,8 @@ def platform_priority(host: HostInfo) -> list[str]:
     return [*order, "cpu", "package"]
 
 
-def forced_only_backends(host: HostInfo) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Backends that run here only on a CPU-type device: backend -> (why automatic choice skips it,
+def forced_only_platforms(host: HostInfo) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Platforms that run here only on a CPU-type device: platform -> (why automatic choice skips it,
     the device indices in the API's enumeration order, which is vulkaninfo's)."""
     out = {}
     vk = [g for g in host.gpus if g.api == "vulkan"]
@@ -105,7 +105,7 @@ def discover(engine: str, pin: str, abi_fingerprint: str | None, host: HostInfo 
     """Every candidate for ``engine``, accepted ones first in priority order."""
     host = host or probe()
     prio = platform_priority(host)
-    forced_only = forced_only_backends(host)
+    forced_only = forced_only_platforms(host)
     usable = [*prio, *forced_only]
     seen: set[Path] = set()
     out: list[Candidate] = []
@@ -116,7 +116,7 @@ def discover(engine: str, pin: str, abi_fingerprint: str | None, host: HostInfo 
         ident_file = loc / "identity.json"
         if not ident_file.is_file():
             out.append(Candidate(name=name, package=package, location=loc, identity={}, accepted=False,
-                                 reason="no identity.json (not a harness backend, or a broken install)"))
+                                 reason="no identity.json (not a harness binding, or a broken install)"))
             continue
         ident = json.loads(ident_file.read_text())
         if ident.get("engine") != engine:
@@ -126,17 +126,17 @@ def discover(engine: str, pin: str, abi_fingerprint: str | None, host: HostInfo 
             reason = f"built for pin {ident.get('pin')}, this checkout pins {pin}: rebuild with harness build-binding"
         elif abi_fingerprint and ident.get("abi_fingerprint") != abi_fingerprint:
             reason = (f"ABI fingerprint {str(ident.get('abi_fingerprint'))[:16]} differs from the committed surface "
-                      f"{abi_fingerprint[:16]}: rebuild the artifact and backend")
-        elif ident.get("backend") not in usable:
-            reason = f"backend {ident.get('backend')} has no usable device here (order: {', '.join(prio)})"
+                      f"{abi_fingerprint[:16]}: rebuild the artifact and binding")
+        elif ident.get("platform") not in usable:
+            reason = f"platform {ident.get('platform')} has no usable device here (order: {', '.join(prio)})"
         elif not (loc / "lib").is_dir():
             reason = "lib/ with the engine libraries is missing"
-        backend = str(ident.get("backend"))
-        p = usable.index(backend) if backend in usable else 99
+        platform = str(ident.get("platform"))
+        p = usable.index(platform) if platform in usable else 99
         out.append(Candidate(name=name, package=package, location=loc, identity=ident, accepted=not reason,
-                             reason=reason, priority=p, forced_only=backend in forced_only,
-                             note=forced_only[backend][0] if backend in forced_only else "",
-                             devices=forced_only[backend][1] if backend in forced_only else ()))
+                             reason=reason, priority=p, forced_only=platform in forced_only,
+                             note=forced_only[platform][0] if platform in forced_only else "",
+                             devices=forced_only[platform][1] if platform in forced_only else ()))
     out.sort(key=lambda c: (not c.accepted, c.priority, c.name))
     return out
 
@@ -150,25 +150,25 @@ def choose(engine: str, pin: str, abi_fingerprint: str | None, variant: str | No
             if c.variant == wanted:
                 if not c.accepted:
                     msg = f"variant {wanted} of {engine} is installed but rejected: {c.reason}"
-                    raise BackendError(msg)
+                    raise BindingError(msg)
                 return c
         found = ", ".join(c.variant for c in cands) or "none"
-        msg = (f"no installed {engine} backend for variant {wanted} (installed: {found}); "
+        msg = (f"no installed {engine} binding for variant {wanted} (installed: {found}); "
                f"run harness build-binding {engine} --variant {wanted}")
-        raise BackendError(msg)
+        raise BindingError(msg)
     for c in cands:
         if c.accepted and not c.forced_only:
             return c
     detail = "; ".join(f"{c.name}: {c.reason or c.note}" for c in cands) or "none installed"
-    msg = f"no usable {engine} backend ({detail}); run harness build-binding {engine} --variant cpu"
-    raise BackendError(msg)
+    msg = f"no usable {engine} binding ({detail}); run harness build-binding {engine} --variant cpu"
+    raise BindingError(msg)
 
 
 def import_core(c: Candidate) -> Any:
     """Import the candidate's ``_core`` module from the candidate's own directory.
 
     Never by package name alone: a copy of the same package installed elsewhere (site-packages,
-    while the candidate came from ``$HARNESS_BACKEND_PATH``) would be loaded instead, and what
+    while the candidate came from ``$HARNESS_BINDING_PATH``) would be loaded instead, and what
     ``engine info`` names would not be what runs. One process holds one copy of a package: a
     second location for a package already loaded is refused."""
     loaded = sys.modules.get(c.package)
@@ -178,16 +178,16 @@ def import_core(c: Candidate) -> Any:
             return importlib.import_module(f"{c.package}._core")
         core_file = str(getattr(sys.modules.get(f"{c.package}._core"), "__file__", None) or "")
         if core_file.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
-            msg = (f"backend package {c.package} is already loaded from {where} in this process; a native module "
-                   f"cannot be loaded twice, so {c.location} cannot be: use one backend location per process "
-                   f"(see $HARNESS_BACKEND_PATH)")
-            raise BackendError(msg)
+            msg = (f"binding package {c.package} is already loaded from {where} in this process; a native module "
+                   f"cannot be loaded twice, so {c.location} cannot be: use one binding location per process "
+                   f"(see $HARNESS_BINDING_PATH)")
+            raise BindingError(msg)
         for name in [n for n in sys.modules if n == c.package or n.startswith(c.package + ".")]:
             del sys.modules[name]  # a pure-Python copy (a test double): the candidate's own replaces it
     spec = importlib.util.spec_from_file_location(c.package, c.location / "__init__.py",
                                                   submodule_search_locations=[str(c.location)])
     if spec is None or spec.loader is None:
-        raise BackendError(f"{c.location} is not an importable backend package (no __init__.py)")
+        raise BindingError(f"{c.location} is not an importable binding package (no __init__.py)")
     module = importlib.util.module_from_spec(spec)
     sys.modules[c.package] = module
     try:
@@ -200,7 +200,7 @@ def import_core(c: Candidate) -> Any:
 
 def committed_fingerprint(engine: str) -> str | None:
     """The ABI fingerprint of ``abi/<engine>/surface.json`` beside the engine's descriptor (the
-    checkout's, or a recipe's on ``$HARNESS_ENGINES_PATH``): what a backend must have been built against."""
+    checkout's, or a recipe's on ``$HARNESS_ENGINES_PATH``): what a binding must have been built against."""
     from harness.core.paths import project_root
     from harness.engine.descriptor import descriptor_path
 
@@ -220,5 +220,5 @@ def committed_fingerprint(engine: str) -> str | None:
 def choose_or_none(engine: str, pin: str, abi_fingerprint: str | None) -> Candidate | None:
     try:
         return choose(engine, pin, abi_fingerprint)
-    except BackendError:
+    except BindingError:
         return None

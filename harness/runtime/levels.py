@@ -10,7 +10,7 @@ crashes is excluded with its reason and the probe runs again on the rest, until 
 passes. The verdict is cached per host CPU fingerprint and artifact (its manifest's hash).
 
 ``$HARNESS_CPU_LEVEL`` forces one level (tests, and users who know better);
-``$HARNESS_BACKEND_LIB_DIR`` replaces the artifact's plugin dir: alone it bypasses the selection
+``$HARNESS_BINDING_LIB_DIR`` replaces the artifact's plugin dir: alone it bypasses the selection
 altogether (the probe child and the cross-variant runs use it), with ``$HARNESS_CPU_LEVEL`` the
 forced level comes from that dir (another build's CPU levels of the same pin on the installed
 binding, e.g. an artifact built with a temporary patch): :func:`backend_dir`.
@@ -32,10 +32,10 @@ from typing import Any
 from filelock import FileLock
 
 from harness.core import crash, paths, progress
-from harness.core.errors import BackendError
+from harness.core.errors import BindingError
 
 LEVEL_ENV = "HARNESS_CPU_LEVEL"
-LIB_DIR_ENV = "HARNESS_BACKEND_LIB_DIR"
+LIB_DIR_ENV = "HARNESS_BINDING_LIB_DIR"
 _PREFIX, _SUFFIX = "libggml-cpu-", ".so"
 PROBE_TIMEOUT_S = 300
 #: Above 1 token per batch, so the quantized matmuls take their tiled (AMX) path too.
@@ -146,7 +146,7 @@ def _probe_model() -> Path:
     impl = registry.default("text")
     if impl.probe_model is None:
         msg = f"engine {impl.name} provides no model for the CPU-level smoke probe"
-        raise BackendError(msg)
+        raise BindingError(msg)
     return impl.probe_model()
 
 
@@ -188,7 +188,7 @@ def run_probe(lib: Path, scratch: Path) -> Verdict:
         if run.ok:
             return Verdict(chosen=run.level, excluded=excluded, seconds=round(time.perf_counter() - t0, 2))
         if run.crash is None and run.level is None:
-            # Not a crash and no level loaded: the probe itself is broken (no model, no backend).
+            # Not a crash and no level loaded: the probe itself is broken (no model, no ggml backend).
             return Verdict(chosen=None, excluded=excluded, error=run.detail,
                            seconds=round(time.perf_counter() - t0, 2))
         culprits = [run.level] if run.level in remaining else []
@@ -250,10 +250,10 @@ def verdict(lib: Path, *, refresh: bool = False) -> Verdict:
 def backend_dir(lib: Path, *, probe: bool = True) -> Path:
     """The plugin dir an engine hands ggml for its artifact's ``lib``.
 
-    ``$HARNESS_BACKEND_LIB_DIR`` alone is used as it is (ggml loads every level in it and keeps its
+    ``$HARNESS_BINDING_LIB_DIR`` alone is used as it is (ggml loads every level in it and keeps its
     own pick); with ``$HARNESS_CPU_LEVEL`` too, that level of that dir; else :func:`select` on
     ``lib``. The dir's levels must be of the binding's pin (ggml refuses a plugin of another
-    backend API version).
+    ggml backend API version).
     """
     override = os.environ.get(LIB_DIR_ENV, "").strip()
     if override and not os.environ.get(LEVEL_ENV, "").strip():
@@ -273,7 +273,7 @@ def select(lib: Path, *, probe: bool = True) -> Selection:
             msg = (f"${LEVEL_ENV}={forced} is not a CPU level of {lib} "
                    f"(levels: {', '.join(levels) or 'none: this build has one built-in level'}); "
                    f"unset it or pick one of those")
-            raise BackendError(msg)
+            raise BindingError(msg)
         d = level_dir(lib, [forced], paths.cache_root() / "cpu-levels" / "forced" / artifact_key(lib) / forced)
         return Selection(lib_dir=d, level=forced, forced=True)
     if len(levels) < 2 or not probe:
@@ -286,7 +286,7 @@ def select(lib: Path, *, probe: bool = True) -> Selection:
         why = "; ".join(f"{lvl}: {r}" for lvl, r in v.excluded.items())
         msg = (f"no CPU level of {lib} passed the smoke probe on this host ({why}); "
                f"force one with ${LEVEL_ENV}=<level> to see it fail, or report the crash")
-        raise BackendError(msg)
+        raise BindingError(msg)
     tag = "-".join(sorted(v.excluded))
     d = level_dir(lib, keep, paths.cache_root() / "cpu-levels" / "dirs" / f"{v.artifact}-{v.host}-{tag}")
     return Selection(lib_dir=d, level=v.chosen, verdict=v)

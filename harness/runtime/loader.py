@@ -27,7 +27,7 @@ class Runtime:
         :param model: a model file or directory; a ``.yaml``/``.yml`` path is taken as ``config``.
         :param config: a model config (LocalAI's YAML), validated and resolved as ``harness config
             show`` does: its model, engine arguments and sampling defaults are the effective values
-            that command prints, and its backend picks the engine. ``engine_args`` given here win.
+            that command prints, and its ``backend:`` picks the engine. ``engine_args`` given here win.
         :param name: which config, when the file holds several.
         :param models_dir: where the config's model paths resolve (default ``$HARNESS_MODELS_DIR``,
             else the config's directory).

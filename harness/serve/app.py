@@ -467,7 +467,7 @@ class API:
         ``last``; the stream closed and the place released always.
 
         ``direct`` (a stream opened to be handed over): once the response head and ``opening`` are
-        written, the client's socket goes to the engine worker, whose backend writes each delta's
+        written, the client's socket goes to the engine worker, whose binding writes each delta's
         event itself (the same events, no Python per token in either process); the events after the
         last delta are written here again. A connection with bytes still unsent streams as usual."""
         try:

@@ -15,10 +15,10 @@ a thread of its own, the engine blocking in C++ with the GIL released as in-proc
 - ``("dstream", id, method, args, kwargs)``: a stream the server may hand to the worker whole: after
   ``("started", id)`` the worker waits for ``("go", id, spec)``. With a spec (a dict: ``prefix``,
   ``suffix``, ``write_timeout_s``, ``chunked``) the client's socket has come first on the second
-  socket pair (``FDS``, with the id) and the backend writes every delta to it as a server-sent
+  socket pair (``FDS``, with the id) and the binding writes every delta to it as a server-sent
   event itself (:meth:`harness.runtime.api.Stream.pump_sse`: no Python per token, here or in the
   server), then the worker answers ``("end", id, completion, finish_reason, message, outcome)``; a
-  backend that cannot (or ``spec`` None) streams ``("d", ...)`` as for ``stream``;
+  binding that cannot (or ``spec`` None) streams ``("d", ...)`` as for ``stream``;
 - ``("cancel", id)`` cancels a request (its slot frees within one token); ``("close",)`` closes
   the engine and ends the worker, as does the server going away (end of file).
 
@@ -237,7 +237,7 @@ class Worker:
             os.close(handed[0])
 
     def _pump(self, rid: int, s: Any, fd: int, spec: dict[str, Any]) -> None:
-        """Stream ``s`` written to the client socket ``fd`` by the backend, then its end to the server."""
+        """Stream ``s`` written to the client socket ``fd`` by the binding, then its end to the server."""
         try:
             outcome, _ = s.pump_sse(fd, spec["prefix"], spec["suffix"], write_timeout_s=spec["write_timeout_s"],
                                     chunked=spec["chunked"])
@@ -271,7 +271,7 @@ class Worker:
                     if getattr(s, "can_pump", False):
                         self._pump(rid, s, fd, spec)
                         return
-                    os.close(fd)  # a backend that cannot: the deltas go to the server as for any stream
+                    os.close(fd)  # a binding that cannot: the deltas go to the server as for any stream
             while True:
                 try:
                     item = s.__next__()

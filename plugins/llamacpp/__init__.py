@@ -2,7 +2,7 @@
 
 Everything llama.cpp-specific in Python lives in this package: the runtime glue
 (:mod:`.engine`), model resolution and conversion (:mod:`.models`, :mod:`.convert`), the tiny
-model (:mod:`.tiny`), bench arms (:mod:`.bench`: our backend, the xllamacpp peer,
+model (:mod:`.tiny`), bench arms (:mod:`.bench`: our binding, the xllamacpp peer,
 llama-bench) and the cross-variant check (:mod:`.crossvariant`). The core reaches them
 through the :class:`~harness.engine.registry.EngineImpl` registered below.
 

@@ -1,4 +1,4 @@
-"""The real bench arms: our backend on a built variant, and the ``xllamacpp`` peer wheel.
+"""The real bench arms: our binding on a built variant, and the ``xllamacpp`` peer wheel.
 
 Both take the same options (``model``, ``threads``, ``n_ctx``) and measure the same
 shapes: a pN-token prompt (token ids, so both arms see the same prompt), gN
@@ -78,7 +78,7 @@ def _metrics(pn: int, wall: float, runs: list[tuple[float, float, int]]) -> dict
             "aggregate_tps": sum(r[2] for r in runs) / wall, "prefill_tps": pn * len(runs) / ttft if ttft else 0.0}
 
 
-#: Backend arm options that are speculative-decoding settings (Engine.load's names) and their types.
+#: Binding arm options that are speculative-decoding settings (Engine.load's names) and their types.
 SPEC_OPTIONS: dict[str, type] = {"spec_type": str, "draft_model": str, "n_draft": int, "ngram_n": int,
                                  "spec_min_acceptance": float,
                                  # benchmark calibration: a real per-step slowdown (the error-rate study)
@@ -92,7 +92,7 @@ def _spec_args(opts: dict[str, Any]) -> dict[str, Any]:
             try:
                 out[key] = kind(opts[key])
             except ValueError as e:
-                msg = f"backend arm option {key}={opts[key]!r}: expected {kind.__name__}"
+                msg = f"binding arm option {key}={opts[key]!r}: expected {kind.__name__}"
                 raise BenchError(msg) from e
     if "draft_model" in out:
         out["draft_model"] = str(Path(out["draft_model"]).expanduser())
@@ -100,14 +100,14 @@ def _spec_args(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 #: Options :func:`prepare_in_process` adds for another recipe's binding: the folders the worker puts
-#: on ``$HARNESS_ENGINES_PATH`` (that recipe's descriptor and ABI surface) and ``$HARNESS_BACKEND_PATH``.
-RECIPE_OPTIONS = {"_engines_path": "HARNESS_ENGINES_PATH", "_backend_path": "HARNESS_BACKEND_PATH"}
+#: on ``$HARNESS_ENGINES_PATH`` (that recipe's descriptor and ABI surface) and ``$HARNESS_BINDING_PATH``.
+RECIPE_OPTIONS = {"_engines_path": "HARNESS_ENGINES_PATH", "_binding_path": "HARNESS_BINDING_PATH"}
 
 
 def prepare_in_process(options: dict[str, Any]) -> dict[str, Any] | None:
     """``pin=VERSION`` / ``rev=GITREV`` on an in-process arm: that recipe's binding, built here.
 
-    The recipe (descriptor, patches, ABI surface and backend module source of the commit that
+    The recipe (descriptor, patches, ABI surface and binding source of the commit that
     pins it: :mod:`harness.build.recipes`) builds its artifact and its binding wheel, which is
     unpacked (not installed) into the cache; the arm's worker then finds that recipe's descriptor
     and that binding first (:data:`RECIPE_OPTIONS`), so it loads the old pin while this
@@ -130,7 +130,7 @@ def prepare_in_process(options: dict[str, Any]) -> dict[str, Any] | None:
     if result.built:
         progress.info(f"built {result.artifact} in {result.seconds:.0f} s")
     site = unpacked_binding(spec, result.artifact)
-    return {**options, "_engines_path": str(spec.root.parent), "_backend_path": str(site)}
+    return {**options, "_engines_path": str(spec.root.parent), "_binding_path": str(site)}
 
 
 def _use_recipe(options: dict[str, Any]) -> None:
@@ -140,11 +140,11 @@ def _use_recipe(options: dict[str, Any]) -> None:
             os.environ[env] = str(options[key])
 
 
-#: Integer backend arm options handed to the engine's load as they are.
+#: Integer binding arm options handed to the engine's load as they are.
 ENGINE_INT_OPTIONS = ("n_batch", "n_ubatch", "n_gpu_layers")
 
 
-class BackendArm:
+class BindingArm:
     """Our engine (harness.runtime) on one installed variant, or another pin's binding (``pin=`` /
     ``rev=``: :func:`prepare_in_process`).
 
@@ -166,7 +166,7 @@ class BackendArm:
         self.variant = self.opts.get("variant")
         self.task = str(self.opts.get("task", "synthetic"))
         if self.task not in TASKS:
-            msg = f"backend arm option task={self.task!r}: expected one of {', '.join(TASKS)}"
+            msg = f"binding arm option task={self.task!r}: expected one of {', '.join(TASKS)}"
             raise BenchError(msg)
         self.level = _force_level(self.opts.get("level"))
         sizes: dict[str, Any] = {k: int(self.opts[k]) for k in ENGINE_INT_OPTIONS if k in self.opts}
@@ -176,7 +176,7 @@ class BackendArm:
         got = self.engine.info()["cpu_variant"]
         if self.level and got != self.level:
             self.engine.close()
-            msg = (f"backend arm level={self.level}: the engine loaded CPU level {got!r} instead; "
+            msg = (f"binding arm level={self.level}: the engine loaded CPU level {got!r} instead; "
                    "this CPU cannot run that level (harness engine info lists the levels it runs)")
             raise BenchError(msg)
         self.n_vocab = n_vocab_of(self.opts["model"])
@@ -407,7 +407,7 @@ class LlamaBenchArm:
         self.manifest = json.loads((self.artifact / "manifest.json").read_text())
         #: The CPU level it runs: ``level=`` or $HARNESS_CPU_LEVEL forces one (through a view of the
         #: artifact whose lib/ holds only that level), else the one the runtime would pick here, so
-        #: that it and the backend arm run the same kernels.
+        #: that it and the binding arm run the same kernels.
         self.level, self.exe = _llama_bench_at_level(self.artifact, self.opts.get("level"))
 
     def command_forms(self) -> list[str]:
@@ -482,7 +482,7 @@ def _llama_bench_at_level(artifact: Path, level: Any) -> tuple[str | None, Path]
     """(CPU level, llama-bench to run): the artifact's own, or a view that exposes one level only.
 
     ggml loads every ``libggml-cpu-<level>.so`` beside libggml and keeps the best this CPU runs;
-    the backend instead loads what :func:`harness.runtime.levels.select` chose (the probe's
+    the binding instead loads what :func:`harness.runtime.levels.select` chose (the probe's
     verdict, or $HARNESS_CPU_LEVEL). The view (``bin/llama-bench`` copied, ``lib/`` linked with
     only the chosen level) makes llama-bench run that same level: its RUNPATH ``$ORIGIN/../lib``
     finds the view's libggml, which searches its own directory for plugins.
@@ -499,7 +499,7 @@ def _llama_bench_at_level(artifact: Path, level: Any) -> tuple[str | None, Path]
     if chosen is None:
         sel = levels.select(lib)
         if not sel.forced and sel.lib_dir == lib:
-            return sel.level, exe  # every level loads: ggml's own pick, as the backend's
+            return sel.level, exe  # every level loads: ggml's own pick, as the binding's
         chosen = sel.level
     if chosen not in levels.cpu_levels(lib):
         msg = f"llama-bench arm level={chosen}: not a CPU level of {artifact} ({', '.join(levels.cpu_levels(lib))})"

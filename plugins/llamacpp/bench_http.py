@@ -3,7 +3,7 @@
 
 Both serve one model with ``max_num_seqs`` parallel sequences sharing one unified KV pool of
 ``n_ctx`` cells, ``threads`` compute threads, batch 512, no prompt cache; the arm's worker sends
-each request to ``/v1/completions`` as token ids (the same prompts the in-process ``backend``
+each request to ``/v1/completions`` as token ids (the same prompts the ``in-process``
 arm uses), greedy, ``ignore_eos``, streamed, and times the server-sent events it reads: time to
 the first text, then decode tokens/s between the first and the last text. One client thread reads
 every stream of a measurement, only reading and stamping bytes while they run and parsing them
@@ -258,7 +258,7 @@ class _HttpArm:
 
 
 class ServerArm(_HttpArm):
-    """``harness serve`` on a model config written from the options (``variant`` picks the backend)."""
+    """``harness serve`` on a model config written from the options (``variant`` picks the binding)."""
 
     kind = "server"
 

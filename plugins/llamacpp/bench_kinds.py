@@ -15,9 +15,9 @@ IN_PROCESS = "in-process"
 
 
 def _in_process(options: dict[str, Any]) -> Any:
-    from harness_plugins.llamacpp.bench import BackendArm
+    from harness_plugins.llamacpp.bench import BindingArm
 
-    return BackendArm(options)
+    return BindingArm(options)
 
 
 def _prepare_in_process(options: dict[str, Any]) -> dict[str, Any] | None:

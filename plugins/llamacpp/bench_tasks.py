@@ -1,4 +1,4 @@
-"""Prompts of the backend arm's bench tasks (``task=`` option), as token ids of the arm's model.
+"""Prompts of the binding arm's bench tasks (``task=`` option), as token ids of the arm's model.
 
 ``synthetic`` (the default): pN token ids spread over the vocabulary (:func:`synthetic_prompt`),
 the same for every arm; what the pipeline's gates have always measured.

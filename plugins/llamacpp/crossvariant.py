@@ -81,7 +81,7 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
     ``agreement``: also compare the next-token distributions of every level that ran (and every
     other variant) with the reference level on the pinned corpus (:func:`agreement_rows`).
     ``only_levels``: force just these CPU levels (the variant's own pick, the reference, runs
-    anyway). With ``$HARNESS_BACKEND_LIB_DIR`` set, the levels are that directory's, not the
+    anyway). With ``$HARNESS_BINDING_LIB_DIR`` set, the levels are that directory's, not the
     installed variant's (:func:`harness.runtime.levels.backend_dir`: another build of this pin).
     """
     from harness.core.host import default_threads
@@ -97,7 +97,7 @@ def cross_variant(model: Path, *, n_tokens: int = 24, levels_too: bool = True,
     with tempfile.TemporaryDirectory(prefix="harness-xvariant-") as tmp:
         for c in cands:
             jobs: list[tuple[str, Path | None, str | None]] = [(c.variant, None, None)]
-            if levels_too and c.identity.get("backend") == "cpu":
+            if levels_too and c.identity.get("platform") == "cpu":
                 lib = Path(os.environ.get(levels.LIB_DIR_ENV, "").strip() or c.location / "lib")
                 for name in levels.cpu_levels(lib):
                     if only_levels is not None and name not in only_levels:

@@ -213,8 +213,8 @@ with Runtime.load(sys.argv[1], n_ctx=256, max_num_seqs=1) as eng:
 
 
 def tokenize_on_host(model: Path, texts: list[str]) -> list[list[int]] | None:
-    """Token ids of ``texts`` with this host's own backend (a tokenizer does not depend on the
-    CPU level); None when no host backend is installed."""
+    """Token ids of ``texts`` with this host's own binding (a tokenizer does not depend on the
+    CPU level); None when no host binding is installed."""
     try:
         r = subprocess.run([sys.executable, "-c", _TOKENIZE_CHILD, str(model)], input=json.dumps(texts),
                            capture_output=True, text=True, timeout=300, check=False)

@@ -1,6 +1,6 @@
 """The engine as its users call it: load, complete, stream, chat, embed.
 
-A thin typed layer over the backend module (``_core``): the C++ side owns the
+A thin typed layer over the binding (``_core``): the C++ side owns the
 decode loop, batching, sampling and streaming; Python never loops per token.
 """
 
@@ -55,7 +55,7 @@ _CORE: dict[str, str] = {
     "spec_type": "spec_type", "draft_model": "draft_model", "spec_n_max": "n_draft",
     "spec_ngram_size_n": "ngram_n", "spec_min_acceptance": "spec_min_acceptance",
 }
-#: The speculative decoding kinds the backend runs (the config's spec_type values).
+#: The speculative decoding kinds the binding runs (the config's spec_type values).
 SPEC_TYPES = ("none", "ngram-simple", "draft-simple")
 #: Core parameters no config parameter sets: taken under their own names only.
 _OWN = frozenset({"seed", "embeddings", "verbose", "token_delay_us"})
@@ -88,7 +88,7 @@ def _tristate(key: str, value: Any) -> int:
 
 
 def core_params(engine_args: Mapping[str, Any]) -> dict[str, Any]:
-    """The backend module's parameters from engine arguments (config spellings or core names)."""
+    """The binding's parameters from engine arguments (config spellings or core names)."""
     out: dict[str, Any] = {}
     given: dict[str, str] = {}
     for k, v in engine_args.items():
@@ -165,7 +165,7 @@ def _config_defaults(effective: Effective) -> tuple[Sampling, tuple[str, ...]]:
 
 @dataclass
 class Engine:
-    """A loaded model on one backend variant. Thread-safe: call it from many threads."""
+    """A loaded model on one binding variant. Thread-safe: call it from many threads."""
 
     core: Any
     module: Any
@@ -212,7 +212,7 @@ class Engine:
         module = discovery.import_core(cand)
         handshake(module, cand)
         # the CPU levels that passed this host's smoke probe, a forced level, or the plugin dir
-        # $HARNESS_BACKEND_LIB_DIR names (levels.backend_dir)
+        # $HARNESS_BINDING_LIB_DIR names (levels.backend_dir)
         params["backend_dir"] = str(levels.backend_dir(cand.location / "lib"))
         try:
             core = module.Engine(str(path), params)
@@ -329,9 +329,9 @@ class Engine:
         """
         self._check_open()
         if not hasattr(self.core, "evaluate"):
-            raise errors.BackendError(f"the backend module of pin {self.module.PIN} has no evaluate(): it was "
+            raise errors.BindingError(f"the binding of pin {self.module.PIN} has no evaluate(): it was "
                                       "built from a recipe older than `harness agree`; rebuild it from a recipe "
-                                      "that has it (its engines/llamacpp/backend)")
+                                      "that has it (its engines/llamacpp/binding)")
         seqs = [list(requests.prompt(list(s), self._n_vocab)) for s in sequences]
         if not seqs:
             raise errors.InvalidRequestError("evaluate needs at least one token sequence")
@@ -411,7 +411,7 @@ VK_VISIBLE_ENV = "GGML_VK_VISIBLE_DEVICES"
 def _admit_cpu_type_devices(cand: discovery.Candidate) -> None:
     """A forced vulkan variant on a host whose only Vulkan devices are CPU-type: make ggml-vulkan use
     them, or it would silently run everything on its CPU backend. An explicit setting is kept."""
-    if cand.forced_only and cand.identity.get("backend") == "vulkan" and cand.devices \
+    if cand.forced_only and cand.identity.get("platform") == "vulkan" and cand.devices \
             and VK_VISIBLE_ENV not in os.environ:
         os.environ[VK_VISIBLE_ENV] = ",".join(map(str, cand.devices))
 
@@ -431,7 +431,7 @@ def handshake(module: Any, cand: discovery.Candidate) -> None:
     if int(module.BUILD_NUMBER) != int(lib_build):
         problems.append(f"module built for llama.cpp build {module.BUILD_NUMBER}, loaded libllama-common is build {lib_build}")
     if problems:
-        raise errors.BackendError(f"refusing backend {cand.name}: " + "; ".join(problems)
+        raise errors.BindingError(f"refusing binding {cand.name}: " + "; ".join(problems)
                                   + ". Rebuild it: harness build-binding llamacpp --variant " + cand.variant)
 
 

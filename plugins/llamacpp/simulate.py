@@ -38,7 +38,7 @@ def _model(options: dict[str, Any]) -> str:
 class BindingTarget:
     """Our binding (``in-process`` arm) on an installed variant, or another pin's (``pin=``/``rev=``,
     prepared as the in-process arm is: the recipe's descriptor and binding first on the paths);
-    ``lib_dir=DIR``: the CPU levels of another artifact of the same pin (``$HARNESS_BACKEND_LIB_DIR``)."""
+    ``lib_dir=DIR``: the CPU levels of another artifact of the same pin (``$HARNESS_BINDING_LIB_DIR``)."""
 
     def __init__(self, options: dict[str, Any]) -> None:
         self.opts = dict(options)

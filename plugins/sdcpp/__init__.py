@@ -1,4 +1,4 @@
-"""Engine plugin ``stable-diffusion.cpp``: Wan video checkpoints rendered by the pybind11 backend.
+"""Engine plugin ``stable-diffusion.cpp``: Wan video checkpoints rendered by the pybind11 binding.
 
 Its config rules (``config_check`` on the registered engine) are its video family's (``video_family``,
 else the engine's own, ``wan``: 4n+1 frames, a 16-pixel grid, no audio; see harness/video/families.yaml).
@@ -10,8 +10,8 @@ The checkpoint set comes from the model config: ``parameters.model`` is the DiT,
 without one the engine renders unconditioned, which the tiny CI set relies on). The harness
 resolves them inside the models directory before the job reaches this plugin. The engine
 renders the wan family only (``select`` refuses a config of another family); a job is planned
-on Wan's grids (4n+1 frames, 16-pixel sides), so the backend renders exactly the planned count.
-The backend wheel (``harness build-binding stable-diffusion.cpp --variant cpu``)
+on Wan's grids (4n+1 frames, 16-pixel sides), so the binding renders exactly the planned count.
+The binding wheel (``harness build-binding stable-diffusion.cpp --variant cpu``)
 writes binary PPM frames; the harness muxes them. Wan renders no audio, so the
 MP4 is video-only.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from harness.core.errors import BackendError, VideoError
+from harness.core.errors import BindingError, VideoError
 from harness.core.types import HostInfo, MatchResult
 from harness.engine.plugin import hookimpl
 from harness.engine.registry import EngineImpl
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 NAME = "stable-diffusion.cpp"
 FORMATS = ("ggufv2", "safetensors")
-#: Backend variants in the order they are tried; the descriptor lists what is built.
+#: Binding variants in the order they are tried; the descriptor lists what is built.
 VARIANT_ORDER = ("cuda", "vulkan", "metal", "cpu")
 #: Video families this engine renders (harness/video/families.yaml): Wan's VAE packs 4n+1 frames.
 FAMILIES = ("wan",)
@@ -115,10 +115,10 @@ def config_check(config: ModelConfig, context: CheckContext) -> list[Diagnostic]
 
 
 def checkpoint_set(checkpoints: Mapping[str, Path]) -> dict[str, Any]:
-    """The backend's context parameters from the job's checkpoint set.
+    """The binding's context parameters from the job's checkpoint set.
 
     The paths were resolved and confined to the models directory by the harness
-    (:func:`harness.video.target.resolve_checkpoints`); this only names them as the backend does.
+    (:func:`harness.video.target.resolve_checkpoints`); this only names them as the binding does.
     """
     dit = checkpoints.get("parameters.model")
     if dit is None:
@@ -139,7 +139,7 @@ def checkpoint_set(checkpoints: Mapping[str, Path]) -> dict[str, Any]:
 
 
 def _check_grid(request: VideoJob) -> None:
-    """Refuse a job off Wan's grids: the backend would render another frame count or canvas than planned."""
+    """Refuse a job off Wan's grids: the binding would render another frame count or canvas than planned."""
     from harness.video.families import get_family
 
     if request.family not in FAMILIES:
@@ -156,8 +156,8 @@ def _check_grid(request: VideoJob) -> None:
         raise VideoError(msg)
 
 
-def load_backend() -> ModuleType:
-    """The installed backend module (``harness_stable_diffusion_cpp_<variant>._core``)."""
+def load_binding() -> ModuleType:
+    """The installed binding (``harness_stable_diffusion_cpp_<variant>._core``)."""
     from harness.binding.wheel import package_name
     from harness.core import crash
     from harness.engine.descriptor import load_engine
@@ -184,10 +184,10 @@ def load_backend() -> ModuleType:
                 _loaded_backends.add(lib_dir)
         crash.note(variant=variant, cpu_level=os.environ.get(levels.LEVEL_ENV) or None)
         return core
-    msg = (f"no stable-diffusion.cpp backend module is installed (tried {', '.join(tried)}); "
+    msg = (f"no stable-diffusion.cpp binding is installed (tried {', '.join(tried)}); "
            "run `harness build stable-diffusion.cpp --variant cpu` then "
            "`harness build-binding stable-diffusion.cpp --variant cpu`")
-    raise BackendError(msg)
+    raise BindingError(msg)
 
 
 def _context(core: ModuleType, params: dict[str, Any]) -> Any:
@@ -215,7 +215,7 @@ def video_generate(request: VideoJob, workdir: Path, progress: Callable[[int, in
         raise VideoError(msg)
     _check_grid(request)
     params = checkpoint_set(request.checkpoints)
-    core = load_backend()
+    core = load_binding()
     ctx = _context(core, params)
     frames = workdir / FRAMES_DIR
     frames.mkdir(parents=True, exist_ok=True)

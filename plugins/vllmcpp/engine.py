@@ -1,6 +1,6 @@
 """vllm.cpp as its users call it: load, complete, stream, start/cancel, chat.
 
-A thin typed layer over the backend module (``_core``, a pybind11 module over vllm.cpp's C ABI):
+A thin typed layer over the binding (``_core``, a pybind11 module over vllm.cpp's C ABI):
 every request goes to vllm.cpp's own scheduler (``vllm_request_submit``: continuous batching
 across requests), a library thread calls back per step, and Python only waits (GIL released).
 
@@ -68,7 +68,7 @@ def _target(key: str) -> str | None:
 
 
 def core_params(engine_args: Mapping[str, Any]) -> dict[str, Any]:
-    """The backend module's parameters (and ``threads``) from engine arguments in config spellings
+    """The binding's parameters (and ``threads``) from engine arguments in config spellings
     (``max_num_seqs``, ``context_size``, ``max_model_len``, ``tool_call_parser``...) or core names."""
     out: dict[str, Any] = {}
     given: dict[str, str] = {}
@@ -99,7 +99,7 @@ def config_args(effective: Effective) -> dict[str, Any]:
 
 
 def sampling_core(s: Sampling) -> dict[str, Any]:
-    """A request's sampling in the backend module's keys (vllm_sampling_params)."""
+    """A request's sampling in the binding's keys (vllm_sampling_params)."""
     d: dict[str, Any] = {
         "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "min_p": s.min_p,
         "max_tokens": s.max_tokens or 0, "presence_penalty": s.presence_penalty,
@@ -134,7 +134,7 @@ def handshake(module: Any, cand: discovery.Candidate | None = None) -> None:
     compiled, library = int(module.COMPILED_ABI_VERSION), int(module.library_abi_version())
     where = f" ({cand.location / 'lib'})" if cand is not None else ""
     if compiled != library:
-        raise errors.BackendError(
+        raise errors.BindingError(
             f"refusing the vllm.cpp binding: it was compiled against VLLM_ABI_VERSION {compiled}, the loaded "
             f"libvllm{where} reports vllm_abi_version() {library}. Rebuild it against that library: "
             f"harness build-binding vllm.cpp --variant {cand.variant if cand else 'cpu'}")
@@ -142,8 +142,8 @@ def handshake(module: Any, cand: discovery.Candidate | None = None) -> None:
         manifest = cand.location / "lib" / "manifest.json"
         lib_fp = json.loads(manifest.read_text()).get("abi_fingerprint") if manifest.is_file() else None
         if lib_fp != module.ABI_FINGERPRINT or cand.identity.get("pin") != module.PIN:
-            raise errors.BackendError(
-                f"refusing backend {cand.name}: module built for pin {module.PIN} ABI {str(module.ABI_FINGERPRINT)[:16]}, "
+            raise errors.BindingError(
+                f"refusing binding {cand.name}: module built for pin {module.PIN} ABI {str(module.ABI_FINGERPRINT)[:16]}, "
                 f"libraries in {cand.location / 'lib'} are pin {cand.identity.get('pin')} ABI {str(lib_fp)[:16]}. "
                 f"Rebuild it: harness build-binding vllm.cpp --variant {cand.variant}")
 
@@ -279,7 +279,7 @@ class Engine:
 
 def _model_error(e: BaseException, path: Path) -> BaseException:
     if type(e).__name__ == "AbiMismatchError":
-        return errors.BackendError(str(e))
+        return errors.BindingError(str(e))
     if type(e).__name__ == "ModelLoadError":
         return errors.ModelError(f"vllm.cpp cannot load {path}: {e}")
     return translate_error(e) if not isinstance(e, errors.HarnessError) else e

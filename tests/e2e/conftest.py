@@ -24,7 +24,7 @@ def artifact() -> Path:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--variant", action="append", default=None,
-                     help="backend variant(s) to run the e2e specs on (default: every installed variant)")
+                     help="binding variant(s) to run the e2e specs on (default: every installed variant)")
 
 
 def _variants(config: pytest.Config) -> list[str]:
@@ -56,4 +56,4 @@ def model_path(name: str) -> Path:
 
 def require_variant(variant: str) -> None:
     if variant == "<none installed>":
-        pytest.skip("no backend variant installed: harness build-binding llamacpp --variant cpu")
+        pytest.skip("no binding variant installed: harness build-binding llamacpp --variant cpu")

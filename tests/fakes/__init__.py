@@ -6,15 +6,15 @@ import json
 import shutil
 from pathlib import Path
 
-BACKEND_CORE = Path(__file__).parent / "backend_core.py"
+BINDING_CORE = Path(__file__).parent / "binding_core.py"
 
 
-def install_backend(root: Path, variant: str, identity: dict[str, object]) -> Path:
-    """A fake backend package ``harness_fake_<variant>`` under ``root`` (put ``root`` on
-    ``$HARNESS_BACKEND_PATH``): :mod:`tests.fakes.backend_core` as its ``_core``."""
+def install_binding(root: Path, variant: str, identity: dict[str, object]) -> Path:
+    """A fake binding package ``harness_fake_<variant>`` under ``root`` (put ``root`` on
+    ``$HARNESS_BINDING_PATH``): :mod:`tests.fakes.binding_core` as its ``_core``."""
     pkg = root / f"harness_fake_{variant}"
     (pkg / "lib").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    shutil.copy(BACKEND_CORE, pkg / "_core.py")
+    shutil.copy(BINDING_CORE, pkg / "_core.py")
     (pkg / "identity.json").write_text(json.dumps({**identity, "variant": variant}))
     return pkg

@@ -53,7 +53,7 @@ ENGINE = "llamacpp"
 #: Appended to the matrix entry's ``ENGINE --variant cpu`` (argparse keeps the last --variant):
 #: the metal row cannot build on Linux, so ``harness qualify`` runs fetch, patch, ABI check and
 #: models for real, records the build as failed ("no default variant is buildable here: needs macOS"),
-#: skips what needs a build (backend, e2e, cross-variant, bench: their minutes), and writes its
+#: skips what needs a build (binding, e2e, cross-variant, bench: their minutes), and writes its
 #: report; ``--arch none`` leaves out the emulated rows. The entry fails (qualify exits 1), as
 #: an entry of an unbuildable row would on GitHub, and its report is still uploaded (``if:
 #: always()``) and merged. A passing entry needs a cold cpu build and the e2e suite: ~15+ min.

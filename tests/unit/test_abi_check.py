@@ -212,8 +212,8 @@ def test_cli_snapshot_then_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert '"ok": true' in capsys.readouterr().out
 
 
-def test_a_name_the_backend_calls_outside_the_committed_used_set_is_a_difference(tmp_path: Path) -> None:
-    # seen on 0.3.36: the backend had started calling llama_get_logits_ith, llama_synchronize, ... after the
+def test_a_name_the_binding_calls_outside_the_committed_used_set_is_a_difference(tmp_path: Path) -> None:
+    # seen on 0.3.36: the binding had started calling llama_get_logits_ith, llama_synchronize, ... after the
     # surface was cut, so a change of those upstream would have passed the check unseen
     from harness.abi import surface as surf
     from harness.abi.check import surface_path, uncovered_uses
@@ -227,8 +227,8 @@ def test_a_name_the_backend_calls_outside_the_committed_used_set_is_a_difference
     (src / "engine.cpp").write_text("float * l = llama_get_logits_ith(ctx, -1); llama_decode(ctx, b);\n")
     abi = {"used_from": str(src), "used_pattern": r"\b(?:llama|ggml|gguf|LLAMA|GGML|GGUF)_\w+"}
     assert uncovered_uses(abi, committed, full) == [
-        "the backend now uses llama_get_logits_ith, which the committed surface does not cover (it was cut "
-        "before the backend called it)"]
+        "the binding now uses llama_get_logits_ith, which the committed surface does not cover (it was cut "
+        "before the binding called it)"]
     assert uncovered_uses(abi, full, full) == []
     assert uncovered_uses({**abi, "used_from": str(tmp_path / "absent")}, committed, full) == []
 
@@ -236,20 +236,20 @@ def test_a_name_the_backend_calls_outside_the_committed_used_set_is_a_difference
 # --------------------------------------------------------------------------- another pin's recipe
 
 PREFIXED = r"\b(?:llama|ggml|gguf|LLAMA|GGML|GGUF)_\w+"
-USED_FROM = "engines/llamacpp/backend/src"
+USED_FROM = "engines/llamacpp/binding/src"
 
 
-def _backend(root: Path, text: str) -> None:
+def _binding(root: Path, text: str) -> None:
     src = root / USED_FROM
     src.mkdir(parents=True, exist_ok=True)
     (src / "engine.cpp").write_text(text)
 
 
-def _recipe(tmp_path: Path, backend: str) -> EngineSpec:
-    """An old pin's recipe as harness.build.recipes materializes it: engines/, abi/ and the backend
-    source of its commit under one root, its surface cut to what that backend used then."""
+def _recipe(tmp_path: Path, binding: str) -> EngineSpec:
+    """An old pin's recipe as harness.build.recipes materializes it: engines/, abi/ and the binding
+    source of its commit under one root, its surface cut to what that binding used then."""
     root = tmp_path / "recipes" / "llamacpp-0123456789ab"
-    _backend(root, backend)
+    _binding(root, binding)
     s = surf.filter_surface(snapshot_config(tree(tmp_path / "cut"), ABI, meta={"engine": "llamacpp"}),
                             {"llama_decode"})
     surf.write(s, root / "abi" / "llamacpp" / "surface.json")
@@ -257,22 +257,22 @@ def _recipe(tmp_path: Path, backend: str) -> EngineSpec:
                                recipe_commit="0123456789ab" * 3)
 
 
-def test_an_old_pins_check_reads_the_backend_source_of_its_recipe(tmp_path: Path,
+def test_an_old_pins_check_reads_the_binding_source_of_its_recipe(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.abi.check import check_engine
 
-    # the working tree's backend calls only what the old recipe's surface covers ...
+    # the working tree's binding calls only what the old recipe's surface covers ...
     checkout = tmp_path / "checkout"
-    _backend(checkout, "llama_decode(1);\n")
+    _binding(checkout, "llama_decode(1);\n")
     monkeypatch.setenv("HARNESS_ROOT", str(checkout))
-    # ... but the old recipe's own backend (the one its binding is built from) calls one more name:
+    # ... but the old recipe's own binding (the one its binding is built from) calls one more name:
     # the check reads that source, not the working tree's
     old = _recipe(tmp_path, "llama_decode(1); auto p = llama_context_default_params();\n")
-    with pytest.raises(AbiError, match="the backend now uses llama_context_default_params") as e:
+    with pytest.raises(AbiError, match="the binding now uses llama_context_default_params") as e:
         check_engine(old, tree(tmp_path / "pinned"))
     assert "(0.3.16)" in str(e.value).splitlines()[0]
-    # the other way round: the working tree calls more, the recipe's backend does not: the old pin passes
-    _backend(checkout, "llama_decode(1); auto p = llama_context_default_params();\n")
+    # the other way round: the working tree calls more, the recipe's binding does not: the old pin passes
+    _binding(checkout, "llama_decode(1); auto p = llama_context_default_params();\n")
     ok = check_engine(_recipe(tmp_path / "b", "llama_decode(1);\n"), tree(tmp_path / "pinned"))
     assert ok.functions == 1
 

@@ -124,7 +124,7 @@ def test_qualification_runs_the_stage_after_the_old_pin_bench(tmp_path: Path) ->
     names = [s.name for s in stages_for(_context(tmp_path))]
     assert names[-3:] == ["old-pin-abi", "old-pin-bench", "old-pin-agreement"]
     stage = next(s for s in stages_for(_context(tmp_path)) if s.name == "old-pin-agreement")
-    assert set(stage.needs) == {"backend", "models"}
+    assert set(stage.needs) == {"binding", "models"}
 
 
 # ---------------------------------------------------------------- another recipe's binding
@@ -142,7 +142,7 @@ def _wheel(path: Path, package: str, identity: dict[str, Any]) -> Path:
 def test_another_recipes_binding_is_unpacked_and_found_first(tmp_path: Path, cache: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A recipe root on $HARNESS_ENGINES_PATH brings its pin and ABI surface; the unpacked binding on
-    $HARNESS_BACKEND_PATH is the accepted candidate, the installed one (this pin) is not."""
+    $HARNESS_BINDING_PATH is the accepted candidate, the installed one (this pin) is not."""
     import shutil
 
     from harness.binding import wheel as wheels
@@ -160,8 +160,8 @@ def test_another_recipes_binding_is_unpacked_and_found_first(tmp_path: Path, cac
     data["fingerprint"] = "f" * 64
     surface.write_text(json.dumps(data))
     spec = dataclasses.replace(parse_engine(desc), recipe_commit="c" * 40)
-    identity = {"engine": "llamacpp", "pin": "0.3.35", "variant": "cpu", "backend": "cpu", "abi_fingerprint": "f" * 64}
-    built = wheels.binding_root(spec, "cpu") / "wheels" / "harness_backend_llamacpp_cpu-0.3.35-py3-none-any.whl"
+    identity = {"engine": "llamacpp", "pin": "0.3.35", "variant": "cpu", "platform": "cpu", "abi_fingerprint": "f" * 64}
+    built = wheels.binding_root(spec, "cpu") / "wheels" / "harness_binding_llamacpp_cpu-0.3.35-py3-none-any.whl"
     assert built.parent.parent.name == f"llamacpp-0.3.35-cpu@{'c' * 12}"
     built.parent.mkdir(parents=True)
     _wheel(built, "harness_llamacpp_cpu", identity)
@@ -177,7 +177,7 @@ def test_another_recipes_binding_is_unpacked_and_found_first(tmp_path: Path, cac
     assert calls == [(tmp_path / "artifact", False)]
     pkg = site / "harness_llamacpp_cpu"
     assert (pkg / "identity.json").is_file() and (pkg / "lib/libggml-base.so").stat().st_mode & 0o111
-    assert not (site / "harness_backend_llamacpp_cpu-0.3.35.dist-info").exists()
+    assert not (site / "harness_binding_llamacpp_cpu-0.3.35.dist-info").exists()
     (pkg / "marker").write_text("kept")
     assert wheels.unpacked_binding(spec, tmp_path / "artifact") == site and (pkg / "marker").is_file()
 
@@ -185,8 +185,8 @@ def test_another_recipes_binding_is_unpacked_and_found_first(tmp_path: Path, cac
     from harness_plugins.llamacpp import bench
 
     monkeypatch.setenv("HARNESS_ENGINES_PATH", "")  # _use_recipe sets them; undone after the test
-    monkeypatch.setenv("HARNESS_BACKEND_PATH", "")
-    bench._use_recipe({"_engines_path": str(root / "engines"), "_backend_path": str(site), "pin": "0.3.35"})
+    monkeypatch.setenv("HARNESS_BINDING_PATH", "")
+    bench._use_recipe({"_engines_path": str(root / "engines"), "_binding_path": str(site), "pin": "0.3.35"})
     from harness.engine.descriptor import load_engine
 
     assert load_engine("llamacpp").pin == "0.3.35"
@@ -218,14 +218,14 @@ def test_an_in_process_arm_naming_another_pin_builds_its_recipe(monkeypatch: pyt
     assert bench.prepare_in_process({"pin": current.pin, "model": "m"}) == {"pin": current.pin, "model": "m"}
     opts = bench.prepare_in_process({"rev": "main", "variant": "cpu", "model": "m"})
     assert opts is not None and built == [("a" * 40, "cpu")]
-    assert opts["_backend_path"] == str(tmp_path / "site" / "aaaa")
+    assert opts["_binding_path"] == str(tmp_path / "site" / "aaaa")
     assert opts["_engines_path"] == str(current.root.parent)
     # the hook prepares an in-process arm the same way (harness agree, harness bench)
     from harness.bench.arms import ArmSpec, prepare_arm
 
     spec = prepare_arm(ArmSpec.parse("in-process:variant=cpu,rev=main,model=m"))
-    assert spec.options["_backend_path"] == str(tmp_path / "site" / "aaaa")
-    assert "_backend_path" not in spec.spec
+    assert spec.options["_binding_path"] == str(tmp_path / "site" / "aaaa")
+    assert "_binding_path" not in spec.spec
 
 
 def test_the_table_of_a_recorded_pin_comparison() -> None:

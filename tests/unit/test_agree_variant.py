@@ -36,9 +36,9 @@ def test_the_in_process_arm_hands_the_layer_count_to_the_engine(monkeypatch: pyt
 
     monkeypatch.setattr(Runtime, "load", staticmethod(load))
     monkeypatch.setattr(bench, "n_vocab_of", lambda path: 49152)
-    bench.BackendArm({"model": "/m/x.gguf", "variant": "vulkan", "n_gpu_layers": -1, "threads": 2,
+    bench.BindingArm({"model": "/m/x.gguf", "variant": "vulkan", "n_gpu_layers": -1, "threads": 2,
                       "n_batch": 512, "n_ubatch": 512})
-    bench.BackendArm({"model": "/m/x.gguf", "variant": "cpu", "threads": 2})
+    bench.BindingArm({"model": "/m/x.gguf", "variant": "cpu", "threads": 2})
     assert loads[0]["n_gpu_layers"] == -1 and loads[0]["variant"] == "vulkan"
     assert (loads[0]["n_batch"], loads[0]["n_ubatch"]) == (512, 512)
     assert "n_gpu_layers" not in loads[1], "without the option the engine keeps its own default"

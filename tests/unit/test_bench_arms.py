@@ -28,7 +28,7 @@ def test_parse_spec_coerces_values() -> None:
     assert spec.options == {"slowdown": 1.1, "seed": 3, "noise": 0, "fail_in": "", "flag": True,
                             "model": "/m/x.gguf"}
     assert spec.spec == "fake:slowdown=1.1,seed=3,noise=0,fail_in=,flag=True,model=/m/x.gguf"
-    assert ArmSpec.parse("backend").options == {}
+    assert ArmSpec.parse("in-process").options == {}
 
 
 @pytest.mark.parametrize(("text", "name"), [
@@ -36,7 +36,7 @@ def test_parse_spec_coerces_values() -> None:
     ("xllamacpp:model=/m/x.gguf,threads=2,n_ctx=2624,max_num_seqs=4", "xllamacpp"),
     ("llama-bench:pin=0.3.35,model=/m/x.gguf", "llama-bench:0.3.35"),
     ("fake:artifact=a-very-long-artifact-directory-name-without-slashes", "fake"),
-    ("backend:variant=cpu,model=/m/x.gguf,name=ours", "ours"),
+    ("in-process:variant=cpu,model=/m/x.gguf,name=ours", "ours"),
 ])
 def test_short_display_names(text: str, name: str) -> None:
     spec = ArmSpec.parse(text)
@@ -118,8 +118,3 @@ def test_worker_errors_surface_and_worker_is_reaped() -> None:
         pass
     assert _children() == before
 
-
-def test_the_in_process_arm_keeps_its_old_kind_name() -> None:
-    """``backend`` was the in-process arm's kind before "backend" was given one meaning (issue 28)."""
-    old, new = ArmSpec.parse("backend:variant=cpu,model=/m/x.gguf"), ArmSpec.parse("in-process:variant=cpu,model=/m/x.gguf")
-    assert old == new and new.kind == "in-process" and new.name == "in-process:cpu"

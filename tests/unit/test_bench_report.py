@@ -209,11 +209,11 @@ def test_long_arm_names_fit_the_legend() -> None:
     from harness.bench.plots import fit_label, samples_figure
     from harness.bench.stats import analyze
 
-    long_a = "backend:model=/root/.cache/harness/models/SmolLM2-135M-Instruct.Q4_1.gguf,variant=cpu,threads=16"
-    assert len(fit_label(long_a)) == 40 and fit_label(long_a).startswith("backend:") and "…" in fit_label(long_a)
+    long_a = "in-process:model=/root/.cache/harness/models/SmolLM2-135M-Instruct.Q4_1.gguf,variant=cpu,threads=16"
+    assert len(fit_label(long_a)) == 40 and fit_label(long_a).startswith("in-process:") and "…" in fit_label(long_a)
     assert fit_label("xllamacpp") == "xllamacpp"
     r = _run("fake", "fake:slowdown=1.1", "legend", blocks=2, concurrency=(1,))
-    for names in ({"A": long_a, "B": long_a + ",n_ctx=2624"}, {"A": "xllamacpp", "B": "backend:cpu"}):
+    for names in ({"A": long_a, "B": long_a + ",n_ctx=2624"}, {"A": "xllamacpp", "B": "in-process:cpu"}):
         fig = samples_figure(analyze(r.samples), names)
         canvas = FigureCanvasAgg(fig)
         canvas.draw()

@@ -168,10 +168,10 @@ def test_cpu_plugin_keys_on_intent(tmp_path: Path) -> None:
 
     mac = HostInfo(os="darwin", arch="arm64", cpu_model="f", microarch="m1", simd=(), cores=2, memory_bytes=1,
                    tools=_tools())
-    native = Variant(name="mine", backend="cpu", intent={"cpu_levels": "native"})
+    native = Variant(name="mine", platform="cpu", intent={"cpu_levels": "native"})
     b = vcpu.harness_variant_requirements(variant=native, host=_linux())
     assert b is not None and "tuned for this host (zen4); not portable" in b.notes
-    portable = Variant(name="mine", backend="cpu", intent={"cpu_levels": "runtime"})
+    portable = Variant(name="mine", platform="cpu", intent={"cpu_levels": "runtime"})
     b = vcpu.harness_variant_requirements(variant=portable, host=_linux())
     assert b is not None and not any("tuned" in n for n in b.notes)
     # On macOS a CPU row also intends gpu: none, spelled by the engine (or nothing when it has no GPU to switch off).
@@ -262,7 +262,7 @@ def test_descriptor_schema_refuses_an_unknown_intent_key(tmp_path: Path) -> None
 
 
 def test_matrix_schema_refuses_defines_and_unknown_intents(tmp_path: Path) -> None:
-    row = "rows:\n  - name: x\n    backend: cpu\n"
+    row = "rows:\n  - name: x\n    platform: cpu\n"
     (tmp_path / "a.yaml").write_text(row + "    defines: {GGML_NATIVE: 'ON'}\n    intent: {cpu_levels: native}\n")
     with pytest.raises(ConfigError, match="defines"):
         load_matrix(tmp_path)

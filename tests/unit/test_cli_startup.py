@@ -56,7 +56,7 @@ def test_help_imports_nothing_heavy(args: list[str], tmp_path: Path) -> None:
 
 def test_missing_extra_is_a_typed_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(extras, "missing", lambda extra: ["scipy"] if extra == "bench" else [])
-    code = cli.main(["bench", "--a", "llama-bench:model=m", "--b", "backend:model=m"])
+    code = cli.main(["bench", "--a", "llama-bench:model=m", "--b", "in-process:model=m"])
     err = capsys.readouterr().err
     assert code == errors.HostError.exit_code
     assert "harness bench needs the `bench` extra" in err and "pip install 'harness[bench]'" in err

@@ -1,5 +1,5 @@
 """Speculative decoding settings of a model config: what `config show` prints (with sources),
-located errors for bad values, and what reaches the llama.cpp backend's Runtime.load."""
+located errors for bad values, and what reaches the llama.cpp binding's Runtime.load."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The core (``harness/``) never imports a plugin (``harness_plugins``): it asks the plugin manager.
 
-What a plugin knows (a variant backend's devices, a source kind) reaches the core through a hook
+What a plugin knows (a variant platform's devices, a source kind) reaches the core through a hook
 or through what the plugin registers. The one place the core names plugin modules is the plugin
 manager's explicit registration list (:data:`harness.engine.plugin.BUILTIN_PLUGINS`), which the
 manager loads by name to register them; no other import of ``harness_plugins`` is allowed, in any

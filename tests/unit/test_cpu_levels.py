@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.core import crash
-from harness.core.errors import BackendError
+from harness.core.errors import BindingError
 from harness.runtime import levels
 
 
@@ -73,7 +73,7 @@ def test_a_new_artifact_is_probed_again(lib: Path, monkeypatch: pytest.MonkeyPat
 
 def test_every_level_crashing_is_an_error(lib: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_probe(monkeypatch, {"sapphirerapids", "zen4", "x64"}, ["sapphirerapids", "zen4", "x64"])
-    with pytest.raises(BackendError, match=r"no CPU level .* passed the smoke probe"):
+    with pytest.raises(BindingError, match=r"no CPU level .* passed the smoke probe"):
         levels.select(lib)
 
 
@@ -84,7 +84,7 @@ def test_forced_level(lib: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert sel.forced and sel.level == "x64" and levels.cpu_levels(sel.lib_dir) == ["x64"]
     assert calls == []
     monkeypatch.setenv(levels.LEVEL_ENV, "zen5")
-    with pytest.raises(BackendError, match="not a CPU level"):
+    with pytest.raises(BindingError, match="not a CPU level"):
         levels.select(lib)
 
 
@@ -96,7 +96,7 @@ def test_single_level_build_needs_no_probe(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_backend_dir_takes_another_builds_levels(lib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """$HARNESS_BACKEND_LIB_DIR alone is used as given (the probe child, cross-variant runs); with a
+    """$HARNESS_BINDING_LIB_DIR alone is used as given (the probe child, cross-variant runs); with a
     forced level, that level of that dir (another build's levels on the installed binding)."""
     calls = _fake_probe(monkeypatch, set(), ["sapphirerapids", "zen4", "x64"])
     other = tmp_path / "other-build" / "lib"
@@ -113,5 +113,5 @@ def test_backend_dir_takes_another_builds_levels(lib: Path, tmp_path: Path, monk
     assert (forced / "libggml-cpu-zen4.so").read_bytes() == b"patched libggml-cpu-zen4.so"
     assert len(calls) == 1  # the other dir's forced level needs no probe
     monkeypatch.setenv(levels.LEVEL_ENV, "sapphirerapids")
-    with pytest.raises(BackendError, match=r"not a CPU level of .*other-build"):
+    with pytest.raises(BindingError, match=r"not a CPU level of .*other-build"):
         levels.backend_dir(lib)

@@ -215,7 +215,7 @@ def test_cross_rows_build_the_programs_they_run_under_emulation() -> None:
 def test_a_cross_artifact_is_not_usable_natively() -> None:
     from harness.build.artifacts import usable_on
 
-    ok, why = usable_on({"host": {"os": "linux"}, "target": "aarch64-linux-gnu", "backend": "cpu"}, _host())
+    ok, why = usable_on({"host": {"os": "linux"}, "target": "aarch64-linux-gnu", "platform": "cpu"}, _host())
     assert not ok and "cross-built for aarch64-linux-gnu" in why[0] and "emulation" in why[0]
 
 

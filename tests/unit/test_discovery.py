@@ -1,4 +1,4 @@
-"""Variant discovery: which installed backends are usable here, and which one automatic choice picks.
+"""Variant discovery: which installed bindings are usable here, and which one automatic choice picks.
 
 A CPU-type Vulkan device (Mesa's lavapipe) runs the vulkan variant: naming the variant loads it,
 while automatic choice keeps preferring the cpu build.
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import BackendError
+from harness.core.errors import BindingError
 from harness.core.types import GpuInfo, HostInfo
 from harness.runtime import discovery
-from tests.fakes import install_backend
+from tests.fakes import install_binding
 
 PIN = "9.9.9"
 FP = "ab" * 32
@@ -29,8 +29,8 @@ def host(*gpus: GpuInfo) -> HostInfo:
 
 @pytest.fixture
 def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for variant, backend in (("cpu", "cpu"), ("vulkan", "vulkan")):
-        install_backend(tmp_path, variant, {"engine": "eng", "pin": PIN, "abi_fingerprint": FP, "backend": backend})
+    for variant, platform in (("cpu", "cpu"), ("vulkan", "vulkan")):
+        install_binding(tmp_path, variant, {"engine": "eng", "pin": PIN, "abi_fingerprint": FP, "platform": platform})
     monkeypatch.setenv(discovery.PATH_ENV, str(tmp_path))
     monkeypatch.delenv(discovery.FORCE_ENV, raising=False)
     return tmp_path
@@ -54,13 +54,13 @@ def test_lavapipe_admits_vulkan_only_when_forced(installed: Path, monkeypatch: p
     assert discovery.choose("eng", PIN, FP).variant == "vulkan"
 
 
-def test_automatic_choice_never_falls_to_a_forced_only_backend(installed: Path,
+def test_automatic_choice_never_falls_to_a_forced_only_binding(installed: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
     shutil.rmtree(installed / "harness_fake_cpu")
     monkeypatch.setattr(discovery, "probe", lambda: host(LAVAPIPE))
-    with pytest.raises(BackendError, match="used when forced"):
+    with pytest.raises(BindingError, match="used when forced"):
         discovery.choose("eng", PIN, FP)
 
 
@@ -75,7 +75,7 @@ def test_no_vulkan_device_rejects_even_when_forced(installed: Path, monkeypatch:
     cands = by_variant(host())
     assert not cands["vulkan"].accepted and "no usable device" in cands["vulkan"].reason
     monkeypatch.setattr(discovery, "probe", lambda: host())
-    with pytest.raises(BackendError, match="installed but rejected: backend vulkan has no usable device"):
+    with pytest.raises(BindingError, match="installed but rejected: platform vulkan has no usable device"):
         discovery.choose("eng", PIN, FP, "vulkan")
 
 
@@ -99,16 +99,16 @@ def test_the_candidate_is_imported_from_its_own_location(tmp_path: Path, monkeyp
     """A same-named package importable elsewhere (site-packages) must not be what loads."""
     import sys
 
-    elsewhere = install_backend(tmp_path / "site", "shadow", {"engine": "x"})
+    elsewhere = install_binding(tmp_path / "site", "shadow", {"engine": "x"})
     (elsewhere / "_core.py").write_text("WHERE = 'site-packages'\n")
-    chosen = install_backend(tmp_path / "path", "shadow", {"engine": "x"})
-    (chosen / "_core.py").write_text("WHERE = 'backend path'\n")
+    chosen = install_binding(tmp_path / "path", "shadow", {"engine": "x"})
+    (chosen / "_core.py").write_text("WHERE = 'binding path'\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     for name in ("harness_fake_shadow", "harness_fake_shadow._core"):
         monkeypatch.delitem(sys.modules, name, raising=False)
     cand = discovery.Candidate(name="shadow", package="harness_fake_shadow", location=chosen, identity={},
                                accepted=True)
     core = discovery.import_core(cand)
-    assert core.WHERE == "backend path"
+    assert core.WHERE == "binding path"
     assert Path(core.__file__).parent == chosen
     assert discovery.import_core(cand) is core  # loaded once

@@ -1,7 +1,7 @@
 """The smallest engine there can be: one package, registered in one place, no core file touched.
 
 ``toyengine`` below is what a new runtime engine adds under ``plugins/``: a runtime (here over a
-fake core standing in for the compiled backend module, speaking the request protocol of
+fake core standing in for the compiled binding, speaking the request protocol of
 :mod:`harness.runtime.api`), model matching, one config rule and its e2e spec files, all on the
 :class:`~harness.engine.registry.EngineImpl` it registers. Its one registration is a ``harness`` entry
 point of its distribution (for a built-in engine: a line in pyproject.toml's
@@ -42,7 +42,7 @@ NAME = "toy"
 
 
 class FakeRequest:
-    """A backend request as harness.runtime.api reads it: next(), done, finish_reason, text(), timings()."""
+    """A binding's request as harness.runtime.api reads it: next(), done, finish_reason, text(), timings()."""
 
     def __init__(self, words: list[str]) -> None:
         self.words, self.out, self.done, self.finish_reason = words, [], False, ""
@@ -69,7 +69,7 @@ class FakeRequest:
 
 
 class FakeCore:
-    """Stands in for the compiled backend module."""
+    """Stands in for the compiled binding."""
 
     def submit(self, prompt: str) -> FakeRequest:
         return FakeRequest(prompt.split())

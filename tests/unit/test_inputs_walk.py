@@ -40,7 +40,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/engine/descriptor.py", "engine_schema", "resources.files('harness').joinpath('schemas/engine.schema.json').read_text"): "package data (engine schema)",
     ("harness/build/matrix.py", "_schema", "resources.files('harness').joinpath('schemas/matrix.schema.json').read_text"): "package data (matrix schema)",
     ("harness/video/families.py", "table", "resources.files('harness.video').joinpath(DATA_FILE).read_text"): "package data (families.yaml)",
-    ("harness/binding/wheel.py", "_tree_hash", "p.read_bytes"): "the backend's own sources in the package",
+    ("harness/binding/wheel.py", "_tree_hash", "p.read_bytes"): "the binding's own sources in the package",
     ("plugins/llamacpp/__init__.py", "_writer_version", "(Path(__file__).parent / name).read_bytes"): "the plugin's own source files",
     # files the harness wrote itself: build outputs, stamps, caches, logs, reports it just rendered
     ("harness/abi/exports.py", "exported_symbols", "lib.open"): "a library the build stage wrote",
@@ -48,7 +48,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/abi/exports.py", "_sha", "p.read_bytes"): "a library the build stage wrote",
     ("harness/audit/artifact.py", "_artifact_arch", "p.open"): "a CPU-level library of a built artifact",
     ("harness/audit/isa.py", "audit_library", "lib.open"): "a CPU-level library of a built artifact",
-    ("harness/binding/wheel.py", "installed_identity", "ident.read_text"): "the identity file the backend build wrote",
+    ("harness/binding/wheel.py", "installed_identity", "ident.read_text"): "the identity file the binding build wrote",
     ("harness/binding/wheel.py", "build_binding", "stamp.read_text"): "the binding build's own stamp",
     ("harness/binding/wheel.py", "unpacked_binding", "stamp.read_text"): "the unpacked binding's own stamp",
     ("harness/build/recipes.py", "_stamp_layout", "stamp.read_text"): "the materialized recipe's own stamp",

@@ -1,4 +1,4 @@
-"""The llama.cpp backend's JSON adapter (engines/llamacpp/backend/src/json_compat.h) picks the JSON type of
+"""The llama.cpp binding's JSON adapter (engines/llamacpp/binding/src/json_compat.h) picks the JSON type of
 the pin's common library from what its headers provide, compiled here against two header layouts shaped
 like the real ones: 0.3.36's common/json.h (``common_json``, which chat.h's functions take and give) and
 0.3.35's vendor nlohmann (``nlohmann::ordered_json``, no common/json.h). A layout whose chat.h disagrees
@@ -16,7 +16,7 @@ from harness.core import paths
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (scripts/install-system-deps.sh)")
 
-SRC = paths.project_root() / "engines" / "llamacpp" / "backend" / "src"
+SRC = paths.project_root() / "engines" / "llamacpp" / "binding" / "src"
 
 # common/json.h of 0.3.36, reduced to what the adapter calls (a class of its own, not an alias)
 COMMON_JSON = """\
@@ -100,7 +100,7 @@ def _layout(root: Path, *, common_json: bool, chat_type: str) -> Path:
 def _compile(include: Path, tu: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     src = tmp_path / "use.cpp"
     src.write_text(tu)
-    # as the backend's CMakeLists: include/ and include/common on the path, json_compat.h beside engine.cpp
+    # as the binding's CMakeLists: include/ and include/common on the path, json_compat.h beside engine.cpp
     argv = ["g++", "-std=c++17", "-fsyntax-only", f"-I{SRC}", f"-I{include}", f"-I{include / 'common'}", str(src)]
     return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
 
@@ -124,7 +124,7 @@ def test_a_chat_api_of_another_type_than_the_pick_fails_with_the_adapters_messag
     assert "json_compat.h picked another JSON type than common/chat.h of this pin uses" in r.stderr
 
 
-def test_the_backend_has_no_json_call_outside_the_adapter() -> None:
+def test_the_binding_has_no_json_call_outside_the_adapter() -> None:
     # every call site goes through harness::cjson: a common_json or nlohmann name in engine.cpp or
     # module.cpp would compile against one side of the 0.3.35/0.3.36 boundary only
     for name in ("engine.cpp", "module.cpp", "engine.h"):

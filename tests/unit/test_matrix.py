@@ -96,7 +96,7 @@ def test_a_cuda_artifact_is_usable_where_the_cuda_plugin_says() -> None:
     from harness.build.artifacts import usable_on
 
     pm = make_manager(autoload=False)
-    manifest = {"backend": "cuda", "host": {"os": "linux"}, "cuda_archs": ["86-real"]}
+    manifest = {"platform": "cuda", "host": {"os": "linux"}, "cuda_archs": ["86-real"]}
     assert usable_on(manifest, fake_host(), pm) == (False, ["no CUDA GPU on this host"])
     ada = fake_host(gpus=(GpuInfo(api="cuda", name="L4", compute_capability="8.9"),))
     assert usable_on(manifest, ada, pm) == (True, [])
@@ -104,7 +104,7 @@ def test_a_cuda_artifact_is_usable_where_the_cuda_plugin_says() -> None:
     assert usable_on(manifest, hopper, pm) == (False, ["H200 is sm_9.0; artifact has 86-real"])
     assert usable_on({**manifest, "cuda_archs": ["90-real"]}, hopper, pm) == (True, [])
     # a CPU artifact: no plugin objects, and no CUDA GPU is needed
-    assert usable_on({"backend": "cpu", "host": {"os": "linux"}}, fake_host(), pm) == (True, [])
+    assert usable_on({"platform": "cpu", "host": {"os": "linux"}}, fake_host(), pm) == (True, [])
 
 
 def test_unknown_variant_did_you_mean(rows) -> None:  # type: ignore[no-untyped-def]

@@ -33,7 +33,7 @@ def test_the_stages_run_where_the_descriptor_names_a_peer(tmp_path: Path) -> Non
         "peer-build", "cross-engine", "bench-vs-llamacpp"]
     assert "cross-engine" not in [s.name for s in stages_for(_context(tmp_path, "llamacpp"))]
     stage = next(s for s in stages_for(_context(tmp_path, "vllm.cpp")) if s.name == "cross-engine")
-    assert set(stage.needs) == {"backend", "models", "peer-build"}
+    assert set(stage.needs) == {"binding", "models", "peer-build"}
     cfg = cross_engine.settings(_context(tmp_path, "vllm.cpp"))
     assert cfg is not None and (cfg["peer"], cfg["model"], cfg["peer_model"]) == (
         "llamacpp", "HARNESS_VLLM_MODEL", "HARNESS_VLLM_PAIR_GGUF")

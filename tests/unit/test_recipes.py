@@ -139,7 +139,7 @@ def test_llama_bench_arm_builds_the_pin_it_names(repo: dict[str, Any], tmp_path:
         real.prepare_llama_bench({"model": "m"})
 
 
-def test_a_recipe_carries_the_shared_backend_headers(repo: dict[str, Any]) -> None:
+def test_a_recipe_carries_the_shared_binding_headers(repo: dict[str, Any]) -> None:
     """The recipe's own binding includes engines/_shared: it must come along, or no old binding builds."""
     import json
 

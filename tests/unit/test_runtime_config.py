@@ -1,6 +1,6 @@
 """``Runtime.load(config=...)``: a model config loads with the values ``harness config show`` prints.
 
-Runs on the fake backend core (tests/fakes/backend_core.py), which records the parameters
+Runs on the fake binding core (tests/fakes/binding_core.py), which records the parameters
 and each request's sampling it receives: what is asserted is what reached the engine.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import harness.cli
 from harness.core import errors
 from harness.runtime import Runtime
-from tests.fakes import install_backend
+from tests.fakes import install_binding
 from tests.unit.test_config_validate import tiny_gguf
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "models" / "smollm2-chat.yaml"
@@ -28,14 +28,14 @@ FED = {"n_ctx": "n_ctx", "threads": "n_threads", "threads_batch": "n_threads_bat
 
 @pytest.fixture
 def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A models dir holding the example config's model (a tiny GGUF), and the fake backend installed."""
+    """A models dir holding the example config's model (a tiny GGUF), and the fake binding installed."""
     from harness.engine.descriptor import load_engine
     from harness_plugins.llamacpp.engine import _committed_fingerprint
 
-    install_backend(tmp_path / "backends", "steady", {
+    install_binding(tmp_path / "bindings", "steady", {
         "engine": "llamacpp", "pin": load_engine("llamacpp").pin, "abi_fingerprint": _committed_fingerprint(),
-        "backend": "cpu"})
-    monkeypatch.setenv("HARNESS_BACKEND_PATH", str(tmp_path / "backends"))
+        "platform": "cpu"})
+    monkeypatch.setenv("HARNESS_BINDING_PATH", str(tmp_path / "bindings"))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("HARNESS_MODELS_DIR", raising=False)
     models = tmp_path / "models"

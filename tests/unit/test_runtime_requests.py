@@ -1,6 +1,6 @@
 """Every bad request is an InvalidRequestError naming the field, never another exception.
 
-Runs against the fake backend core (tests/fakes/backend_core.py): validation happens
+Runs against the fake binding core (tests/fakes/binding_core.py): validation happens
 before anything reaches the C++ side, so no engine build is needed here; the e2e suite
 runs the same properties on the real engine.
 """
@@ -23,7 +23,7 @@ from harness.core import errors
 from harness.runtime import requests
 from harness.runtime.sampling import Sampling
 
-FAKE_CORE = Path(__file__).parents[1] / "fakes" / "backend_core.py"
+FAKE_CORE = Path(__file__).parents[1] / "fakes" / "binding_core.py"
 
 # Per-module settings (no global profile): HYPOTHESIS_PROFILE=long runs 5000 examples each.
 PROFILE = settings(max_examples=5000 if os.environ.get("HYPOTHESIS_PROFILE") == "long" else 150, deadline=None,
@@ -100,14 +100,14 @@ def fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     from harness_plugins.llamacpp.engine import _committed_fingerprint
     from harness_plugins.llamacpp.tiny import write_tiny_llama
 
-    pkg = tmp_path / "backends" / "harness_fake_steady"
+    pkg = tmp_path / "bindings" / "harness_fake_steady"
     (pkg / "lib").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     shutil.copy(FAKE_CORE, pkg / "_core.py")
     (pkg / "identity.json").write_text(json.dumps({
         "engine": "llamacpp", "pin": load_engine("llamacpp").pin, "abi_fingerprint": _committed_fingerprint(),
-        "backend": "cpu", "variant": "steady"}))
-    monkeypatch.setenv("HARNESS_BACKEND_PATH", str(tmp_path / "backends"))
+        "platform": "cpu", "variant": "steady"}))
+    monkeypatch.setenv("HARNESS_BINDING_PATH", str(tmp_path / "bindings"))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     with Runtime.load(model, variant="steady") as eng:

@@ -71,13 +71,13 @@ def test_patch_series_headers() -> None:
             assert field in head, (patch.name, field)
 
 
-def test_used_set_from_backend_sources() -> None:
+def test_used_set_from_binding_sources() -> None:
     spec = load_engine(plugin.NAME)
     used = used_from(ROOT / str(spec.abi["used_from"]), spec.abi.get("used_pattern"))
     assert {"generate_video", "new_sd_ctx", "sd_vid_gen_params_t", "sd_set_progress_callback"} <= used
 
 
-def test_checkpoint_set_names_the_resolved_paths_as_the_backend_does(tmp_path: Path) -> None:
+def test_checkpoint_set_names_the_resolved_paths_as_the_binding_does(tmp_path: Path) -> None:
     paths = {"parameters.model": tmp_path / "dit.gguf", "video_vae": tmp_path / "vae.gguf",
              "video_encoder": tmp_path / "umt5.gguf", "video_width": tmp_path / "ignored"}
     assert plugin.checkpoint_set(paths) == {"diffusion_model": str(tmp_path / "dit.gguf"),

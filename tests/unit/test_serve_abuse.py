@@ -1,6 +1,6 @@
 """Malformed and abusive requests: each an OpenAI-shaped 4xx that names the problem, none a 500.
 
-The app runs over the fake backend core (tests/fakes, a context of 256 tokens); the oversized
+The app runs over the fake binding core (tests/fakes, a context of 256 tokens); the oversized
 bodies are driven through the ASGI interface directly, so the test sees how much of a body the
 app read before it answered.
 """

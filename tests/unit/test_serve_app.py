@@ -1,4 +1,4 @@
-"""The HTTP app over the fake backend core (tests/fakes): routes, SSE framing, admission, auth, metrics.
+"""The HTTP app over the fake binding core (tests/fakes): routes, SSE framing, admission, auth, metrics.
 
 The fake core generates " Paris, and more." as three deltas and reports fixed timings
 (4 prompt tokens, 4 generated); what is asserted is what the app makes of them.
@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from harness.serve.app import create_app
 from harness.serve.server import load_models
-from tests.fakes import install_backend
+from tests.fakes import install_binding
 from tests.unit.test_config_validate import tiny_gguf
 
 CHAT = """\
@@ -28,7 +28,7 @@ parameters:
   temperature: 0.3
 """
 USER = [{"role": "user", "content": "capital of France?"}]
-#: what the fake core generates (tests/fakes/backend_core.py DELTAS; that module runs only as a backend's _core)
+#: what the fake core generates (tests/fakes/binding_core.py DELTAS; that module runs only as a binding's _core)
 DELTAS = (" Paris", ", and", " more.")
 
 
@@ -37,10 +37,10 @@ def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
     from harness.engine.descriptor import load_engine
     from harness_plugins.llamacpp.engine import _committed_fingerprint
 
-    install_backend(tmp_path / "backends", "steady", {
+    install_binding(tmp_path / "bindings", "steady", {
         "engine": "llamacpp", "pin": load_engine("llamacpp").pin, "abi_fingerprint": _committed_fingerprint(),
-        "backend": "cpu"})
-    monkeypatch.setenv("HARNESS_BACKEND_PATH", str(tmp_path / "backends"))
+        "platform": "cpu"})
+    monkeypatch.setenv("HARNESS_BINDING_PATH", str(tmp_path / "bindings"))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     tiny_gguf(tmp_path / "models" / "m.gguf")
     (tmp_path / "chat.yaml").write_text(CHAT)

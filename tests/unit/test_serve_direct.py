@@ -1,8 +1,8 @@
 """Streams written to their client by the engine worker itself (harness.serve.app's direct streams):
 the server writes the response head and the opening event, hands the client's socket to the worker,
-and the backend writes each delta's event (no message per delta reaches the server); the server
+and the binding writes each delta's event (no message per delta reaches the server); the server
 writes the last events. Against a real uvicorn on loopback with harness serve's protocol and a real
-worker process over the fake backend core (tests/fakes/backend_core.py: the same pump_sse contract
+worker process over the fake binding core (tests/fakes/binding_core.py: the same pump_sse contract
 as the C++ core's), compared with the same requests streamed through the server.
 """
 

@@ -1,5 +1,5 @@
 """The engine worker (harness.serve.worker) and its server side (harness.serve.remote.WorkerRuntime),
-over the fake backend core (tests/fakes): calls and streams as in-process, a load failure raised
+over the fake binding core (tests/fakes): calls and streams as in-process, a load failure raised
 as the worker's own error, and a worker that dies by a signal mid-stream: the stream and every
 call in flight end with EngineCrashError naming the signal and the CPU level, at once.
 """

@@ -245,7 +245,7 @@ def test_vulkan_artifact_usability() -> None:
     from harness.build.artifacts import usable_on
     from harness.core.types import GpuInfo
 
-    manifest = {"backend": "vulkan", "host": {"os": "linux"},
+    manifest = {"platform": "vulkan", "host": {"os": "linux"},
                 "vulkan": {"glslc_features": {"GL_EXT_bfloat16": False, "GL_KHR_cooperative_matrix": False,
                                               "GL_EXT_integer_dot_product": True}}}
     assert usable_on(manifest, _host("1.3.239")) == (

@@ -63,7 +63,7 @@ def test_only_the_cpu_row_is_built_and_it_sets_no_march(spec: EngineSpec) -> Non
     assert [v.name for v in choice.rows] == ["cpu"]
     skipped = {v.name: why for v, why in choice.skipped}
     assert "cpu-native" in skipped and "cuda" in skipped
-    # cpu_levels: runtime is upstream's default build: no define, no -march, every GPU backend off.
+    # cpu_levels: runtime is upstream's default build: no define, no -march, every GPU platform off.
     assert spec.intents["cpu_levels"]["runtime"] == {}
     assert "native" not in spec.intents["cpu_levels"]
     base = spec.cmake["base"]
@@ -129,7 +129,7 @@ def test_harness_refuses_a_bumped_abi_version_before_building(spec: EngineSpec, 
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     archive = _archive()
     project = tmp_path / "project"
-    shutil.copytree(spec.root, project / "engines" / NAME, ignore=shutil.ignore_patterns("backend"))
+    shutil.copytree(spec.root, project / "engines" / NAME, ignore=shutil.ignore_patterns("binding"))
     descriptor = project / "engines" / NAME / "engine.yaml"
     descriptor.write_text(descriptor.read_text().replace("path: ../shared/sources/vllm.cpp-d85906ae.tar.gz",
                                                          f"path: {archive}"))

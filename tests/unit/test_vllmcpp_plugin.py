@@ -12,7 +12,7 @@ import pytest
 
 from harness.config.model import model_config
 from harness.config.select import select_engine
-from harness.core.errors import BackendError, InvalidRequestError, ModelError
+from harness.core.errors import BindingError, InvalidRequestError, ModelError
 from harness.core.types import HostInfo
 from harness.engine import registry
 from harness.runtime.sampling import Sampling
@@ -107,7 +107,7 @@ def test_the_model_rule(tmp_path: Path) -> None:
 
 def test_a_binding_compiled_for_another_abi_version_is_refused_naming_both() -> None:
     module = SimpleNamespace(COMPILED_ABI_VERSION=5, library_abi_version=lambda: 6, ABI_FINGERPRINT="x", PIN="p")
-    with pytest.raises(BackendError) as e:
+    with pytest.raises(BindingError) as e:
         handshake(module)
     assert "VLLM_ABI_VERSION 5" in str(e.value) and "vllm_abi_version() 6" in str(e.value)
     handshake(SimpleNamespace(COMPILED_ABI_VERSION=5, library_abi_version=lambda: 5))

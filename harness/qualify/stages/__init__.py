@@ -27,7 +27,7 @@ from harness.qualify.stages import (
 
 
 def stages_for(ctx: QualifyContext) -> list[Stage]:
-    """fetch -> patch -> ABI check -> build -> backend, the models, the checks of what was built,
+    """fetch -> patch -> ABI check -> build -> binding, the models, the checks of what was built,
     the emulated cross rows, per bench model the engine ceiling then the peer benchmark, another
     engine on the same weights (greedy tokens, both bindings benchmarked), and the pin move's ABI
     diff, benchmark and numerical agreement."""
@@ -36,18 +36,18 @@ def stages_for(ctx: QualifyContext) -> list[Stage]:
         Stage(name="patch", run=source.patch, needs=("fetch",)),
         Stage(name="abi-check", run=abi.check, needs=("patch",)),
         Stage(name="build", run=build.build, needs=("abi-check",)),
-        Stage(name="backend", run=build.backend, needs=("build",)),
+        Stage(name="binding", run=build.binding, needs=("build",)),
         Stage(name="models", run=models.fetch),
-        Stage(name="cpu-levels", run=levels.smoke, needs=("backend",)),
+        Stage(name="cpu-levels", run=levels.smoke, needs=("binding",)),
         Stage(name="isa-audit", run=levels.audit, needs=("build",)),
-        Stage(name="e2e", run=e2e.e2e, needs=("backend", "models")),
-        Stage(name="cross-variant", run=levels.cross_variant, needs=("backend", "models")),
+        Stage(name="e2e", run=e2e.e2e, needs=("binding", "models")),
+        Stage(name="cross-variant", run=levels.cross_variant, needs=("binding", "models")),
         *emulated.stages(ctx),
         *bench_stages(ctx),
         *cross_engine.stages(ctx),
         Stage(name="old-pin-abi", run=abi.old_pin, needs=("patch",)),
         Stage(name="old-pin-bench", run=bench.old_pin, needs=("build", "models")),
-        Stage(name="old-pin-agreement", run=agreement.old_pin, needs=("backend", "models")),
+        Stage(name="old-pin-agreement", run=agreement.old_pin, needs=("binding", "models")),
     ]
 
 
@@ -58,7 +58,7 @@ def bench_stages(ctx: QualifyContext) -> list[Stage]:
     out: list[Stage] = []
     for var in ctx.plan.models:
         out += [Stage(name=ceiling_stage_name(var), run=functools.partial(ceiling.ceiling, model_var=var),
-                      needs=("backend", "models")),
+                      needs=("binding", "models")),
                 Stage(name=stage_name(var), run=functools.partial(bench.peer, model_var=var),
-                      needs=("backend", "models"))]
+                      needs=("binding", "models"))]
     return out

@@ -33,7 +33,7 @@ def old_pin(ctx: QualifyContext) -> StageResult:
 
 
 def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> StageResult:
-    """The full API/ABI diff old pin -> this pin, and how much of it the backend's used set sees."""
+    """The full API/ABI diff old pin -> this pin, and how much of it the binding's used set sees."""
     from harness.abi import surface as surf
     from harness.abi.check import load_committed
     from harness.abi.diff import diff, render_markdown
@@ -47,9 +47,9 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> Sta
     used = set(load_committed(engine.name, engine.surface_path).get("used") or [])
     used_changes = diff(surf.filter_surface(a, used), surf.filter_surface(b, used)) if used else []
     seconds = time.perf_counter() - t0
-    footer = (f"_{len(changes)} differences ({len(used_changes)} in what the backend uses) on "
+    footer = (f"_{len(changes)} differences ({len(used_changes)} in what the binding uses) on "
               f"{', '.join(b['targets'])}; `harness abi diff {old.pin} {engine.pin}`, {seconds:.1f} s._")
     md = render_markdown(changes, old=f"{engine.name} {old.pin}", new=f"{engine.name} {engine.pin}", footer=footer)
-    return StageResult(f"{old.pin} -> {engine.pin}: {len(changes)} differences, {len(used_changes)} in the backend's used set", {
+    return StageResult(f"{old.pin} -> {engine.pin}: {len(changes)} differences, {len(used_changes)} in the binding's used set", {
         "old_pin": old.pin, "old_recipe_commit": old.recipe_commit or None, "differences": len(changes),
         "used_differences": len(used_changes), "markdown": md, "seconds": round(seconds, 2)})

@@ -1,4 +1,4 @@
-"""The build stages: the matrix rows qualify builds, then the binding (the backend wheel) per row."""
+"""The build stages: the matrix rows qualify builds, then the binding wheel per row."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def build(ctx: QualifyContext) -> StageResult:
         raise HarnessError(msg)
     variants = tuple(str(b["variant"]) for b in built)
     # Rows qualify runs where they can run (extra.qualify: runnable, e.g. vulkan on lavapipe): built,
-    # given a backend and covered by the cross-variant check; the e2e suite stays on the default rows.
+    # given a binding and covered by the cross-variant check; the e2e suite stays on the default rows.
     extra: list[str] = []
     runnable = () if patterns else rows_for(engine, where=_runnable_row).rows  # --variant names every row it wants
     for v in runnable:
@@ -76,7 +76,7 @@ def _summary(built: list[dict[str, Any]], skipped: list[dict[str, str]]) -> str:
     return rows + (f"; not buildable here: {', '.join(s['variant'] for s in skipped)}" if skipped else "")
 
 
-def backend(ctx: QualifyContext) -> StageResult:
+def binding(ctx: QualifyContext) -> StageResult:
     """The binding wheel for every row the build stage built."""
     from harness.binding.wheel import build_binding
     from harness.build.cmake import artifact_dir
@@ -87,4 +87,4 @@ def backend(ctx: QualifyContext) -> StageResult:
     for v in (*built.variants, *built.runnable_extra):
         r = build_binding(ctx.engine, artifact_dir(ctx.engine, get_variant(v)))
         rows.append({"variant": v, "wheel": str(r.wheel), "built": r.built, "seconds": round(r.seconds, 1)})
-    return StageResult(", ".join(f"{r['variant']}: {Path(r['wheel']).name}" for r in rows), {"backends": rows})
+    return StageResult(", ".join(f"{r['variant']}: {Path(r['wheel']).name}" for r in rows), {"bindings": rows})

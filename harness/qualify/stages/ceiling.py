@@ -69,9 +69,9 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     a_opts = prepare_options(kind, {**common, "artifact": str(artifact)}) or {**common, "artifact": str(artifact)}
     a = ArmSpec(kind=kind, name=kind, options=a_opts)
     b = ArmSpec.parse(f"in-process:model={model},threads={plan.threads},n_ctx={plan.pn + plan.gn + 64},"
-                      f"max_num_seqs=1,variant=cpu,name=backend")
+                      f"max_num_seqs=1,variant=cpu,name=binding")
     sim, note = simulate_pair(plan, model_var, (kind, {**common, **a_opts, "name": kind}),
-                              ("in-process", {"model": model, "variant": "cpu", "engine": engine.name, "name": "backend"}),
+                              ("in-process", {"model": model, "variant": "cpu", "engine": engine.name, "name": "binding"}),
                               out=out / "simulation", gate={"prefill": pct, "decode": pct})
     config = plan.config((1,))
     if config.until_halfwidth is not None:

@@ -35,8 +35,8 @@ def stages(ctx: QualifyContext) -> list[Stage]:
     if cfg is None:
         return []
     return [Stage(name="peer-build", run=peer_build),
-            Stage(name="cross-engine", run=check, needs=("backend", "models", "peer-build")),
-            Stage(name=bench_name(str(cfg["peer"])), run=bench, needs=("backend", "models", "peer-build"))]
+            Stage(name="cross-engine", run=check, needs=("binding", "models", "peer-build")),
+            Stage(name=bench_name(str(cfg["peer"])), run=bench, needs=("binding", "models", "peer-build"))]
 
 
 def _cfg(ctx: QualifyContext) -> Mapping[str, str]:

@@ -74,7 +74,7 @@ def test_smoke_probe_passes_ggmls_choice(variant: str, monkeypatch: pytest.Monke
     assert not v.error, v.error
     assert v.excluded == {}, f"levels crashed the smoke probe on this host: {v.excluded}"
     # With nothing excluded the engine loads from the artifact dir, so ggml's own pick is the one probed.
-    natural = _complete_info(variant, HARNESS_BACKEND_LIB_DIR=str(lib), **{levels.LEVEL_ENV: ""})
+    natural = _complete_info(variant, HARNESS_BINDING_LIB_DIR=str(lib), **{levels.LEVEL_ENV: ""})
     assert natural["cpu_variant"] == v.chosen
     assert levels.select(lib).lib_dir == lib
 

@@ -59,7 +59,7 @@ def _facts(log: str) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def backend_run() -> tuple[dict[str, object], str]:
+def binding_run() -> tuple[dict[str, object], str]:
     r = subprocess.run([sys.executable, "-c", CHILD, str(model_path("HARNESS_MODEL")), str(THREADS)],
                        capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stdout + r.stderr[-4000:]
@@ -67,8 +67,8 @@ def backend_run() -> tuple[dict[str, object], str]:
 
 
 @pytest.fixture(scope="module")
-def bench_run(artifact: Path, backend_run: tuple[dict[str, object], str]) -> tuple[dict[str, object], str, str]:
-    level = backend_run[0]["cpu_level"]
+def bench_run(artifact: Path, binding_run: tuple[dict[str, object], str]) -> tuple[dict[str, object], str, str]:
+    level = binding_run[0]["cpu_level"]
     chosen, exe = _llama_bench_at_level(artifact, level)
     argv = [str(exe), "-m", str(model_path("HARNESS_MODEL")), "-p", "8", "-n", "8", "-r", "1", "-t", str(THREADS),
             "-v", "-o", "json"]
@@ -78,31 +78,31 @@ def bench_run(artifact: Path, backend_run: tuple[dict[str, object], str]) -> tup
     return rows[0], r.stderr, str(chosen)
 
 
-def test_both_run_the_same_cpu_level(backend_run: tuple[dict[str, object], str],
+def test_both_run_the_same_cpu_level(binding_run: tuple[dict[str, object], str],
                                      bench_run: tuple[dict[str, object], str, str]) -> None:
-    assert backend_run[0]["n"] == 8
-    assert bench_run[2] == backend_run[0]["cpu_level"], (bench_run[2], backend_run[0])
+    assert binding_run[0]["n"] == 8
+    assert bench_run[2] == binding_run[0]["cpu_level"], (bench_run[2], binding_run[0])
     loaded = re.findall(r"loaded CPU backend from (\S+)", bench_run[1])
     assert loaded and all(f"libggml-cpu-{bench_run[2]}.so" in p for p in loaded), loaded
 
 
-def test_weights_kv_and_attention_as_llama_bench(backend_run: tuple[dict[str, object], str],
+def test_weights_kv_and_attention_as_llama_bench(binding_run: tuple[dict[str, object], str],
                                                  bench_run: tuple[dict[str, object], str, str]) -> None:
-    ours, theirs = _facts(backend_run[1]), _facts(bench_run[1])
-    assert ours["weights"], f"no 'model buffer size' line in the backend's verbose load log:\n{backend_run[1][-3000:]}"
-    assert ours == theirs, f"backend {ours} vs llama-bench {theirs} (level {bench_run[2]})"
+    ours, theirs = _facts(binding_run[1]), _facts(bench_run[1])
+    assert ours["weights"], f"no 'model buffer size' line in the binding's verbose load log:\n{binding_run[1][-3000:]}"
+    assert ours == theirs, f"binding {ours} vs llama-bench {theirs} (level {bench_run[2]})"
 
 
 def test_thread_count_and_kv_type_as_llama_bench(bench_run: tuple[dict[str, object], str, str]) -> None:
     row = bench_run[0]
     assert row["n_threads"] == THREADS
-    # the backend's defaults for what llama-bench reports (engine.cpp: f16 KV unless kv_cache_type)
+    # the binding's defaults for what llama-bench reports (engine.cpp: f16 KV unless kv_cache_type)
     assert row["type_k"] == "f16" and row["type_v"] == "f16"
 
 
-def test_one_openmp_team(backend_run: tuple[dict[str, object], str]) -> None:
+def test_one_openmp_team(binding_run: tuple[dict[str, object], str]) -> None:
     """The engine thread loads and decodes: it and its pool of THREADS - 1 are all that is added."""
-    assert backend_run[0]["new_threads"] == THREADS, (
-        f"loading and decoding added {backend_run[0]['new_threads']} threads, expected {THREADS} "
+    assert binding_run[0]["new_threads"] == THREADS, (
+        f"loading and decoding added {binding_run[0]['new_threads']} threads, expected {THREADS} "
         "(the engine thread + an OpenMP pool of n_threads - 1): a second team is running, on the loading "
         "thread or another caller, and libgomp throttles the decode team's barriers")

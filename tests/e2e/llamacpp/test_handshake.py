@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.errors import BackendError
+from harness.core.errors import BindingError
 from harness.engine.descriptor import load_engine
 from harness.runtime import discovery
 from harness_plugins.llamacpp.engine import _committed_fingerprint, handshake
@@ -38,7 +38,7 @@ def test_libraries_of_another_fingerprint_are_refused(candidate: discovery.Candi
     manifest = json.loads((stale / "lib" / "manifest.json").read_text())
     manifest["abi_fingerprint"] = "0" * 64
     (stale / "lib" / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(BackendError) as e:
+    with pytest.raises(BindingError) as e:
         handshake(module, replace(candidate, location=stale))
     assert str(module.ABI_FINGERPRINT)[:16] in str(e.value) and "0000000000000000" in str(e.value)
 
@@ -61,5 +61,5 @@ def test_forcing_an_absent_variant_names_the_installed_ones(candidate: discovery
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HARNESS_VARIANT", "cuda")
     spec = load_engine("llamacpp")
-    with pytest.raises(BackendError, match="installed: .*" + candidate.variant):
+    with pytest.raises(BindingError, match="installed: .*" + candidate.variant):
         discovery.choose("llamacpp", spec.pin, _committed_fingerprint())

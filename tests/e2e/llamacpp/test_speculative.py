@@ -1,4 +1,4 @@
-"""Speculative decoding in the backend's batching loop: greedy output unchanged, distribution kept.
+"""Speculative decoding in the binding's batching loop: greedy output unchanged, distribution kept.
 
 Exact identity needs kernels whose result for one token does not depend on how many rows share
 its batch. ggml's CPU matmuls on Q4_1 weights are such kernels; F32/F16/Q8_0/Q4_0 go through

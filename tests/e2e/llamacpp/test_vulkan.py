@@ -50,7 +50,7 @@ def test_greedy_tokens_match_the_cpu_build_for_a_few_tokens(smol: Runtime) -> No
 
     if not any(c.variant == "cpu" and c.accepted for c in discovery.discover(
             "llamacpp", smol.candidate.identity["pin"], _committed_fingerprint())):
-        pytest.skip("no cpu backend installed to compare with")
+        pytest.skip("no cpu binding installed to compare with")
     vk = smol.complete("The capital of France is", temperature=0.0, max_tokens=4)
     vk_tokens = smol.tokenize(vk.text, add_special=False)
     import json

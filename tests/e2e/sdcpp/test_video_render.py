@@ -1,7 +1,7 @@
 """Video rendered for real by stable-diffusion.cpp, muxed and verified by harness/video.
 
 Tiny set (CI): ``HARNESS_VIDEO_TINY=DIR`` (written there by
-``python -m harness_plugins.sdcpp.tiny_wan DIR`` when missing). Needs the backend wheel:
+``python -m harness_plugins.sdcpp.tiny_wan DIR`` when missing). Needs the binding wheel:
 ``harness build stable-diffusion.cpp --variant cpu`` and
 ``harness build-binding stable-diffusion.cpp --variant cpu``.
 
@@ -31,13 +31,13 @@ from harness.video.target import resolve_target
 ENGINE = "stable-diffusion.cpp"
 
 
-def _backend() -> None:
-    from harness.core.errors import BackendError
-    from harness_plugins.sdcpp import load_backend
+def _binding() -> None:
+    from harness.core.errors import BindingError
+    from harness_plugins.sdcpp import load_binding
 
     try:
-        load_backend()
-    except BackendError as e:
+        load_binding()
+    except BindingError as e:
         pytest.skip(str(e))
 
 
@@ -51,7 +51,7 @@ def tiny() -> Path:
     d = Path(value)
     if not all((d / f).is_file() for f in (DIT_FILE, VAE_FILE, CONFIG_FILE)):
         write_tiny_wan(d)
-    _backend()
+    _binding()
     return d
 
 
@@ -121,9 +121,9 @@ def test_tiny_off_grid_frame_count_is_planned_on_wans_grid(tiny: Path, tmp_path:
 
 
 def test_tiny_same_seed_same_frames(tiny: Path, tmp_path: Path) -> None:
-    from harness_plugins.sdcpp import load_backend
+    from harness_plugins.sdcpp import load_binding
 
-    core = load_backend()
+    core = load_binding()
     params = {"diffusion_model": str(tiny / "tiny-wan-dit.gguf"), "vae": str(tiny / "tiny-wan-vae.gguf")}
     ctx = core.VideoContext(params)
     outs = []
@@ -225,7 +225,7 @@ def real_set() -> dict[str, Path]:
     encoder = os.environ.get("HARNESS_VIDEO_ENCODER")
     if encoder:
         found["encoder"] = Path(encoder)
-    _backend()
+    _binding()
     return found
 
 

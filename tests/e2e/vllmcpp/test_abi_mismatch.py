@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness.build.pipeline import fetch
-from harness.core.errors import BackendError
+from harness.core.errors import BindingError
 from harness.engine.descriptor import load_engine
 from harness.runtime import discovery
 
@@ -23,7 +23,7 @@ ENGINE = "vllm.cpp"
 CHILD = """
 import importlib.util, json, sys
 from pathlib import Path
-from harness.core.errors import BackendError
+from harness.core.errors import BindingError
 from harness_plugins.vllmcpp.engine import handshake
 loc = Path(sys.argv[1])
 spec = importlib.util.spec_from_file_location(sys.argv[2], loc / "__init__.py", submodule_search_locations=[str(loc)])
@@ -32,7 +32,7 @@ import importlib; core = importlib.import_module(sys.argv[2] + "._core")
 out = {"compiled": core.COMPILED_ABI_VERSION, "library": core.library_abi_version()}
 try:
     handshake(core)
-except BackendError as e:
+except BindingError as e:
     out["handshake"] = str(e)
 try:
     core.Engine("/nonexistent", {})
@@ -48,7 +48,7 @@ def test_a_library_of_another_abi_version_is_refused_naming_both(tmp_path: Path)
     spec = load_engine(ENGINE)
     try:
         cand = discovery.choose(ENGINE, spec.pin, discovery.committed_fingerprint(ENGINE))
-    except BackendError as e:
+    except BindingError as e:
         pytest.skip(f"no usable vllm.cpp binding: {e}")
     copy = tmp_path / cand.location.name
     shutil.copytree(cand.location, copy)

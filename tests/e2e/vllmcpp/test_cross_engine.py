@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.core.errors import BackendError
+from harness.core.errors import BindingError
 from harness.engine.descriptor import load_engine
 from harness.runtime import discovery
 
@@ -28,7 +28,7 @@ def _binding(engine: str) -> None:
     spec = load_engine(engine)
     try:
         discovery.choose(engine, spec.pin, discovery.committed_fingerprint(engine), "cpu")
-    except BackendError as e:
+    except BindingError as e:
         pytest.skip(f"no usable {engine} cpu binding: {e}")
 
 

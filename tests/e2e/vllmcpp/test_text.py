@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.core.errors import BackendError
+from harness.core.errors import BindingError
 from harness.engine.descriptor import load_engine
 from harness.runtime import discovery
 
@@ -31,7 +31,7 @@ def candidate() -> discovery.Candidate:
     spec = load_engine(ENGINE)
     try:
         return discovery.choose(ENGINE, spec.pin, discovery.committed_fingerprint(ENGINE))
-    except BackendError as e:
+    except BindingError as e:
         pytest.skip(f"no usable vllm.cpp binding: {e}")
 
 

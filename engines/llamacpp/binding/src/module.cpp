@@ -104,7 +104,7 @@ py::dict timings_dict(const Timings & t) {
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-    m.doc() = "harness llama.cpp backend (continuous batching over one shared context)";
+    m.doc() = "harness llama.cpp binding (continuous batching over one shared context)";
     m.attr("PIN") = HARNESS_PIN;
     m.attr("VARIANT") = HARNESS_VARIANT;
     m.attr("ABI_FINGERPRINT") = HARNESS_ABI_FINGERPRINT;

@@ -1,6 +1,6 @@
-"""A stand-in backend ``_core`` for crash-reporting tests: no engine, the same interface.
+"""A stand-in binding ``_core`` for crash-reporting tests: no engine, the same interface.
 
-Copied into ``<pkg>/_core.py`` of a fake backend package on ``$HARNESS_BACKEND_PATH``.
+Copied into ``<pkg>/_core.py`` of a fake binding package on ``$HARNESS_BINDING_PATH``.
 The package's variant decides what it does: ``crashy`` kills its own process with
 SIGILL (or the signal ``$FAKE_CRASH_SIGNAL`` names, e.g. SIGSEGV) when a request is
 submitted, as a miscompiled CPU level does (with ``$FAKE_CRASH_AFTER=N``: when a streamed
@@ -120,7 +120,7 @@ class Engine:
 
     def pump_sse(self, req: _Req, fd: int, prefix: bytes, suffix: bytes, chat: bool, write_timeout_s: float,
                  chunked: bool) -> tuple[str, int, tuple[str, str, str] | None]:
-        """The real core's contract (engines/llamacpp/backend/src/sse.cpp), in Python: each delta one
+        """The real core's contract (engines/llamacpp/binding/src/sse.cpp), in Python: each delta one
         event ``prefix + JSON value + suffix`` written to ``fd`` (non-blocking, as the server's loop
         left it), in HTTP/1.1 chunks; (outcome, events written, the end event or None)."""
         events = 0

@@ -393,7 +393,7 @@ py::tuple event_tuple(const Event & e) {
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-    m.doc() = "harness vllm.cpp backend (the C ABI of libvllm; requests batched by its own scheduler)";
+    m.doc() = "harness vllm.cpp binding (the C ABI of libvllm; requests batched by its own scheduler)";
     m.attr("PIN") = HARNESS_PIN;
     m.attr("VARIANT") = HARNESS_VARIANT;
     m.attr("ABI_FINGERPRINT") = HARNESS_ABI_FINGERPRINT;

@@ -104,7 +104,7 @@ py::dict generate(VideoContext & ctx, const std::string & out_dir, const std::st
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-    m.doc() = "stable-diffusion.cpp video backend (harness)";
+    m.doc() = "stable-diffusion.cpp video binding (harness)";
     m.attr("PIN") = HARNESS_PIN;
     m.attr("VARIANT") = HARNESS_VARIANT;
     m.attr("ABI_FINGERPRINT") = HARNESS_ABI_FINGERPRINT;

@@ -4,7 +4,7 @@
 // pimpl, not an alias), and json_schema_to_grammar, common_chat_msgs_parse_oaicompat,
 // common_chat_tools_parse_oaicompat and common_chat_msg::to_json_oaicompat take and give it. Earlier
 // pins (0.3.35 and before) have no common/json.h: the same functions take nlohmann::ordered_json
-// (vendor/nlohmann, which their artifact carries as include/nlohmann/). The backend writes every JSON
+// (vendor/nlohmann, which their artifact carries as include/nlohmann/). The binding writes every JSON
 // call site once against the functions below; this header is the only place that knows which API the
 // pin has. The choice is checked against the real chat.h (the static_assert): a pin whose chat API
 // hands back another type than the one picked here fails to compile with that message, not later.

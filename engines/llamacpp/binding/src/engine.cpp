@@ -51,7 +51,7 @@ void log_cb(ggml_log_level level, const char * text, void *) {
     }
 }
 
-std::once_flag g_backend_once;
+std::once_flag g_ggml_backend_once;
 
 std::string last_errors() {
     std::lock_guard<std::mutex> lk(g_log_mu);
@@ -328,7 +328,7 @@ std::string Request::text() const {
 
 Engine::Engine(const std::string & model_path, const EngineParams & params) : params_(params) {
     g_verbose.store(params.verbose);
-    std::call_once(g_backend_once, [&] {
+    std::call_once(g_ggml_backend_once, [&] {
         llama_log_set(log_cb, nullptr);
         ggml_log_set(log_cb, nullptr);
         if (!params.backend_dir.empty()) {
@@ -1589,7 +1589,7 @@ std::vector<std::vector<float>> Engine::evaluate_here(const std::vector<std::vec
             if (batch.n_tokens == 0) break;
             const double t0 = now_seconds();
             int32_t ret = llama_decode(ctx_, batch);
-            if (ret == 0) llama_synchronize(ctx_);  // a GPU backend computes asynchronously
+            if (ret == 0) llama_synchronize(ctx_);  // a ggml GPU backend computes asynchronously
             eval_decode_us_ += (int64_t) ((now_seconds() - t0) * 1e6);
             n_decode_calls_++;
             n_tokens_decoded_ += batch.n_tokens;
