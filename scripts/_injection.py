@@ -10,13 +10,13 @@ import shutil
 from pathlib import Path
 
 ENGINE = "llamacpp"
-SOURCE = Path("engines") / ENGINE / "backend" / "src" / "engine.cpp"
+SOURCE = Path("engines") / ENGINE / "binding" / "src" / "engine.cpp"
 
 
 def injected_binding(work: Path, tag: str, anchor: str, code: str) -> dict[str, str]:
     """Build the binding with ``code`` after the one occurrence of ``anchor`` in its engine.cpp; ``tag``
     names the recipe copy and its own build dir. Returns the options an in-process target (or arm)
-    needs to load it first (``_engines_path``, ``_backend_path``)."""
+    needs to load it first (``_engines_path``, ``_binding_path``)."""
     from harness.binding.wheel import unpacked_binding
     from harness.build.cmake import artifact_dir
     from harness.build.matrix import get_variant
@@ -40,4 +40,4 @@ def injected_binding(work: Path, tag: str, anchor: str, code: str) -> dict[str, 
     spec = dataclasses.replace(spec, recipe_commit=f"study-{tag}")
     artifact = artifact_dir(load_engine(ENGINE), get_variant("cpu"))
     site = unpacked_binding(spec, artifact)
-    return {"_engines_path": str(recipe / "engines"), "_backend_path": str(site)}
+    return {"_engines_path": str(recipe / "engines"), "_binding_path": str(site)}

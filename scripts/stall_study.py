@@ -2,7 +2,7 @@
 
     python scripts/stall_study.py --model $HARNESS_MODEL [--blocks 6] [--out DIR]
 
-The stall (engines/llamacpp/backend/src/engine.h, above ``init``): the model was loaded on the Python
+The stall (engines/llamacpp/binding/src/engine.h, above ``init``): the model was loaded on the Python
 thread, whose load-time AMX weight repack opened an OpenMP team; decode then ran on the engine
 thread's team. With two teams in the process libgomp counts more threads than CPUs and throttles its
 spinning, and the decode team's hand-offs sleep on a futex: decode at a quarter of llama-bench's speed
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     progress.info("building the stalled binding (a second OpenMP team on the calling thread) ...")
     stalled = _injection.injected_binding(paths.cache_root() / "stall-study", "stall", ANCHOR, STALL)
     stalled_env = {**os.environ, "HARNESS_ENGINES_PATH": stalled["_engines_path"],
-                   "HARNESS_BACKEND_PATH": stalled["_backend_path"]}
+                   "HARNESS_BINDING_PATH": stalled["_binding_path"]}
     doc: dict[str, Any] = {"threads": args.threads, "blocks": args.blocks, "cpu": _cpu_model(),
                            "builds": {}}
     for name, env, opts in (("base", dict(os.environ), {}), ("stalled", stalled_env, stalled)):
