@@ -68,7 +68,7 @@ def test_the_pin_move_adds_the_agreement_table(tmp_path: Path, toy_agree: list[d
     # the old pin is the reference (A): its recipe's build and binding, this pin's at the same level (B)
     assert call["a"] == "in-process:variant=cpu,engine=llamacpp,pin=0.3.35,name=llamacpp 0.3.35"
     assert call["b"] == "in-process:variant=cpu,engine=llamacpp,name=llamacpp 0.3.36"
-    assert (call["kind"], call["window"], call["max_tokens"], call["threads"]) == ("pin", 512, 4096, 2)
+    assert (call["kind"], call["window"], call["max_tokens"], call["threads"]) == ("pin", 512, 2048, 2)
     assert call["model"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and call["threshold"].gate is False
     # the toy B is far outside the pin limits: reported for the PR, not gated (the descriptor says so)
     assert "outside the pin thresholds (reported, not gated): mean KLD" in r.summary

@@ -1,6 +1,6 @@
 """A child that dies by a signal is reported as a crash: signal, CPU level, what it ran.
 
-A fake backend (tests/fakes/backend_core.py) kills its own process with SIGILL on its
+A fake binding (tests/fakes/binding_core.py) kills its own process with SIGILL on its
 first request, as a miscompiled CPU level does; a second fake answers normally. Each
 place that runs engine code in a child must name the signal and keep the other results.
 """
@@ -27,7 +27,7 @@ import pytest
 from harness.core import crash
 from harness.core.errors import EngineCrashError
 
-FAKE_CORE = Path(__file__).parents[1] / "fakes" / "backend_core.py"
+FAKE_CORE = Path(__file__).parents[1] / "fakes" / "binding_core.py"
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     from harness_plugins.llamacpp.tiny import write_tiny_llama
 
     pin = load_engine("llamacpp").pin
-    root = tmp_path / "backends"
+    root = tmp_path / "bindings"
     for variant in ("crashy", "steady"):
         pkg = root / f"harness_fake_{variant}"
         (pkg / "lib").mkdir(parents=True)
@@ -45,9 +45,9 @@ def fake_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         shutil.copy(FAKE_CORE, pkg / "_core.py")
         (pkg / "identity.json").write_text(json.dumps({
             "engine": "llamacpp", "pin": pin, "abi_fingerprint": _committed_fingerprint(),
-            "backend": "cpu", "variant": variant}))
+            "platform": "cpu", "variant": variant}))
     model = write_tiny_llama(tmp_path / "tiny.gguf")
-    env = {"HARNESS_BACKEND_PATH": str(root), "HARNESS_CACHE": str(tmp_path / "cache"),
+    env = {"HARNESS_BINDING_PATH": str(root), "HARNESS_CACHE": str(tmp_path / "cache"),
            "HARNESS_NO_PROGRESS": "1", "FAKE_MODEL": str(model)}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -100,7 +100,7 @@ def test_cross_variant_reports_crash_and_keeps_others(fake_env: dict[str, str]) 
 
 def test_cross_variant_checks_the_levels_of_another_build(fake_env: dict[str, str], tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """$HARNESS_BACKEND_LIB_DIR: the levels checked are that build's (a patched artifact of this pin);
+    """$HARNESS_BINDING_LIB_DIR: the levels checked are that build's (a patched artifact of this pin);
     only_levels narrows them, the variant's own pick runs anyway."""
     from harness.runtime import levels
     from harness_plugins.llamacpp.crossvariant import cross_variant
@@ -122,9 +122,9 @@ def test_bench_worker_death_names_the_signal(fake_env: dict[str, str]) -> None:
     from harness.bench.arms import ArmSpec, ArmWorker
 
     common = f"model={fake_env['FAKE_MODEL']},n_ctx=256,threads=1,max_num_seqs=1"
-    with ArmWorker(ArmSpec.parse(f"backend:{common},variant=steady"), "A") as good:
+    with ArmWorker(ArmSpec.parse(f"in-process:{common},variant=steady"), "A") as good:
         good.warmup()  # the other arm keeps working
-        with ArmWorker(ArmSpec.parse(f"backend:{common},variant=crashy"), "B") as bad:
+        with ArmWorker(ArmSpec.parse(f"in-process:{common},variant=crashy"), "B") as bad:
             bad.wait_ready()
             with pytest.raises(EngineCrashError) as e:
                 bad.warmup()
@@ -206,7 +206,7 @@ def _default_sigint() -> None:
 
 def _start_serve(fake_env: dict[str, str], tmp_path: Path, variant: str,
                  *extra: str) -> tuple[subprocess.Popen[bytes], str, Path]:
-    """``harness serve`` of the tiny model on a fake backend, in a session of its own (no terminal),
+    """``harness serve`` of the tiny model on a fake binding, in a session of its own (no terminal),
     returned once it answers /health: the process, the base URL, the file its stderr goes to."""
     config = tmp_path / "serve.yaml"
     model = Path(fake_env["FAKE_MODEL"])

@@ -187,7 +187,7 @@ def test_e2e_specs_found_by_the_qualify_stage(toy: Path, monkeypatch: pytest.Mon
     ran: list[list[Path]] = []
 
     class Passed:
-        ok, passed, skipped, failed, crashes = True, 1, 0, [], []
+        ok, passed, skipped, deselected, failed, crashes = True, 1, 0, 0, [], []
 
         def as_dict(self) -> dict[str, Any]:
             return {"files": {}}

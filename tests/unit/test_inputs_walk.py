@@ -24,7 +24,7 @@ _WRITE_FLAGS = frozenset({"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"
 #: (file, enclosing function, the call's callee as written): why it may read directly.
 ALLOWED: dict[tuple[str, str, str], str] = {
     # the agreement's reference rows: a temp dir of the harness's own, written by the same series
-    ("harness/agree/run.py", "load", "meta.read_text"): "the reference rows' meta file, written by an earlier agree() of the same series",
+    ("harness/agree/run.py", "ReferenceRows.load", "meta.read_text"): "the reference rows' meta file, written by an earlier agree() of the same series",
     # the simulation instrument's own files: cachegrind's output and the run's log, both written by it
     ("harness/bench/simulation.py", "run_one", "out.read_text"): "cachegrind's output file of a run the harness started",
     ("harness/bench/simulation.py", "run_one", "log.read_text"): "the log of a run the harness started",

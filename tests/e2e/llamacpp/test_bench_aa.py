@@ -1,4 +1,4 @@
-"""A/A on the real backend arm: an arm against itself shows no difference.
+"""A/A on the real binding arm: an arm against itself shows no difference.
 
 It runs on SmolLM2 (HARNESS_MODEL), not the 0.5 MB tiny model: there a measurement is ~1 ms
 (TTFT 0.7 ms, 32 tokens in 2-4 ms), and two worker processes of the same arm differed by a

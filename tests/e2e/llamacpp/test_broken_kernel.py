@@ -12,7 +12,7 @@ own pipeline (fetch, ``git apply`` of the series, ABI check, build): the series 
 working copy and build dir, and the artifact goes to ``<cache>/e2e/broken-kernel/dist``, so no
 cached artifact or installed binding is touched. With ccache, only the patched file recompiles
 (once per CPU level). The installed binding then runs that artifact's CPU levels
-(``$HARNESS_BACKEND_LIB_DIR``), and qualification's cross-variant check and verdict run on them.
+(``$HARNESS_BINDING_LIB_DIR``), and qualification's cross-variant check and verdict run on them.
 
 Measured on this project's Sapphire Rapids host (2 threads, 4096 tokens of the corpus against
 sapphirerapids): broken sandybridge mean KLD 0.0226, p99 0.169, top-1 91.6%, perplexity ratio
