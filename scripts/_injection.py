@@ -10,13 +10,15 @@ import shutil
 from pathlib import Path
 
 ENGINE = "llamacpp"
-SOURCE = Path("engines") / ENGINE / "binding" / "src" / "engine.cpp"
+#: the binding's sources; an injection names its file there (engine.cpp unless told)
+SOURCE_DIR = Path("engines") / ENGINE / "binding" / "src"
 
 
-def injected_binding(work: Path, tag: str, anchor: str, code: str) -> dict[str, str]:
-    """Build the binding with ``code`` after the one occurrence of ``anchor`` in its engine.cpp; ``tag``
-    names the recipe copy and its own build dir. Returns the options an in-process target (or arm)
-    needs to load it first (``_engines_path``, ``_binding_path``)."""
+def injected_binding(work: Path, tag: str, anchor: str, code: str,
+                     source: str = "engine.cpp") -> dict[str, str]:
+    """Build the binding with ``code`` after the one occurrence of ``anchor`` in ``source``, a file of its
+    src/ (engine.cpp, engine_loop.cpp, ...); ``tag`` names the recipe copy and its own build dir. Returns
+    the options an in-process target (or arm) needs to load it first (``_engines_path``, ``_binding_path``)."""
     from harness.binding.wheel import unpacked_binding
     from harness.build.cmake import artifact_dir
     from harness.build.matrix import get_variant
@@ -29,10 +31,11 @@ def injected_binding(work: Path, tag: str, anchor: str, code: str) -> dict[str, 
         shutil.copytree(src / d / ENGINE, recipe / d / ENGINE, dirs_exist_ok=True)
     # the bindings' shared headers (harness_pydict.h, ...)
     shutil.copytree(src / "engines" / "_shared", recipe / "engines" / "_shared", dirs_exist_ok=True)
-    cpp = recipe / SOURCE
-    text = (src / SOURCE).read_text()
+    rel = SOURCE_DIR / source
+    cpp = recipe / rel
+    text = (src / rel).read_text()
     if text.count(anchor) != 1:
-        msg = f"{src / SOURCE}: the injection's anchor is not there exactly once (moved?):\n{anchor}"
+        msg = f"{src / rel}: the injection's anchor is not there exactly once (moved?):\n{anchor}"
         raise SystemExit(msg)
     cpp.write_text(text.replace(anchor, anchor + code))
     spec = parse_engine(recipe / "engines" / ENGINE / "engine.yaml")

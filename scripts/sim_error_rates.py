@@ -85,7 +85,7 @@ def injected_binding(work: Path, iterations: int) -> dict[str, str]:
             "        unsigned long long h = sim_study_sink;\n"
             f"        for (unsigned long long i = 0; i < {iterations}ULL; ++i) h = h * 6364136223846793005ULL + i;\n"
             "        sim_study_sink = h;\n    }\n")
-    return _injection.injected_binding(work, f"sim{iterations:010d}", ON_TOKEN, code)
+    return _injection.injected_binding(work, f"sim{iterations:010d}", ON_TOKEN, code, source="engine_loop.cpp")
 
 
 def calibrate_injection(work: Path, out: Path, plan: Any, per_token_ir: float, pct: float, target: Any,
