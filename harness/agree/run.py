@@ -248,7 +248,7 @@ def agree(a: str, b: str, *, model: str, corpus: Corpus, window: int = DEFAULT_W
             for lo in range(0, len(windows), group):
                 part = windows[lo:lo + group]
                 files: dict[str, list[str]] = {}
-                if kept is not None and slot is not None:
+                if kept is not None and slot is not None:  # (kept implies slot)
                     files["A"] = [str(slot / f"A-{lo + i}.f32") for i in range(len(part))]
                 for role, arm in arms.items():
                     where = slot if role == "A" and slot is not None else rows

@@ -51,8 +51,8 @@ class BenchPlan:
     is not simulated (a bandwidth-bound model: simulation's cache model says nothing of DRAM bandwidth,
     and its runs cost minutes per token under Valgrind)."""
 
-    shapes: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """Model variable -> (pn, gn) of its wall-clock runs (``qualify.bench.shapes``), unless the command
+    shapes: dict[str, qs.BenchShape] = field(default_factory=dict)
+    """Model variable -> the shape of its wall-clock runs (``qualify.bench.shapes``), unless the command
     line gave --pn/--gn; a model not named runs ``pn``/``gn``."""
 
     def sim_plan(self, model_var: str) -> SimPlan | None:
@@ -62,8 +62,8 @@ class BenchPlan:
         """This plan at the wall-clock shape of ``model_var``."""
         if model_var not in self.shapes:
             return self
-        pn, gn = self.shapes[model_var]
-        return dataclasses.replace(self, pn=pn, gn=gn)
+        shape = self.shapes[model_var]
+        return dataclasses.replace(self, pn=shape.pn, gn=shape.gn)
 
     def config(self, concurrency: tuple[int, ...] | None = None) -> BenchConfig:
         return BenchConfig(blocks=self.blocks, pn=self.pn, gn=self.gn, concurrency=concurrency or self.concurrency,
@@ -77,7 +77,7 @@ class BenchPlan:
                 "blocks": self.blocks, "pn": self.pn, "gn": self.gn, "concurrency": list(self.concurrency),
                 "until_halfwidth": self.until_halfwidth, "max_blocks": self.max_blocks, "budget_s": self.budget_s, "gate": dict(self.gate),
                 "threads": self.threads, "threads_source": self.threads_source, "models": list(self.models),
-                "shapes": {k: {"pn": pn, "gn": gn} for k, (pn, gn) in self.shapes.items()}}
+                "shapes": {k: dataclasses.asdict(v) for k, v in self.shapes.items()}}
 
 
 def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int | None = None, gn: int | None = None,
@@ -110,7 +110,7 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int | None 
         sims = {models[0]: SIM_DEFAULT}
     else:
         sims = {k: SimPlan(p1=v.p1, p2=v.p2, g1=v.g1, g2=v.g2) for k, v in raw.simulation.items()}
-    shapes = {} if pn is not None or gn is not None else {k: (v.pn, v.gn) for k, v in raw.shapes.items()}
+    shapes = {} if pn is not None or gn is not None else dict(raw.shapes)
     return BenchPlan(instruments=chosen, sim=sims, shapes=shapes,
                      blocks=blocks or raw.blocks, pn=qs.BENCH_SHAPE.pn if pn is None else pn,
                      gn=qs.BENCH_SHAPE.gn if gn is None else gn, concurrency=concurrency,
