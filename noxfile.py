@@ -11,7 +11,7 @@ Default sessions: lint, tests. Others are opt-in (``default=False``):
 - ``cross-aarch64``: build the cpu-aarch64 row with the cross toolchain and run every ARM CPU level
   under its QEMU CPU model (tiny model, SmolLM2 "Paris", a short llama-bench); the level table.
 - ``vulkan``: build the vulkan row and its binding, run its e2e specs on it (tiny model, SmolLM2
-  short shape; lavapipe here); spec files in posargs are added (``-- tests/e2e/llamacpp/test_text.py``).
+  short shape; lavapipe here); spec files in posargs are added (``-- engines/llamacpp/e2e/test_text.py``).
 - ``serve-load``: ``harness serve`` under load and abuse at full size with a 10-minute soak (``-- --hour``: an
   hour): requests/s, TTFT and inter-token p50/p99, RSS slope; a leak or an unbounded client fails it.
 - ``bench_speculative``: ABBA runs of speculative decoding on SmolLM2 (copy-heavy and free
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
+import shutil
 from pathlib import Path
 
 import nox
@@ -43,23 +43,34 @@ def _install(session: nox.Session, extras: str = "test") -> None:
 
 
 def _mypy(session: nox.Session) -> None:
-    """mypy --strict on harness/ and on the plugins as the package they install as (``harness_plugins``,
-    which the editable finder maps to plugins/ and mypy cannot follow): each engine's claims of
-    harness.runtime.contract are checked there."""
+    """mypy --strict on harness/ and on the plugins as the package they install as (``harness_plugins``:
+    plugins/ plus each engines/<name>/plugin/ as harness_plugins.<name>, which the editable finder maps
+    and mypy cannot follow): each engine's claims of harness.runtime.contract are checked there."""
     session.run("mypy", "harness")
     tmp = Path(session.create_tmp()) / "mypy-path"
-    tmp.mkdir(parents=True, exist_ok=True)
-    link = tmp / "harness_plugins"
-    if not link.is_symlink():
-        link.symlink_to(Path(__file__).resolve().parent / "plugins")
-    session.run("mypy", "--strict", "-p", "harness_plugins", env={"MYPYPATH": str(tmp)})
+    session.run("mypy", "--strict", "-p", "harness_plugins", env={"MYPYPATH": str(plugins_tree(tmp))})
+
+
+def plugins_tree(tmp: Path) -> Path:
+    """``tmp/harness_plugins/``: links to plugins/'s modules and to each engine's plugin/ package,
+    laid out as the installed package (returns ``tmp``, the MYPYPATH entry)."""
+    root = Path(__file__).resolve().parent
+    pkg = tmp / "harness_plugins"
+    if pkg.exists():
+        shutil.rmtree(pkg)
+    pkg.mkdir(parents=True)
+    for module in (root / "plugins").glob("*.py"):
+        (pkg / module.name).symlink_to(module)
+    for plugin in sorted((root / "engines").glob("*/plugin/__init__.py")):
+        (pkg / plugin.parent.parent.name).symlink_to(plugin.parent)
+    return tmp
 
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     """ruff on everything, mypy --strict on harness/ and the plugins."""
     _install(session, "all,test,lint")
-    session.run("ruff", "check", "harness", "plugins", "tests", "noxfile.py", *session.posargs)
+    session.run("ruff", "check", "harness", "plugins", "engines", "tests", "scripts", "noxfile.py", *session.posargs)
     _mypy(session)
 
 
@@ -103,7 +114,7 @@ def _prepare_cpu(session: nox.Session, env: dict[str, str], engines: list[str]) 
 def tests(session: nox.Session) -> None:
     """Lint, unit tests, then the pipeline for cpu (cached after the first run) and the e2e specs on it."""
     _install(session, "all,test,convert,lint")
-    session.run("ruff", "check", "harness", "plugins", "tests", "noxfile.py")
+    session.run("ruff", "check", "harness", "plugins", "engines", "tests", "scripts", "noxfile.py")
     _mypy(session)
     env = {"HARNESS_NO_PROGRESS": "1"}
     session.run("pytest", "-p", "no:cacheprovider", "tests/unit", *session.posargs, env=env)
@@ -117,7 +128,7 @@ def tests(session: nox.Session) -> None:
         session.run("harness", "audit", "isa", engine, "--variant", "cpu", env=env)
     # One process per spec file: a crash (SIGILL on some CPU level) names its spec and
     # level, and the other files' results are kept.
-    session.run("harness", "e2e", "tests/e2e", "--variant", "cpu", "--", *session.posargs, env=e2e)
+    session.run("harness", "e2e", *engines, "--variant", "cpu", "--", *session.posargs, env=e2e)
     if _cross_toolchain_present():
         # The cpu-aarch64 row, every ARM level on the tiny model under qemu-user (the cold cross build
         # is the cost: minutes once; with the stamp and ccache warm, the runs only).
@@ -129,20 +140,17 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def engine(session: nox.Session) -> None:
-    """One engine the test command leaves out (nox -s engine -- vllm.cpp): fetch, build cpu, bind, its e2e specs."""
+    """One engine the test command leaves out (nox -s engine -- vllmcpp): fetch, build cpu, bind, its e2e specs."""
     _install(session, "all,test,convert")
     env = {"HARNESS_NO_PROGRESS": "1"}
     known = _engines(session, env, default_only=False)
     names = [a for a in session.posargs if a in known] or known
     e2e = _prepare_cpu(session, env, names)
-    # an engine's specs live in tests/e2e/<its name without punctuation> (vllm.cpp: tests/e2e/vllmcpp)
-    dirs = [f"tests/e2e/{re.sub(r'[^a-z0-9]', '', n.lower())}" for n in names]
-    specs = [d for d in dirs if os.path.isdir(d)] or ["tests/e2e"]
-    session.run("harness", "e2e", *specs, "--variant", "cpu", env=e2e)
+    # an engine's specs are its folder's e2e/ (harness e2e takes the engine's name)
+    session.run("harness", "e2e", *names, "--variant", "cpu", env=e2e)
 
 
 def _cross_toolchain_present() -> bool:
-    import shutil
 
     return all(shutil.which(t) for t in ("aarch64-linux-gnu-g++", "clang++-19", "qemu-aarch64-static"))
 
@@ -171,10 +179,10 @@ def vulkan(session: nox.Session) -> None:
     e2e.update(json.loads(str(session.run("harness", "models", "env", "--json", silent=True, env=env))))
     # Forced, the variant runs on a CPU-type device too (the engine lists it for ggml-vulkan). The
     # whole text suite passes on lavapipe as well but takes ~17 min here: name it in posargs to add it,
-    # e.g. nox -s vulkan -- tests/e2e/llamacpp/test_text.py
+    # e.g. nox -s vulkan -- engines/llamacpp/e2e/test_text.py
     specs = [a for a in session.posargs if a.endswith(".py")] or []
     rest = [a for a in session.posargs if not a.endswith(".py")]
-    session.run("harness", "e2e", "tests/e2e/llamacpp/test_vulkan.py", *specs, "--variant", "vulkan", "--", *rest,
+    session.run("harness", "e2e", "engines/llamacpp/e2e/test_vulkan.py", *specs, "--variant", "vulkan", "--", *rest,
                 env=e2e)
 
 

@@ -27,8 +27,9 @@ def injected_binding(work: Path, tag: str, anchor: str, code: str,
 
     recipe = work / f"binding-recipe-{tag}"
     src = paths.project_root()
-    for d in ("engines", "abi", "patches"):
-        shutil.copytree(src / d / ENGINE, recipe / d / ENGINE, dirs_exist_ok=True)
+    # the engine's one folder (descriptor, patches, ABI surface, binding source), without its plugin and specs
+    shutil.copytree(src / "engines" / ENGINE, recipe / "engines" / ENGINE, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("plugin", "e2e", "__pycache__"))
     # the bindings' shared headers (harness_pydict.h, ...)
     shutil.copytree(src / "engines" / "_shared", recipe / "engines" / "_shared", dirs_exist_ok=True)
     rel = SOURCE_DIR / source

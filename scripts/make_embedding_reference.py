@@ -3,7 +3,7 @@
 Runs sentence-transformers (PyTorch) on the fixture's safetensors directory, offline:
 
     pip install sentence-transformers torch==2.13.0
-    python scripts/make_embedding_reference.py $HARNESS_EMBED_DIR > tests/e2e/llamacpp/data/minilm_reference.json
+    python scripts/make_embedding_reference.py $HARNESS_EMBED_DIR > engines/llamacpp/e2e/data/minilm_reference.json
 """
 
 from __future__ import annotations

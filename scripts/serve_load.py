@@ -1,5 +1,5 @@
 """Load and abuse of a real ``harness serve`` on loopback, at two sizes: the e2e spec
-(tests/e2e/llamacpp/test_serve_load.py, the ``ci`` profile: seconds) and ``nox -s serve-load``
+(engines/llamacpp/e2e/test_serve_load.py, the ``ci`` profile: seconds) and ``nox -s serve-load``
 (full size, with a soak):
 
     python scripts/serve_load.py --model TINY.gguf [--profile soak10 | --hour] [--out DIR]

@@ -61,9 +61,10 @@ def kernel_artifact(work: Path) -> Path:
 
     recipe = work / "kernel-recipe"
     src = paths.project_root()
-    for d in ("engines", "abi", "patches"):
-        shutil.copytree(src / d / ENGINE, recipe / d / ENGINE, dirs_exist_ok=True)
-    shutil.copy2(PATCH, recipe / "patches" / ENGINE / PATCH.name)
+    # the engine's one folder (descriptor, patches, ABI surface, binding source), without its plugin and specs
+    shutil.copytree(src / "engines" / ENGINE, recipe / "engines" / ENGINE, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("plugin", "e2e", "__pycache__"))
+    shutil.copy2(PATCH, recipe / "engines" / ENGINE / "patches" / PATCH.name)
     spec = parse_engine(recipe / "engines" / ENGINE / "engine.yaml")
     import os
 

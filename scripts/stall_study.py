@@ -15,7 +15,7 @@ Decode keeps running on the engine thread's team, now the second in the process.
 
 Three instruments, each asked whether it sees the stalled build:
 
-- **the threading check** (``tests/e2e/llamacpp/test_engine_ceiling.py::test_one_openmp_team``, run by
+- **the threading check** (``engines/llamacpp/e2e/test_engine_ceiling.py::test_one_openmp_team``, run by
   qualify's e2e stage): the threads that loading and decoding add to the process must be the engine
   thread plus its pool of n_threads - 1. Counted for the base and the stalled build;
 - **wall-clock, the ceiling's instrument**: ABBA of llama-bench (A) against each build (B) on the same

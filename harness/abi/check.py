@@ -1,6 +1,6 @@
 """``abi check``: the pinned, patched headers against the committed surface, before any build.
 
-The committed surface (``abi/<engine>/surface.json``) is what the binding
+The committed surface (``engines/<engine>/abi/surface.json``) is what the binding
 was written against. The check snapshots the pinned headers for the committed
 targets, restricts them to the committed used set, and fails on any difference.
 A move of the engine's declared ABI version macro (``abi.version_macro``) is the
@@ -39,8 +39,8 @@ class CheckResult:
 
 
 def surface_path(engine: str) -> Path:
-    """The checkout's ``abi/<engine>/surface.json``; an engine's own is ``EngineSpec.surface_path``."""
-    return paths.project_root() / "abi" / engine / "surface.json"
+    """The checkout's ``engines/<engine>/abi/surface.json``; an engine's own is ``EngineSpec.surface_path``."""
+    return paths.project_root() / "engines" / engine / "abi" / "surface.json"
 
 
 def version_macro(abi: Mapping[str, Any]) -> str | None:
@@ -176,7 +176,7 @@ def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = ""
 
 
 def check_engine(spec: EngineSpec, tree: Path) -> CheckResult:
-    """The pipeline's ABI stage: the patched tree of ``spec`` against ``abi/<engine>/`` of its recipe, with
+    """The pipeline's ABI stage: the patched tree of ``spec`` against ``engines/<engine>/abi/`` of its recipe, with
     the binding source of the same recipe (for an old pin from git history: that commit's, not the
     working tree's; :mod:`harness.build.recipes`)."""
     return check_tree(spec.name, tree, spec.abi, pin=spec.pin, committed_path=spec.surface_path,

@@ -12,7 +12,7 @@ Types are kept as *spelled* (``int64_t``, not ``long``): the spelling is what th
 binding is written against and it is the same on every target, while
 sizes and offsets carry the target-specific part.
 
-The *merged* form (what ``abi/<engine>/surface.json`` holds) stores each item
+The *merged* form (what ``engines/<engine>/abi/surface.json`` holds) stores each item
 once; a struct's size, alignment or field offset becomes a ``{triple: value}``
 map only where targets disagree, and an item that differs in any other way (or
 exists on some targets only) is stored as ``{"per_target": {triple: item}}``.

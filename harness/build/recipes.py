@@ -2,12 +2,12 @@
 
 A pin is never just a version: its recipe is the descriptor (``engines/<e>/engine.yaml``:
 sdist hash, upstream build number, CMake options, targets), the patch series written for it
-(``patches/<e>/``) and the ABI surface the binding was checked against (``abi/<e>/``), all
+(``engines/<e>/patches/``) and the ABI surface the binding was checked against (``engines/<e>/abi/``), all
 committed together when the pin moved. The release engineer's "old pin" is therefore the
 recipe at an older commit (usually main), and the harness builds it from there instead of
 guessing options, patches and build numbers for a version nobody reviewed.
 
-``recipe_at(engine, rev)`` materializes ``engines/<e>``, ``patches/<e>`` and ``abi/<e>`` of
+``recipe_at(engine, rev)`` materializes ``engines/<e>``, ``engines/<e>/patches`` and ``engines/<e>/abi`` of
 ``rev`` (and ``engines/_shared``, the headers every engine's binding source includes, so
 the recipe's own binding can be built) into ``<cache>/recipes/<e>-<commit12>/`` (once, stamped)
 and loads the descriptor from there; :attr:`EngineSpec.patches_dir` and the ABI check follow

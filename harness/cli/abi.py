@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                          description="Compute an engine's ABI surface from its pinned headers with libclang.")
     asub = abi.add_subparsers(dest="abi_command", metavar="ACTION", required=True)
 
-    p = asub.add_parser("snapshot", help="write abi/<engine>/surface.json from the pinned, patched headers",
+    p = asub.add_parser("snapshot", help="write engines/<engine>/abi/surface.json from the pinned, patched headers",
                         description="Parse the pinned, patched headers per target and write the surface the "
                         "binding is written against. Review the file's diff before committing it.")
     add_engine_arg(p)
@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--used-from", type=Path, metavar="PATH",
                    help="built binding (.so) or its sources; default: abi.used_from, else the committed used set")
     p.add_argument("--all", action="store_true", help="keep the whole surface, not only the used part")
-    p.add_argument("-o", "--output", metavar="FILE", help="where to write (default: abi/<engine>/surface.json; - for stdout)")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write (default: engines/<engine>/abi/surface.json; - for stdout)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=cmd_snapshot, extras=('build',))
 

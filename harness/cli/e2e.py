@@ -15,26 +15,55 @@ CPU level it had loaded; every other file still runs and its results are kept.
 
 Exit codes: 0 all passed, 1 a spec failed, 16 a spec process crashed.
 
+A spec argument is a file, a folder, or an engine's name (its folder's e2e/ specs);
+without one, every engine's e2e/ folder runs.
+
 examples:
-  harness e2e tests/e2e --variant cpu
-  harness e2e tests/e2e -- -k greedy -x        pytest arguments after --
+  harness e2e --variant cpu                      every engine's specs
+  harness e2e ENGINE --variant cpu               one engine's specs (its folder's e2e/)
+  harness e2e ENGINE -- -k greedy -x             pytest arguments after --
 """
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("e2e", help="run e2e spec files one process each (a crash cannot take the rest down)",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("specs", nargs="*", type=Path, default=[Path("tests/e2e")],
-                   help="spec files or directories (default: tests/e2e); arguments after -- go to each pytest run")
+    p.add_argument("specs", nargs="*", default=[], metavar="SPEC",
+                   help="spec files, directories or engine names (default: every engine's e2e/ folder); "
+                        "arguments after -- go to each pytest run")
     p.add_argument("--variant", action="append", default=[], help="binding variant to run on (repeatable)")
     add_json_flag(p)
     p.set_defaults(func=cmd_e2e, extras=("test",), takes_passthrough=True)
 
 
+def spec_paths(given: list[str]) -> list[Path]:
+    """Each argument as a path: an existing file or folder as it is, an engine's name as its folder's
+    ``e2e/``; none: every engine's ``e2e/`` folder."""
+    from harness.core.errors import UsageError
+    from harness.engine.descriptor import descriptor_path, engine_names
+
+    if not given:
+        found = [p.parent / "e2e" for p in map(descriptor_path, engine_names()) if p is not None]
+        return [d for d in found if d.is_dir()]
+    out = []
+    for arg in given:
+        path = Path(arg)
+        descriptor = None if path.exists() or "/" in arg or arg.endswith(".py") else descriptor_path(arg)
+        if descriptor is not None:
+            out.append(descriptor.parent / "e2e")
+        elif path.exists():
+            out.append(path)
+        else:
+            msg = (f"{arg!r} is neither a spec file or folder nor an engine name "
+                   f"(engines: {', '.join(engine_names())}; `harness engines` lists them)")
+            raise UsageError(msg)
+    return out
+
+
 def cmd_e2e(args: argparse.Namespace) -> int:
     from harness.qualify.e2e import run_specs
 
-    specs, extra = args.specs, list(getattr(args, "passthrough", []))
+    specs, extra = spec_paths(args.specs), list(getattr(args, "passthrough", []))
     for v in args.variant:
         extra += ["--variant", v]
     res = run_specs(specs, pytest_args=["-ra", *extra], capture=bool(args.json))

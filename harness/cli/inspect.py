@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("patch", help="apply the patch series to a fresh copy of the pinned source",
-                       description="Apply patches/<engine>/*.patch in order with git apply. "
+                       description="Apply engines/<engine>/patches/*.patch in order with git apply. "
                        "With --check, report per patch: applies / already-upstream (retire it) / conflicts.")
     add_engine_arg(p)
     p.add_argument("--check", action="store_true", help="only report what each patch would do")

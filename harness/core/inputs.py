@@ -53,7 +53,7 @@ LIMITS: dict[str, int] = {
     "archive": 8 * GiB,  # a pinned source archive or a partial download
     "model": 256 * GiB,  # a model file hashed whole
     "patch": 64 * MiB,  # a patch of an engine's series (llama.cpp's are a few KiB)
-    "surface": 16 * MiB,  # an engine's committed ABI surface (abi/<engine>/surface.json, ~30 KiB)
+    "surface": 16 * MiB,  # an engine's committed ABI surface (engines/<engine>/abi/surface.json, ~30 KiB)
     "text": 64 * MiB,  # anything else read as text (templates, prompts from files)
     "model-metadata": 16 * MiB,  # a model directory's config.json (Hugging Face layout)
     "media-header": 1 * MiB,  # the head of a frame or WAV the engine wrote (head=True reads)

@@ -111,12 +111,19 @@ class EngineSpec:
 
     @property
     def patches_dir(self) -> Path:
-        return self.root.parent.parent / "patches" / self.name
+        """``engines/<name>/patches/`` (or, in a recipe from a commit before the one-folder layout,
+        ``patches/<name>/`` beside ``engines/``)."""
+        return self._own_or_legacy("patches")
 
     @property
     def surface_path(self) -> Path:
-        """The committed ABI surface beside this recipe (``abi/<engine>/surface.json``)."""
-        return self.root.parent.parent / "abi" / self.name / "surface.json"
+        """The committed ABI surface of this recipe (``engines/<name>/abi/surface.json``)."""
+        return self._own_or_legacy("abi") / "surface.json"
+
+    def _own_or_legacy(self, folder: str) -> Path:
+        own = self.root / folder
+        legacy = self.root.parent.parent / folder / self.name
+        return legacy if self.recipe_commit and not own.exists() and legacy.exists() else own
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,7 @@
 
 Descriptors are found by name in the folders of ``$HARNESS_ENGINES_PATH`` (``os.pathsep``-separated,
 searched first, like ``PATH``) and then in the checkout's ``engines/``. Each such folder sits in a
-project-shaped root: an engine's ``patches/<name>/`` and ``abi/<name>/`` are beside it, in its parent.
+project-shaped root: an engine's ``engines/<name>/patches/`` and ``engines/<name>/abi/`` are beside it, in its parent.
 """
 
 from __future__ import annotations
@@ -83,15 +83,33 @@ def check_name(name: str) -> str:
                f"{rule['maxLength']} (`harness engines` lists them)")
         raise UsageError(msg)
     if not re.search(rule["pattern"], name):
-        raise UnknownNameError("engine", name, engine_names())
+        raise unknown_engine(name)
     return name
+
+
+def unknown_engine(name: str) -> UnknownNameError:
+    """An unknown engine name; the upstream project's spelling (``stable-diffusion.cpp``, the last part
+    of a descriptor's ``upstream.repository``) is answered with the engine's one name."""
+    err = UnknownNameError("engine", name, engine_names())
+    for engine in engine_names():
+        path = descriptor_path(engine)
+        try:
+            data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError)) if path else {}
+            repository = str(data["upstream"]["repository"]) if path else ""
+        except (HarnessError, KeyError, TypeError, yaml.YAMLError):
+            continue
+        if repository.rsplit("/", 1)[-1].lower() == name.lower():
+            err.args = (f"{err.args[0]}: {name} is the upstream project of engine {engine!r}; "
+                        f"engines are named by their folder (engines/{engine}/)",)
+            break
+    return err
 
 
 def load_engine(name: str) -> EngineSpec:
     """Load and validate one engine descriptor; unknown names get a 'did you mean'."""
     path = descriptor_path(check_name(name))
     if path is None:
-        raise UnknownNameError("engine", name, engine_names())
+        raise unknown_engine(name)
     return parse_engine(path)
 
 

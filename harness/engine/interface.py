@@ -105,7 +105,8 @@ class EngineImpl:
     """``config_check(config, context)`` -> diagnostics, called for every config whose backend
     resolves to this engine (LocalAI's backend names included), valid or not."""
     e2e_specs: Callable[[], list[Path]] | None = None
-    """Pytest files holding the engine's e2e specs (qualify's e2e stage)."""
+    """Pytest files holding the engine's e2e specs (qualify's e2e stage), for an engine whose specs are
+    not in its folder's ``e2e/`` (one installed from another distribution keeps them in its package)."""
     localai_backends: tuple[str, ...] = ()
     """LocalAI backend names this engine serves (what configs write as ``backend:``); their aliases in
     ``harness/config/localai.yaml`` follow them."""

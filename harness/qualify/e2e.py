@@ -95,7 +95,7 @@ def spec_files(paths: Sequence[Path]) -> list[Path]:
         elif p.is_file():
             out.append(p)
         else:
-            msg = f"no spec file or directory {p}; expected tests/e2e or a test_*.py file"
+            msg = f"no spec file or directory {p}; expected an engine's e2e folder (engines/<name>/e2e) or a test_*.py file"
             raise UsageError(msg)
     return out
 
@@ -136,7 +136,7 @@ def run_specs(specs: Sequence[Path], *, pytest_args: Sequence[str] = (), env: di
         with tempfile.TemporaryDirectory(prefix="harness-e2e-") as tmp:
             xml = Path(tmp) / "junit.xml"
             argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "harness.qualify.pytest_crashnote",
-                    str(spec), f"--junitxml={xml}", *([f"--rootdir={cwd}"] if cwd is not None else []),
+                    "-p", "harness.qualify.specs", str(spec), f"--junitxml={xml}", *([f"--rootdir={cwd}"] if cwd is not None else []),
                     *pytest_args]
             t0 = time.perf_counter()
             r = run_child(argv, env=base, cwd=cwd, capture=capture)

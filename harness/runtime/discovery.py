@@ -199,14 +199,14 @@ def import_core(c: Candidate) -> Any:
 
 
 def committed_fingerprint(engine: str) -> str | None:
-    """The ABI fingerprint of ``abi/<engine>/surface.json`` beside the engine's descriptor (the
+    """The ABI fingerprint of ``engines/<engine>/abi/surface.json`` beside the engine's descriptor (the
     checkout's, or a recipe's on ``$HARNESS_ENGINES_PATH``): what a binding must have been built against."""
     from harness.core.paths import project_root
     from harness.engine.descriptor import descriptor_path
 
     found = descriptor_path(engine)
-    root = found.parent.parent.parent if found is not None else project_root()
-    p = root / "abi" / engine / "surface.json"
+    folder = found.parent if found is not None else project_root() / "engines" / engine
+    p = folder / "abi" / "surface.json"
     if not p.exists() and not p.is_symlink():
         return None
     from harness.abi.surface import load

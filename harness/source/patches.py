@@ -1,4 +1,4 @@
-"""The patch series: ordered ``patches/<engine>/NNNN-topic.patch`` applied with ``git apply``.
+"""The patch series: ordered ``engines/<engine>/patches/NNNN-topic.patch`` applied with ``git apply``.
 
 Never fuzzy: a patch that does not apply fails the run loudly, because a pin
 silently missing a promised fix is worse than a red build.
@@ -203,7 +203,7 @@ def apply_series(source: SourceTree, series: list[Patch], *, engine: str) -> Pat
     A copy that was edited (a file or directory changed, added or removed, a mode changed, a
     ``.pyc`` written: nothing is skipped) or whose stamp was edited is **re-created** from the verified
     pristine tree and the series, and the output names the files that were discarded:
-    the copy is derived data, and a change belongs in ``patches/<engine>/``. Files whose
+    the copy is derived data, and a change belongs in ``engines/<engine>/patches/``. Files whose
     content differs from the discarded copy get a fresh mtime, so an incremental build in
     ``<copy>/build/`` recompiles exactly those.
     """

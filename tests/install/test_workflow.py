@@ -562,7 +562,7 @@ def reference_reports() -> list[Path]:
     from harness.source.patches import load_series, series_hash
 
     pin = yaml.safe_load((ROOT / "engines" / ENGINE / "engine.yaml").read_text())["source"]["version"]
-    series = series_hash(load_series(ROOT / "patches" / ENGINE))
+    series = series_hash(load_series(ROOT / "engines" / ENGINE / "patches"))
     found = []
     for f in sorted(ROOT.glob(f"reports/reference-*-qualify-{ENGINE}*/qualify.json")):
         doc = json.loads(f.read_text())

@@ -48,7 +48,7 @@ def commit(tmp_path: Path, used: set[str] | None) -> Path:
     s = snapshot_config(tree(tmp_path / "old"), ABI, meta={"engine": "llamacpp"})
     if used is not None:
         s = surf.filter_surface(s, used)
-    path = tmp_path / "abi" / "llamacpp" / "surface.json"
+    path = tmp_path / "engines" / "llamacpp" / "abi" / "surface.json"
     surf.write(s, path)
     return path
 
@@ -203,7 +203,7 @@ def test_cli_snapshot_then_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     (mod / "engine.cpp").write_text("llama_decode(1);")
     args = parse(["abi", "snapshot", "llamacpp", "--used-from", str(mod), "--json"])
     assert args.func(args) == 0
-    written = surf.load(tmp_path / "abi" / "llamacpp" / "surface.json")
+    written = surf.load(tmp_path / "engines" / "llamacpp" / "abi" / "surface.json")
     assert list(written["functions"]) == ["llama_decode"] and written["used"] == ["llama_decode"]
     capsys.readouterr()
     monkeypatch.setattr(check_mod, "check_engine", lambda s, tree: check_tree(s.name, tree, s.abi))
@@ -252,7 +252,7 @@ def _recipe(tmp_path: Path, binding: str) -> EngineSpec:
     _binding(root, binding)
     s = surf.filter_surface(snapshot_config(tree(tmp_path / "cut"), ABI, meta={"engine": "llamacpp"}),
                             {"llama_decode"})
-    surf.write(s, root / "abi" / "llamacpp" / "surface.json")
+    surf.write(s, root / "engines" / "llamacpp" / "abi" / "surface.json")
     return dataclasses.replace(spec(root), abi={**ABI, "used_from": USED_FROM, "used_pattern": PREFIXED},
                                recipe_commit="0123456789ab" * 3)
 

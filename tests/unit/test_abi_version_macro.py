@@ -32,7 +32,7 @@ def tree(root: Path, text: str = HEADER) -> Path:
 
 
 def committed(tmp_path: Path, abi: dict[str, Any]) -> Path:
-    path = tmp_path / "abi" / "tiny" / "surface.json"
+    path = tmp_path / "engines" / "tiny" / "abi" / "surface.json"
     surf.write(snapshot_config(tree(tmp_path / "old"), abi, meta={"engine": "tiny"}), path)
     return path
 

@@ -151,11 +151,11 @@ def test_another_recipes_binding_is_unpacked_and_found_first(tmp_path: Path, cac
     from harness.runtime import discovery
 
     root = tmp_path / "recipe"
-    for d in ("engines/llamacpp", "abi/llamacpp"):
-        shutil.copytree(paths.project_root() / d, root / d)
+    shutil.copytree(paths.project_root() / "engines/llamacpp", root / "engines/llamacpp",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     desc = root / "engines/llamacpp/engine.yaml"
     desc.write_text(desc.read_text().replace('version: "0.3.36"', 'version: "0.3.35"', 1))
-    surface = root / "abi/llamacpp/surface.json"
+    surface = root / "engines/llamacpp/abi/surface.json"
     data = json.loads(surface.read_text())
     data["fingerprint"] = "f" * 64
     surface.write_text(json.dumps(data))

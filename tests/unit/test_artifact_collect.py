@@ -112,7 +112,7 @@ SDCPP_LIBS = _names({"ggml": ("0", "0.9.8"), "ggml-base": ("0", "0.9.8")},
 
 @pytest.mark.parametrize(("engine_name", "make", "libs", "bins"), [
     ("llamacpp", llamacpp_build, LLAMACPP_LIBS, {"llama-bench", "llama-cli", "llama-server"}),
-    ("stable-diffusion.cpp", sdcpp_build, SDCPP_LIBS, set()),
+    ("sdcpp", sdcpp_build, SDCPP_LIBS, set()),
 ])
 def test_collected_files_keep_the_engines_lists(tmp_path: Path, engine_name: str, make: object, libs: set[str],
                                                 bins: set[str]) -> None:

@@ -1,4 +1,4 @@
-"""The server arms' client (plugins/llamacpp/bench_http.py): it reads and stamps a stream's bytes
+"""The server arms' client (engines/llamacpp/plugin/bench_http.py): it reads and stamps a stream's bytes
 while the stream runs and parses them after; fed by a real socket server writing the two framings
 the arms meet (llama-server's and uvicorn's chunked server-sent events), cut at arbitrary points."""
 

@@ -140,7 +140,7 @@ def test_the_descriptor_variants_list_limits_rows(tmp_path: Path) -> None:
     tiny = _engine(tmp_path, intents={"cpu_levels": {"runtime": {}, "native": {"X": "ON"}}}, variants=("cpu",))
     assert engine_support(tiny, get_variant("cpu")) is None
     assert "its descriptor builds only cpu (variants: in" in str(engine_support(tiny, get_variant("cpu-native")))
-    sd = load_engine("stable-diffusion.cpp")
+    sd = load_engine("sdcpp")
     assert engine_support(sd, get_variant("cpu")) is None
     assert engine_support(sd, get_variant("vulkan")) is not None
 
@@ -159,7 +159,7 @@ def test_buildability_names_the_engine_that_does_not_build_a_row(tmp_path: Path)
     # `harness matrix` (no engine): the row stays buildable, a note names each engine that does not build it.
     b = buildability(pm, get_variant("cpu-native"), _linux())
     assert b.buildable
-    assert any(n.startswith("not supported by stable-diffusion.cpp: its descriptor builds only cpu") for n in b.notes)
+    assert any(n.startswith("not supported by sdcpp: its descriptor builds only cpu") for n in b.notes)
     assert not any("llamacpp" in n for n in b.notes)
 
 
@@ -227,7 +227,7 @@ def test_harness_build_refuses_named_rows_and_skips_wildcard_ones(tmp_path: Path
         rows_for(tiny, "cpu,cpu-native", strict=True)
     with pytest.raises(UsageError, match="no variant matching 'cu\\*' is built by tiny"):
         rows_for(tiny, "cu*", strict=True)
-    sd = load_engine("stable-diffusion.cpp")
+    sd = load_engine("sdcpp")
     with pytest.raises(UsageError, match="its descriptor builds only cpu"):
         rows_for(sd, "vulkan", strict=True)
 
@@ -247,7 +247,7 @@ def test_smoke_command_is_engine_data(tmp_path: Path) -> None:
     tool.unlink()
     assert smoke_cpu_level(tiny, get_variant("cpu"), art) is None  # the artifact lacks the program
     assert load_engine("llamacpp").smoke["argv"][0] == "bin/llama-bench"
-    assert load_engine("stable-diffusion.cpp").smoke == {}
+    assert load_engine("sdcpp").smoke == {}
 
 
 def test_descriptor_schema_refuses_an_unknown_intent_key(tmp_path: Path) -> None:

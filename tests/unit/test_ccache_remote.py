@@ -62,9 +62,9 @@ def test_second_build_with_a_cleared_local_cache_hits_redis(tmp_path: Path, monk
     bare, one, _ = _repo(tmp_path)
     proj = tmp_path / "proj"
     (proj / "engines" / "tiny").mkdir(parents=True)
-    (proj / "patches" / "tiny").mkdir(parents=True)
+    (proj / "engines" / "tiny" / "patches").mkdir(parents=True)
     (proj / "engines" / "tiny" / "engine.yaml").write_text(DESCRIPTOR.format(url=bare.as_uri(), commit=one))
-    (proj / "patches" / "tiny" / "0001-tiny-clamp-negative-scale.patch").write_text(PATCH)
+    (proj / "engines" / "tiny" / "patches" / "0001-tiny-clamp-negative-scale.patch").write_text(PATCH)
     monkeypatch.setenv("HARNESS_ENGINES_PATH", str(proj / "engines"))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HARNESS_NO_PROGRESS", "1")

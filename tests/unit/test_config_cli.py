@@ -22,7 +22,7 @@ from tests.unit.test_config_validate import tiny_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "models"
-ENGINES = frozenset({"llamacpp", "stable-diffusion.cpp"})
+ENGINES = frozenset({"llamacpp", "sdcpp"})
 HOST = HostInfo(os="linux", arch="x86_64", cpu_model="t", microarch="x", simd=(), cores=4,
                 memory_bytes=1 << 30, cuda_version="12.8", gpus=(GpuInfo(api="cuda", name="t"),))
 BASE = "name: m\nbackend: llamacpp\nparameters:\n  model: m.gguf\n"

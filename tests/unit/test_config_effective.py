@@ -15,7 +15,7 @@ from harness.config.model import option_specs
 from harness.config.options import convert, tristate
 from harness.config.validate import Validated, Validator
 
-ENGINES = {"llamacpp", "stable-diffusion.cpp"}
+ENGINES = {"llamacpp", "sdcpp"}
 BASE = "name: m\nbackend: llamacpp\nparameters:\n  model: m.gguf\n"
 
 
@@ -162,10 +162,10 @@ def test_video_defaults() -> None:
 
 def test_video_defaults_follow_the_engines_family() -> None:
     """stable-diffusion.cpp renders Wan: its defaults, and no VAE config beside the weights."""
-    text = BASE.replace("llamacpp", "stable-diffusion.cpp") + "options: [video_vae:wan/vae.gguf]\n"
+    text = BASE.replace("llamacpp", "sdcpp") + "options: [video_vae:wan/vae.gguf]\n"
     [item] = Validator(engines=ENGINES).validate_text(text, "m.yaml")
     assert isinstance(item, Validated)
-    e = effective(item.document.data, item.options, cpus=4, engine="stable-diffusion.cpp")
+    e = effective(item.document.data, item.options, cpus=4, engine="sdcpp")
     assert val(e, "video_family") == ("wan", "default (wan)")
     assert (val(e, "video_width"), val(e, "video_height")) == ((832, "default (wan)"), (480, "default (wan)"))
     assert val(e, "video_num_frames") == (81, "default (wan)")

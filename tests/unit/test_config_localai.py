@@ -33,7 +33,7 @@ from tests.unit.test_config_validate import tiny_gguf
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "data" / "localai"
 EXAMPLES = ROOT / "examples" / "models"
-ENGINES = frozenset({"llamacpp", "stable-diffusion.cpp"})
+ENGINES = frozenset({"llamacpp", "sdcpp"})
 PM = make_manager(autoload=False)
 engine_llamacpp: Any = PM.get_plugin("engine-llamacpp")
 HOST = HostInfo(os="linux", arch="x86_64", cpu_model="t", microarch="x", simd=(), cores=4,
@@ -179,7 +179,7 @@ def test_llama_cpp_names_resolve_to_the_engine(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["stablediffusion-ggml", "stablediffusion"])
 def test_stablediffusion_names_resolve_to_the_video_engine(name: str) -> None:
-    assert resolve_backend(name, ENGINES).engine == "stable-diffusion.cpp"
+    assert resolve_backend(name, ENGINES).engine == "sdcpp"
 
 
 @pytest.mark.parametrize("name", ["whisper", "piper", "vllm", "sglang", "diffusers", "transformers", "vllm-cpp"])
@@ -214,7 +214,7 @@ def test_spec_section_4_example_is_served_by_a_registered_vllm_cpp(
     assert cli("validate", "--strict", f) == 0
     assert "does not build" not in capsys.readouterr().out
     assert cli("select", f) == 0
-    assert "selected vllm.cpp variant cpu" in capsys.readouterr().out
+    assert "selected vllmcpp variant cpu" in capsys.readouterr().out
     # an engine registered under the exact name wins the name, as any exactly-named engine does
     monkeypatch.setattr(harness.engine.plugin, "get_manager", lambda: make_manager(autoload=False, extra=(VllmCpp(),)))
     assert cli("validate", "--strict", f) == 0
@@ -578,7 +578,7 @@ def test_video_cli_resolves_localai_backend_names(tmp_path: Path, monkeypatch: p
                  "options: [video_vae:v.gguf, video_family:wan]\n")
     _, target = load_target(f)
     assert target is not None
-    assert (target.engine, target.options.video_family) == ("stable-diffusion.cpp", "wan")
+    assert (target.engine, target.options.video_family) == ("sdcpp", "wan")
 
 
 def test_validate_template_flag(tmp_path: Path, wired: None, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,7 +29,7 @@ DOCS: list[dict[str, Any]] = [yaml.safe_load(t) for t in TEXTS]
 #: What `harness validate` prints: every finding with its rule's code, as ruff prints one.
 LINE = re.compile(r"^(?P<file>[^\n]+):(?P<line>\d+):(?P<col>\d+): (?P<code>[A-Z]{3}\d{3}) (error|warning|note): [^\n]+$")
 #: With the built-in plugins: each engine's own rules are fuzzed too.
-VALIDATOR = Validator(engines={"llamacpp", "stable-diffusion.cpp"}, pm=make_manager(autoload=False))
+VALIDATOR = Validator(engines={"llamacpp", "sdcpp"}, pm=make_manager(autoload=False))
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -37,7 +37,7 @@ scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-10**6, 10**6), st.integers(-2**70, 2**70),
     st.floats(allow_nan=True), st.text(max_size=20),
     st.sampled_from(["", ":", "a:b", "../x", "/abs", "x.gguf", "{", "video_vae:v", "llama-cpp", "whisper",
-                     "stable-diffusion.cpp", "stablediffusion-ggml", "huggingface://a/b.gguf",
+                     "sdcpp", "stablediffusion-ggml", "huggingface://a/b.gguf",
                      "name: x\nbackend: llamacpp\n", "video_family:wan"]),
 )
 values = st.recursive(

@@ -15,7 +15,7 @@ from harness.config.validate import Validated, Validator
 from harness.engine.plugin import make_manager
 from harness.video.families import get_family
 
-ENGINES = {"llamacpp", "stable-diffusion.cpp"}
+ENGINES = {"llamacpp", "sdcpp"}
 #: The built-in plugins: each engine's own config rules run.
 PM = make_manager(autoload=False)
 BASE = """\
@@ -193,7 +193,7 @@ def test_backend_must_be_known() -> None:
     assert out == [
         "m.yaml:2:10: warning: backend 'lama-cpp' is neither an engine here nor in LocalAI's backend index (at "
         "82c191afadf5) (did you mean 'llama-cpp'?): LocalAI loads the config and fails only when no gallery "
-        "has that backend; engines here: llamacpp, stable-diffusion.cpp"
+        "has that backend; engines here: llamacpp, sdcpp"
     ]
 
 
@@ -360,7 +360,7 @@ def test_draft_in_speculative_config(tmp_path: Path) -> None:
 
 # -- video (the stable-diffusion.cpp plugin applies the config's video family) ------------
 
-VIDEO_BASE = BASE.replace("backend: llamacpp", "backend: stable-diffusion.cpp")
+VIDEO_BASE = BASE.replace("backend: llamacpp", "backend: sdcpp")
 VIDEO = [
     "video_family:minimax-h3", "video_encoder:h3/enc.gguf", "video_tokenizer:h3/tokenizer.json",
     "video_vae:h3/vae.safetensors", "audio_vae:h3/audio.safetensors", "video_partition:fl2va",

@@ -22,10 +22,10 @@ def test_each_engine_has_the_capabilities_it_claims() -> None:
 
 def test_plugins_use_the_public_helpers_only() -> None:
     import ast
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2] / "plugins"
-    private = [f"{p.relative_to(root)}: {node.module}.{a.name}" for p in root.rglob("*.py")
+    from tests.unit.sources import ROOT, plugin_files
+
+    private = [f"{p.relative_to(ROOT)}: {node.module}.{a.name}" for p in plugin_files()
                for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.ImportFrom)
                and (node.module or "").startswith("harness.") for a in node.names if a.name.startswith("_")]
     assert private == []

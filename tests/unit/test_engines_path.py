@@ -41,9 +41,9 @@ def test_descriptors_on_the_path_are_found_first(tmp_path: Path, monkeypatch: py
     assert descriptor_path("tiny") == first / "tiny" / "engine.yaml"
     assert {"tiny", "other", "llamacpp"} <= set(engine_names())
     tiny = load_engine("tiny")
-    # patches/ and abi/ sit beside the engines folder, in its parent.
-    assert tiny.patches_dir == tmp_path / "a" / "patches" / "tiny"
-    assert tiny.surface_path == tmp_path / "a" / "abi" / "tiny" / "surface.json"
+    # patches/ and abi/ are in the engine's own folder
+    assert tiny.patches_dir == first / "tiny" / "patches"
+    assert tiny.surface_path == first / "tiny" / "abi" / "surface.json"
     assert tiny.source.filter == "blob:none" and tiny.source.sparse == ("src", "include")
     assert tiny.intents == {"cpu_levels": {"runtime": {"TINY_PORTABLE": "ON", "TINY_COMMIT_AGAIN": COMMIT}}}
     assert tiny.abi["version_macro"] == "TINY_ABI_VERSION"

@@ -18,9 +18,11 @@ import ast
 from collections import deque
 from pathlib import Path
 
+from tests.unit.sources import trees
+
 ROOT = Path(__file__).parents[2]
 #: Source folder -> the package it is imported as.
-TREES = {"harness": "harness", "plugins": "harness_plugins"}
+TREES = trees()
 
 #: Circles not broken yet, each as its exact set of modules (none left: issue 28 part 1 broke the
 #: last one, hookspec -> registry/video.job -> ... -> plugin -> hookspec, by moving what an engine
@@ -31,7 +33,7 @@ KNOWN: tuple[frozenset[str], ...] = ()
 def modules(root: Path = ROOT) -> dict[str, Path]:
     """Module name -> source file, for every ``.py`` under the trees."""
     out: dict[str, Path] = {}
-    for folder, package in TREES.items():
+    for folder, package in trees(root).items():
         for path in sorted((root / folder).rglob("*.py")):
             parts = [package, *path.relative_to(root / folder).with_suffix("").parts]
             if parts[-1] == "__init__":

@@ -14,8 +14,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.unit.sources import trees
+
 ROOT = Path(__file__).parents[2]
-TREES = ("harness", "plugins")
+TREES = tuple(trees())
 #: The module that is the one way to open an input: it opens with os.open itself.
 FOUNDATION = "harness/core/inputs.py"
 READS = frozenset({"open", "read_text", "read_bytes"})
@@ -30,7 +32,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/bench/simulation.py", "run_one", "log.read_text"): "the log of a run the harness started",
     ("harness/bench/counters.py", "probe", "paranoid.read_text"): "the kernel's perf_event_paranoid setting (the host's own /proc)",
     # package data, shipped inside the wheel
-    ("plugins/vllmcpp/__init__.py", "_writer_version", "(Path(__file__).parent / 'random_hf.py').read_bytes"): "the random-weight writer's own source, hashed as its version",
+    ("engines/vllmcpp/plugin/__init__.py", "_writer_version", "(Path(__file__).parent / 'random_hf.py').read_bytes"): "the random-weight writer's own source, hashed as its version",
     ("harness/cli/config.py", "cmd_config_schema", "SCHEMA_PATH.read_text"): "the model-config schema shipped in the package",
     ("harness/config/localai.py", "vocabulary", "resources.files('harness.config').joinpath(DATA_FILE).read_text"): "package data (localai.yaml)",
     ("harness/config/localai.py", "vocabulary", "resources.files('harness.config').joinpath(INDEX_FILE).read_text"): "package data (localai_index.yaml)",
@@ -41,7 +43,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/build/matrix.py", "_schema", "resources.files('harness').joinpath('schemas/matrix.schema.json').read_text"): "package data (matrix schema)",
     ("harness/video/families.py", "table", "resources.files('harness.video').joinpath(DATA_FILE).read_text"): "package data (families.yaml)",
     ("harness/binding/wheel.py", "_tree_hash", "p.read_bytes"): "the binding's own sources in the package",
-    ("plugins/llamacpp/__init__.py", "_writer_version", "(Path(__file__).parent / name).read_bytes"): "the plugin's own source files",
+    ("engines/llamacpp/plugin/__init__.py", "_writer_version", "(Path(__file__).parent / name).read_bytes"): "the plugin's own source files",
     # files the harness wrote itself: build outputs, stamps, caches, logs, reports it just rendered
     ("harness/abi/exports.py", "exported_symbols", "lib.open"): "a library the build stage wrote",
     ("harness/abi/exports.py", "elf_machine", "lib.open"): "a library the build stage wrote",
@@ -73,19 +75,19 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("plugins/cross_gnu.py", "toolchain_file", "path.read_text"): "the toolchain file this plugin writes, compared before rewriting",
     ("plugins/cross_gnu.py", "harness_artifact_manifest", "tfile.read_text"): "the toolchain file this plugin wrote",
     ("plugins/cross_gnu.py", "elf_machine", "path.open"): "a library the build stage wrote",
-    ("plugins/llamacpp/bench.py", "LlamaBenchArm.__init__", "(self.artifact / 'manifest.json').read_text"): "a built artifact's manifest",
-    ("plugins/llamacpp/bench_http.py", "_HttpArm._wait_ready", "self.log.read_text"): "the server log this arm is writing",
-    ("plugins/llamacpp/bench_http.py", "LlamaServerArm._command", "(artifact / 'manifest.json').read_text"): "a built artifact's manifest",
-    ("plugins/llamacpp/convert.py", "_is_gguf", "path.open"): "the converter's output, in a temporary file the harness made",
-    ("plugins/llamacpp/engine.py", "handshake", "manifest_path.read_text"): "a built artifact's manifest",
-    ("plugins/vllmcpp/engine.py", "handshake", "manifest.read_text"): "a built artifact's manifest",
+    ("engines/llamacpp/plugin/bench.py", "LlamaBenchArm.__init__", "(self.artifact / 'manifest.json').read_text"): "a built artifact's manifest",
+    ("engines/llamacpp/plugin/bench_http.py", "_HttpArm._wait_ready", "self.log.read_text"): "the server log this arm is writing",
+    ("engines/llamacpp/plugin/bench_http.py", "LlamaServerArm._command", "(artifact / 'manifest.json').read_text"): "a built artifact's manifest",
+    ("engines/llamacpp/plugin/convert.py", "_is_gguf", "path.open"): "the converter's output, in a temporary file the harness made",
+    ("engines/llamacpp/plugin/engine.py", "handshake", "manifest_path.read_text"): "a built artifact's manifest",
+    ("engines/vllmcpp/plugin/engine.py", "handshake", "manifest.read_text"): "a built artifact's manifest",
     ("plugins/variant_vulkan.py", "ensure_headers", "stamp.read_text"): "the pinned headers' own stamp",
     ("plugins/variant_vulkan.py", "harness_artifact_manifest", "log.read_text"): "the build log the harness wrote",
     # the pinned source tree the harness unpacked (integrity: harness/source/cache.py's manifest)
-    ("plugins/llamacpp/__init__.py", "pinned_architectures", "path.read_text"): "llama-arch.cpp of the pinned source tree",
-    ("plugins/llamacpp/convert.py", "_hash_files", "f.open"): "the converter's sources in the pinned tree",
-    ("plugins/llamacpp/emulated.py", "probe_source", "header.read_text"): "a header of the pinned source tree",
-    ("plugins/llamacpp/emulated.py", "feature_probe", "header.read_text"): "a header of the pinned source tree",
+    ("engines/llamacpp/plugin/__init__.py", "pinned_architectures", "path.read_text"): "llama-arch.cpp of the pinned source tree",
+    ("engines/llamacpp/plugin/convert.py", "_hash_files", "f.open"): "the converter's sources in the pinned tree",
+    ("engines/llamacpp/plugin/emulated.py", "probe_source", "header.read_text"): "a header of the pinned source tree",
+    ("engines/llamacpp/plugin/emulated.py", "feature_probe", "header.read_text"): "a header of the pinned source tree",
     ("plugins/variant_cpu.py", "harness_artifact_cpu_levels", "cmake.read_text"): "ggml's CMakeLists of the pinned source tree",
     ("plugins/variant_cpu.py", "harness_artifact_cpu_levels", "feats.read_text"): "ggml's CPU feature source of the pinned tree",
     # caches of fetched files: opened non-blocking and fstat-checked where they are read

@@ -20,8 +20,8 @@ def test_setup_ships_every_data_tree(monkeypatch: pytest.MonkeyPatch) -> None:
     spec.loader.exec_module(setup_py)
     monkeypatch.chdir(ROOT)
     shipped = {f for _, files in setup_py.data_files() for f in files}
-    for must in ("engines/llamacpp/engine.yaml", "matrix/variants.yaml", "abi/llamacpp/surface.json",
-                 "patches/llamacpp/0002-ggml-cpu-amx-tile-config-static.patch",
+    for must in ("engines/llamacpp/engine.yaml", "matrix/variants.yaml", "engines/llamacpp/abi/surface.json",
+                 "engines/llamacpp/patches/0002-ggml-cpu-amx-tile-config-static.patch",
                  "engines/llamacpp/binding/CMakeLists.txt"):
         assert must in shipped, must
 

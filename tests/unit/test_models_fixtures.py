@@ -194,7 +194,7 @@ def test_committed_pins_load() -> None:
                                  "HARNESS_EMBED_DIR", "HARNESS_TINY_MODEL", "HARNESS_BANDWIDTH_MODEL",
                                  "HARNESS_VLLM_MODEL", "HARNESS_VLLM_PAIR_GGUF"}
     pair = fixtures.fixtures["hf-llama"]
-    assert isinstance(pair, TinyFixture) and pair.engine == "vllm.cpp" and set(pair.members) == {
+    assert isinstance(pair, TinyFixture) and pair.engine == "vllmcpp" and set(pair.members) == {
         "config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}
 
 
@@ -363,7 +363,7 @@ def test_fixtures_kept_for_an_engine_are_fetched_only_for_it(cache: Path, monkey
     kept = {n for n, f in fixtures.fixtures.items() if getattr(f, "engines", ())}
     assert kept == {"hf-llama", "hf-llama-gguf"}
     assert not kept & {f.name for f in select(fixtures, None)}, "the default fetch leaves them out"
-    assert kept <= {f.name for f in select(fixtures, None, engine="vllm.cpp")}
+    assert kept <= {f.name for f in select(fixtures, None, engine="vllmcpp")}
     assert all(for_engine(f, "llamacpp") == (f.name not in kept) for f in fixtures.fixtures.values())
     seen: list[list[str] | None] = []
 
@@ -374,5 +374,5 @@ def test_fixtures_kept_for_an_engine_are_fetched_only_for_it(cache: Path, monkey
     from harness.models import fixtures as fx
 
     monkeypatch.setattr(fx, "fetch_all", fake_fetch_all)
-    assert models_cli.main(["fetch", "--engine", "vllm.cpp"]) == ModelError.exit_code
+    assert models_cli.main(["fetch", "--engine", "vllmcpp"]) == ModelError.exit_code
     assert seen[0] is not None and kept <= set(seen[0]) and "tiny" in seen[0]

@@ -18,6 +18,7 @@ import yaml
 
 from harness.engine import hookspec, registry
 from harness.engine.plugin import BUILTIN_PLUGINS, builtin_entry_points, make_manager
+from tests.unit.sources import trees
 
 ROOT = Path(__file__).parents[2]
 #: Hooks whose every implementation began with ``if engine != NAME: return None``; each is now a
@@ -38,7 +39,7 @@ def _engines() -> tuple[str, ...]:
 
 
 def _sources() -> list[Path]:
-    return [p for folder in ("harness", "plugins") for p in sorted((ROOT / folder).rglob("*.py"))]
+    return [p for folder in trees() for p in sorted((ROOT / folder).rglob("*.py"))]
 
 
 def test_the_name_filtering_and_dead_hooks_are_gone() -> None:
@@ -103,7 +104,7 @@ def test_list_4_video_families_name_no_engine() -> None:
     assert not keys & set(_engines())
     from harness.video.families import family_for
 
-    assert family_for(None, "stable-diffusion.cpp").name == "wan"  # the engine says so itself
+    assert family_for(None, "sdcpp").name == "wan"  # the engine says so itself
 
 
 def test_list_5_localai_vocabulary_names_no_engine() -> None:

@@ -4,7 +4,7 @@ Our pybind11 module over an engine is the *binding* (``engines/<e>/binding/``, `
 ``$HARNESS_BINDING_PATH``); what a variant computes on is its *platform* (``Variant.platform``).
 This scans the code and data we write for "backend" in any case and spelling (``Backend``,
 ``backends``, ``_backend``, ``HARNESS_BACKEND_...``) and fails on every occurrence that no
-pattern of :data:`ALLOWED` covers. Text quoted from upstream (patches/, the LocalAI corpus, the
+pattern of :data:`ALLOWED` covers. Text quoted from upstream (engines/<e>/patches/, the LocalAI corpus, the
 generated LocalAI index) is not ours to rename and is not scanned.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from harness.core import paths
 
 #: What is scanned, as globs relative to the project root.
-SCANNED = ("harness/**", "plugins/**", "scripts/**", "noxfile.py", "engines/*/engine.yaml",
+SCANNED = ("harness/**", "plugins/**", "engines/*/plugin/**", "scripts/**", "noxfile.py", "engines/*/engine.yaml",
            "engines/*/binding/**", "engines/_shared/**")
 #: Generated from LocalAI's own backend index (scripts/refresh_localai_index.py): LocalAI's text.
 NOT_SCANNED = ("harness/config/localai_index.yaml",)
@@ -122,7 +122,7 @@ def test_backend_means_localai_or_ggml_only() -> None:
     '"""The backend module\'s parameters."""',
 ])
 def test_the_old_senses_are_flagged(line: str) -> None:
-    assert violations("plugins/llamacpp/bench.py", line)
+    assert violations("engines/llamacpp/plugin/bench.py", line)
 
 
 @pytest.mark.parametrize("line", ["class BackendArm:", "raise BackendError(msg)", 'PATH_ENV = "HARNESS_BACKEND_PATH"',
@@ -133,9 +133,9 @@ def test_the_localai_modules_allow_only_localai_names(line: str) -> None:
 
 @pytest.mark.parametrize(("rel", "line"), [
     ("engines/llamacpp/binding/src/engine.cpp", "ggml_backend_load_all_from_path(params.backend_dir.c_str());"),
-    ("plugins/llamacpp/emulated.py", r'_LOADED_RE = re.compile(r"loaded CPU backend from \S*libggml-cpu-")'),
-    ("plugins/vllmcpp/__init__.py", "Model configs with ``backend: vllm-cpp`` (LocalAI's"),
-    ("plugins/llamacpp/__init__.py", "LocalAI calls this backend ``llama-cpp`` (``llama``, ``llama.cpp``)."),
+    ("engines/llamacpp/plugin/emulated.py", r'_LOADED_RE = re.compile(r"loaded CPU backend from \S*libggml-cpu-")'),
+    ("engines/vllmcpp/plugin/__init__.py", "Model configs with ``backend: vllm-cpp`` (LocalAI's"),
+    ("engines/llamacpp/plugin/__init__.py", "LocalAI calls this backend ``llama-cpp`` (``llama``, ``llama.cpp``)."),
     ("harness/config/localai.py", "def resolve_backend(name: str, engines: Collection[str]) -> BackendVerdict:"),
 ])
 def test_the_allowed_senses_pass(rel: str, line: str) -> None:

@@ -121,7 +121,7 @@ def test_patch_without_header_is_refused(tmp_path: Path) -> None:
 
 def test_shipped_llamacpp_patches_have_headers() -> None:
     root = Path(__file__).resolve().parents[2]
-    series = load_series(root / "patches" / "llamacpp")
+    series = load_series(root / "engines" / "llamacpp" / "patches")
     assert series, "at least one real patch ships for the pinned llama.cpp"
     for p in series:
         assert p.header["Retire-when"]

@@ -79,10 +79,10 @@ NOT_RUN: dict[str, str] = {
     "nox -s bench": _NOX + " (micro-benchmarks)",
     "nox -s cross-aarch64": _NOX + " (cross build + QEMU runs, minutes)",
     "nox -s vulkan": _NOX + " (vulkan build + binding, minutes)",
-    "nox -s engine -- vllm.cpp": _NOX + " (the vllm.cpp cold build, tens of minutes on 2 cores)",
+    "nox -s engine -- vllmcpp": _NOX + " (the vllm.cpp cold build, tens of minutes on 2 cores)",
     "nox -s bench-error-rates": _NOX + " (40 benchmark comparisons, about 45 minutes on a quiet host)",
     "nox -s serve-load": _NOX + " (256 clients, 1,000 disconnects and a 10-minute soak against a real server)",
-    "HARNESS_VIDEO_TINY=/tmp/tiny-wan pytest tests/e2e/sdcpp/test_video_render.py":
+    "HARNESS_VIDEO_TINY=/tmp/tiny-wan pytest engines/sdcpp/e2e/test_video_render.py":
         "an e2e spec: needs the stable-diffusion.cpp cpu build and binding (minutes); the file is checked",
 }
 

@@ -56,10 +56,10 @@ def place(kind: str, path: Path) -> None:
 
 #: reader -> (the file it reads under a root, the call, the typed error it must raise)
 READERS: dict[str, tuple[str, Callable[[Path], object], type[HarnessError]]] = {
-    "patch series": ("patches/toy/0001-x.patch", lambda r: load_series(r / "patches" / "toy"), PatchError),
-    "ABI surface": ("abi/toy/surface.json", lambda r: surface.load(r / "abi" / "toy" / "surface.json"), AbiError),
-    "committed surface": ("abi/toy/surface.json",
-                          lambda r: load_committed("toy", r / "abi" / "toy" / "surface.json"), AbiError),
+    "patch series": ("engines/toy/patches/0001-x.patch", lambda r: load_series(r / "engines" / "toy" / "patches"), PatchError),
+    "ABI surface": ("engines/toy/abi/surface.json", lambda r: surface.load(r / "engines" / "toy" / "abi" / "surface.json"), AbiError),
+    "committed surface": ("engines/toy/abi/surface.json",
+                          lambda r: load_committed("toy", r / "engines" / "toy" / "abi" / "surface.json"), AbiError),
     "fixtures list": ("fixtures.yaml", lambda r: load_fixtures(r / "fixtures.yaml"), ConfigError),
     "matrix rows": ("matrix/rows.yaml", lambda r: matrix_files(r / "matrix"), ConfigError),
     "descriptor": ("engines/toy/engine.yaml", lambda r: parse_engine(r / "engines" / "toy" / "engine.yaml"),

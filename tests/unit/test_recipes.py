@@ -29,8 +29,8 @@ def repo(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> dict[s
     """A checkout whose main pins the real descriptor's version and whose branch pins 0.3.35."""
     real_root = paths.project_root()
     root = tmp_path / "checkout"
-    for d in ("engines/llamacpp", "patches/llamacpp", "abi/llamacpp", "matrix"):
-        shutil.copytree(real_root / d, root / d)
+    for d in ("engines/llamacpp", "matrix"):
+        shutil.copytree(real_root / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
     for var in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
         monkeypatch.setenv(var, "test")
     for var in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
@@ -40,6 +40,11 @@ def repo(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> dict[s
     _git(root, "commit", "-q", "-m", "current pin")
     main = _git(root, "rev-parse", "HEAD")
     _git(root, "checkout", "-q", "-b", "pin/old")
+    # the old pin's commit predates the one-folder layout: patches/<e>/ and abi/<e>/ beside engines/
+    (root / "patches").mkdir()
+    (root / "abi").mkdir()
+    _git(root, "mv", "engines/llamacpp/patches", "patches/llamacpp")
+    _git(root, "mv", "engines/llamacpp/abi", "abi/llamacpp")
     desc = root / "engines/llamacpp/engine.yaml"
     text = desc.read_text()
     pin = re.search(r'version: "([^"]+)"', text)

@@ -63,7 +63,7 @@ def test_descriptor() -> None:
 
 
 def test_patch_series_headers() -> None:
-    patches = sorted((ROOT / "patches" / plugin.NAME).glob("*.patch"))
+    patches = sorted((ROOT / "engines" / plugin.NAME / "patches").glob("*.patch"))
     assert [p.name[:4] for p in patches] == ["0001", "0002", "0003"]
     for patch in patches:
         head = patch.read_text().split("\n---\n", 1)[0]

@@ -43,7 +43,7 @@ def test_set_layout(tmp_path: Path) -> None:
     assert meta["in_dim"] == 36 and meta["seed"] == 0
     text = tiny.model_config.read_text()
     assert text == model_config_yaml()
-    assert "backend: stable-diffusion.cpp" in text
+    assert "backend: sdcpp" in text
     assert f"model: {tiny.diffusion_model.name}" in text and f"video_vae:{tiny.vae.name}" in text
 
 

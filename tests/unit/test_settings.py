@@ -20,7 +20,7 @@ def _sources() -> list[Path]:
     tests' own names, like a fixture set's HARNESS_D, are not settings)."""
     files = [ROOT / "noxfile.py", ROOT / "scripts" / "bootstrap.sh", ROOT / ".ci" / "run"]
     for top, patterns in (("harness", ("*.py", "*.yaml")), ("plugins", ("*.py", "*.yaml")),
-                          ("scripts", ("*.py", "*.sh")), ("tests/e2e", ("*.py",))):
+                          ("scripts", ("*.py", "*.sh")), ("engines", ("*.py", "*.yaml"))):
         files += [p for pattern in patterns for p in (ROOT / top).rglob(pattern)]
     return [p for p in files if p.is_file() and p.resolve() != Path(settings.__file__).resolve()]
 

@@ -154,10 +154,10 @@ def test_a_third_engine_with_data_only(tmp_path: Path, monkeypatch: pytest.Monke
     bare, one, two = _repo(tmp_path)
     proj = tmp_path / "proj"
     (proj / "engines" / "tiny").mkdir(parents=True)
-    (proj / "patches" / "tiny").mkdir(parents=True)
+    (proj / "engines" / "tiny" / "patches").mkdir(parents=True)
     descriptor = proj / "engines" / "tiny" / "engine.yaml"
     descriptor.write_text(DESCRIPTOR.format(url=bare.as_uri(), commit=one))
-    (proj / "patches" / "tiny" / "0001-tiny-clamp-negative-scale.patch").write_text(PATCH)
+    (proj / "engines" / "tiny" / "patches" / "0001-tiny-clamp-negative-scale.patch").write_text(PATCH)
     monkeypatch.setenv("HARNESS_ENGINES_PATH", str(proj / "engines"))
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HARNESS_NO_PROGRESS", "1")
@@ -183,7 +183,7 @@ def test_a_third_engine_with_data_only(tmp_path: Path, monkeypatch: pytest.Monke
     # ABI snapshot, then check
     code, out, _ = _run(capsys, "abi", "snapshot", "tiny", "--json")
     assert code == 0
-    surface = json.loads((proj / "abi" / "tiny" / "surface.json").read_text())
+    surface = json.loads((proj / "engines" / "tiny" / "abi" / "surface.json").read_text())
     assert surface["constants"] == {"TINY_ABI_VERSION": 1}
     assert set(surface["functions"]) == {"tiny_default_params", "tiny_abi_version", "tiny_apply"}
     code, out, _ = _run(capsys, "abi", "check", "tiny", "--json")

@@ -199,7 +199,7 @@ def test_engine_limits_come_from_the_registered_engine() -> None:
     assert engine_limits("wide-seeds", pm).max_seed == 2**63 - 1
     assert engine_limits("other", pm) == DEFAULT_LIMITS
     # the built-in stable-diffusion.cpp plugin takes int64 seeds
-    assert engine_limits("stable-diffusion.cpp").max_seed == 2**63 - 1
+    assert engine_limits("sdcpp").max_seed == 2**63 - 1
     assert engine_limits("no-such-engine") == DEFAULT_LIMITS
 
 

@@ -124,7 +124,7 @@ def test_one_options_parser_for_validation_the_video_cli_and_the_engine(tmp_path
     for name in ("dit.gguf", "vae.gguf", "umt5.gguf"):
         (tmp_path / name).write_bytes(b"x")
     config = tmp_path / "c.yaml"
-    config.write_text("name: c\nbackend: stable-diffusion.cpp\nparameters: {model: dit.gguf}\n"
+    config.write_text("name: c\nbackend: sdcpp\nparameters: {model: dit.gguf}\n"
                       "options: ['video-vae: vae.gguf', 'video_steps:3']\nengine_args: {video_encoder: umt5.gguf}\n")
     loaded, resolved_target = load_target(config)
     assert resolved_target is not None, [str(d) for d in loaded.diagnostics]

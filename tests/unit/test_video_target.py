@@ -20,7 +20,7 @@ from .video_engines import FamilyEngine, manager
 
 HOST = HostInfo(os="linux", arch="x86_64", cpu_model="test", microarch="x86_64_v3", simd=("avx2",),
                 cores=8, memory_bytes=16 << 30)
-SDCPP = "stable-diffusion.cpp"
+SDCPP = "sdcpp"
 #: The MiniMax-H3 checkpoint set (SPEC section 6) declared for stable-diffusion.cpp, which renders Wan only.
 H3_FOR_SDCPP = f"""\
 name: h3

@@ -19,7 +19,7 @@ from harness.core.errors import AbiError
 from harness.core.types import EngineSpec
 from harness.engine.descriptor import ENGINES_PATH_ENV, load_engine
 
-NAME = "vllm.cpp"
+NAME = "vllmcpp"
 COMMIT = "d85906ae589661f8321ff393d24bef9d31f4214f"
 HEADER = "vllm.cpp-d85906ae/include/vllm.h"
 
@@ -129,14 +129,14 @@ def test_harness_refuses_a_bumped_abi_version_before_building(spec: EngineSpec, 
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     archive = _archive()
     project = tmp_path / "project"
-    shutil.copytree(spec.root, project / "engines" / NAME, ignore=shutil.ignore_patterns("binding"))
+    shutil.copytree(spec.root, project / "engines" / NAME, ignore=shutil.ignore_patterns("binding", "plugin", "e2e", "__pycache__"))
     descriptor = project / "engines" / NAME / "engine.yaml"
     descriptor.write_text(descriptor.read_text().replace("path: ../shared/sources/vllm.cpp-d85906ae.tar.gz",
                                                          f"path: {archive}"))
-    (project / "patches" / NAME).mkdir(parents=True)
-    (project / "patches" / NAME / "0001-bump-abi-version.patch").write_text(_bump_patch(_header_text()))
-    (project / "abi" / NAME).mkdir(parents=True)
-    shutil.copy2(spec.surface_path, project / "abi" / NAME / "surface.json")
+    (project / "engines" / NAME / "patches").mkdir(parents=True)
+    (project / "engines" / NAME / "patches" / "0001-bump-abi-version.patch").write_text(_bump_patch(_header_text()))
+    (project / "engines" / NAME / "abi").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(spec.surface_path, project / "engines" / NAME / "abi" / "surface.json")
     monkeypatch.setenv(ENGINES_PATH_ENV, str(project / "engines"))
 
     assert main(["abi", "check", NAME]) == 7

@@ -32,7 +32,7 @@ def _hf_dir(root: Path, arch: str = "LlamaForCausalLM") -> Path:
 
 
 def test_the_engine_is_registered_and_serves_localai_vllm_cpp() -> None:
-    impl = registry.get("vllm.cpp")
+    impl = registry.get("vllmcpp")
     assert impl.localai_backends == ("vllm-cpp",) and impl.serves == ("text",) and not impl.default
     assert impl.load is not None and impl.match is not None and impl.config_check is not None
 
@@ -41,10 +41,10 @@ def test_a_vllm_cpp_config_selects_this_engine(tmp_path: Path) -> None:
     _hf_dir(tmp_path / "tiny")
     sel = select_engine(model_config({"name": "m", "backend": "vllm-cpp", "parameters": {"model": "tiny"}}),
                         HOST, models_dir=tmp_path)
-    assert sel.chosen is not None and sel.chosen.engine == "vllm.cpp", sel
+    assert sel.chosen is not None and sel.chosen.engine == "vllmcpp", sel
     # without the backend line, the default text engine is asked first, as before
     plain = select_engine(model_config({"name": "m", "parameters": {"model": "tiny"}}), HOST, models_dir=tmp_path)
-    assert plain.chosen is not None and plain.chosen.engine != "vllm.cpp"
+    assert plain.chosen is not None and plain.chosen.engine != "vllmcpp"
 
 
 def test_match_says_why_a_model_is_not_vllm_cpps() -> None:

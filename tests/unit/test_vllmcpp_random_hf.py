@@ -1,4 +1,4 @@
-"""The random-weight HF Llama vllm.cpp and llama.cpp both run (plugins/vllmcpp/random_hf.py), on a
+"""The random-weight HF Llama vllm.cpp and llama.cpp both run (engines/vllmcpp/plugin/random_hf.py), on a
 small shape and a small GPT-2-style vocabulary written here (the real one is GPT-2's, in the
 pinned llama.cpp's models/ggml-vocab-gpt-2.gguf)."""
 

@@ -69,7 +69,7 @@ class Recipe:
 
     @property
     def patches(self) -> Path:
-        return self.root / "patches" / "toy"
+        return self.root / "engines" / "toy" / "patches"
 
     def env(self) -> dict[str, str]:
         return {**os.environ, ENGINES_PATH_ENV: str(self.root / "engines"), "HARNESS_CACHE": str(self.cache),
