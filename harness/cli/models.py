@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = msub.add_parser("fetch", help="put the fixture models in the cache and print the exports",
                         description="Idempotent: a second run verifies the files and does nothing else. "
-                        "The fixtures are the entries of harness/models/fixtures.yaml (`harness models list` "
+                        "The fixtures are the entries of each engine folder's fixtures.yaml (engines/<name>/fixtures.yaml; each is "
+                        "exported as HARNESS_MODEL_<NAME> and as the roles its env: names; `harness models list` "
                         "names them, with their state in the cache).")
     p.add_argument("--only", nargs="+", metavar="NAME", help="fetch only these fixtures")
     p.add_argument("--engine", action="append", metavar="NAME", default=None,

@@ -16,7 +16,7 @@ from harness.core.errors import UsageError
 
 if TYPE_CHECKING:
     from harness.config.effective import ConfigFile
-    from harness.video.limits import VideoLimits
+    from harness.families.limits import VideoLimits
     from harness.video.pipeline import VideoResult
     from harness.video.target import VideoTarget
 

@@ -29,9 +29,10 @@ from harness.config.model import ModelConfig, Template, model_config, nested_spe
 from harness.config.options import ResolvedOptions, Setting, tristate, tristate_value
 from harness.config.rules import path_problem, resolve_draft
 from harness.config.validate import Validated, Validator
+from harness.config.video_rules import family_for
 from harness.core.errors import UsageError
 from harness.core.inputs import read_bytes
-from harness.video.families import VideoFamily, family_for
+from harness.families.table import VideoFamily
 
 #: Where model paths resolve when no models directory is named (else: beside the config).
 

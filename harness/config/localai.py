@@ -54,7 +54,7 @@ class Backend:
     """Where the backend loads without a model path, the LocalAI source that shows it (then
     parameters.model may be left out or empty); empty for a backend that loads one."""
     video_family: str | None = None
-    """The video family of its configs when they declare none (``harness/video/families.yaml``)."""
+    """The video family of its configs when they declare none (``harness/families/families.yaml``)."""
     open_options: str = ""
     """The index anchor of the line where the backend passes any ``options:`` key through: no
     option key of its configs is unknown."""

@@ -22,15 +22,16 @@ from typing import Any, Literal
 
 from harness.config.documentation import field_docs
 from harness.config.localai import vocabulary
-from harness.video.families import default_family, family_names
-from harness.video.limits import DEFAULT_LIMITS as VIDEO
+from harness.families.canvas import CANVAS_PATTERN
+from harness.families.limits import DEFAULT_LIMITS as VIDEO
+from harness.families.table import default_family, family_names
 
 #: What a model is used for: one of LocalAI's ``known_usecases`` names (``localai.yaml``).
 Usecase = str
 USECASES: tuple[str, ...] = vocabulary().usecases
 #: The largest count or size the engines take (a C ``int``).
 INT_MAX = 2**31 - 1
-#: Video render defaults: the default family's (``harness/video/families.yaml``).
+#: Video render defaults: the default family's (``harness/families/families.yaml``).
 _VIDEO_DEFAULTS = default_family()
 #: The largest seed (LocalAI decodes it into a Go ``int``); engines narrow it.
 SEED_MAX = 2**63 - 1
@@ -39,8 +40,6 @@ VideoDevice = Literal["cpu", "cuda", "gpu"]
 SchedulingPolicy = Literal["fcfs", "priority", "lpm"]
 #: Speculative decoding kinds, spelled as llama.cpp's --spec-type (and LocalAI's spec_type option).
 SpecType = Literal["none", "ngram-simple", "draft-simple"]
-#: ``video_canvas``: WIDTHxHEIGHT.
-CANVAS_PATTERN = r"^\s*[0-9]+\s*[xX]\s*[0-9]+\s*$"
 
 
 def _c(default: Any = None, **schema: Any) -> Any:

@@ -136,7 +136,7 @@ def refuse_unrendered_families(config: ModelConfig, results: list[MatchResult],
     """A video config's family, resolved per engine (its ``video_family``, else the engine's): an
     engine that accepted the model but does not render that family is a rejection saying so."""
     from harness.config.options import config_options
-    from harness.video.target import family_refusal
+    from harness.config.video_rules import family_refusal
 
     opts = config_options({"options": list(config.options), "engine_args": dict(config.engine_args)})
     if not opts.video_engaged:

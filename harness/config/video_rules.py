@@ -1,9 +1,11 @@
-"""A video family's rules for a model config (``harness/video/families.yaml``).
+"""A video family's rules for a model config (``harness/families/families.yaml``).
 
-A video engine calls :func:`check_video` from its ``config_check`` for
-the configs it serves: the family (declared with ``video_family``, else the engine's)
-says which checkpoints are required, whether there is audio, and the frame and pixel
-grids. The rules are data; this module only applies them.
+A config's family is resolved here, in one place (:func:`family_for`: config -> engine ->
+family), for the config rules, ``config show``, ``select`` and the video path alike. A video
+engine calls :func:`check_video` from its ``config_check`` for the configs it serves: the
+family (declared with ``video_family``, else the engine's) says which checkpoints are required,
+whether there is audio, and the frame and pixel grids. The rules are data
+(:mod:`harness.families`); this module only applies them.
 """
 
 from __future__ import annotations
@@ -14,12 +16,54 @@ import posixpath
 from typing import Any
 
 from harness.config.loader import Diagnostic, Path_
+from harness.config.localai import vocabulary
 from harness.config.rules import CheckContext
 from harness.core.errors import ConfigError
-from harness.video.families import VideoFamily, family_for
-from harness.video.options import parse_canvas
+from harness.families.canvas import parse_canvas
+from harness.families.table import VideoFamily, get_family, render_refusal, rendered_families, table
 
 AUDIO_KEYS = ("audio_vae", "audio_vae_config")
+
+
+def backend_family(backend: str | None, pm: Any = None) -> str | None:
+    """The family a ``backend:`` implies: the registered engine's, else the LocalAI backend's.
+
+    :param pm: the plugin manager to ask (default: the process-wide one).
+    """
+    if not backend:
+        return None
+    from harness.engine import registry
+
+    try:
+        impl = registry.engines(pm).get(backend)
+    except Exception:  # a broken plugin: the data still answers for LocalAI's names
+        impl = None
+    if impl is not None:
+        if impl.video_family:
+            return impl.video_family
+        families = rendered_families(impl)
+        if families:
+            return families[0]
+    entry = vocabulary().backends.get(backend)
+    return entry.video_family if entry is not None else None
+
+
+def family_for(declared: str | None, backend: str | None, pm: Any = None) -> VideoFamily:
+    """The one family resolution (config -> engine -> family): the declared family, else the
+    backend's (:func:`backend_family`), else the default one."""
+    if declared:
+        return get_family(declared)
+    return get_family(backend_family(backend, pm) or table().default)
+
+
+def family_refusal(engine: str, declared: str | None, pm: Any = None) -> str | None:
+    """Why ``engine`` cannot render the family a config declares (None: it can, or the declared
+    name is no family, which validation reports)."""
+    try:
+        family = family_for(declared, engine, pm)
+    except ConfigError:
+        return None
+    return render_refusal(engine, family, pm)
 
 
 def config_family(context: CheckContext) -> VideoFamily | None:

@@ -111,13 +111,13 @@ class EngineImpl:
     """LocalAI backend names this engine serves (what configs write as ``backend:``); their aliases in
     ``harness/config/localai.yaml`` follow them."""
     video_family: str | None = None
-    """The video family (``harness/video/families.yaml``) of a config whose backend is this engine,
+    """The video family (``harness/families/families.yaml``) of a config whose backend is this engine,
     when the config declares none."""
     video_families: tuple[str, ...] = ()
     """Every video family this engine renders; empty: ``video_family`` alone. ``harness select`` and
     the video commands refuse a config of another family, saying why."""
     video_limits: Mapping[str, int | float] = field(default_factory=dict)
-    """Overrides of :class:`harness.video.limits.VideoLimits` (field -> value) for this engine."""
+    """Overrides of :class:`harness.families.limits.VideoLimits` (field -> value) for this engine."""
     video_generate: VideoGenerateFn | None = None
     """``video_generate(request, workdir, progress, cancel)`` -> :class:`~harness.video.job.EngineOutput`.
 

@@ -1,10 +1,12 @@
 """The plugin manager: built-ins first, then the ``harness`` entry-point group.
 
-The generic built-ins (sources, variants, cross toolchains) are an explicit tuple. Engines are
-declared in one place only: the ``harness`` entry-point group, this distribution's own engines
+The generic built-ins (sources, variants, cross toolchains) are an explicit tuple. Installed engines
+are declared in one place only: the ``harness`` entry-point group, this distribution's own engines
 included (pyproject.toml ``[project.entry-points.harness]``). This distribution's entries are
 built-in and always registered; other distributions' entries are third-party plugins, skipped
-when :data:`DISABLE_AUTOLOAD_ENV` is set.
+when :data:`DISABLE_AUTOLOAD_ENV` is set. An engine folder on ``$HARNESS_ENGINES_PATH`` with a
+``plugin/`` package is registered from the folder itself (:func:`folder_plugins`): one folder is
+a whole engine, nothing installed.
 """
 
 from __future__ import annotations
@@ -65,12 +67,49 @@ def builtin_plugins() -> tuple[tuple[str, str], ...]:
     return BUILTIN_PLUGINS + builtin_entry_points()
 
 
+def folder_plugins(installed: set[str]) -> list[tuple[str, Any]]:
+    """(name, module) of each engine folder's ``plugin/`` package on ``$HARNESS_ENGINES_PATH`` whose
+    engine no installed entry point provides: an engine added as one folder outside the checkout
+    (``engines/<name>/plugin/``) is imported as ``harness_plugins.<name>`` from there, so its own
+    relative imports work as they would installed."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from harness.engine.descriptor import ENGINES_PATH_ENV
+
+    out = []
+    for folder in [Path(p).expanduser() for p in os.environ.get(ENGINES_PATH_ENV, "").split(os.pathsep) if p]:
+        for init in sorted(folder.glob("*/plugin/__init__.py")):
+            name = init.parent.parent.name
+            if name in installed or not name.isidentifier():
+                continue
+            module = f"harness_plugins.{name}"
+            if module not in sys.modules:
+                spec = importlib.util.spec_from_file_location(module, init, submodule_search_locations=[str(init.parent)])
+                if spec is None or spec.loader is None:
+                    continue
+                mod = importlib.util.module_from_spec(spec)
+                sys.modules[module] = mod
+                try:
+                    spec.loader.exec_module(mod)
+                except BaseException:
+                    del sys.modules[module]
+                    raise
+            out.append((f"engine-{name}", sys.modules[module]))
+            installed.add(name)
+    return out
+
+
 def make_manager(*, autoload: bool | None = None, extra: tuple[Any, ...] = ()) -> pluggy.PluginManager:
     """Build a fresh plugin manager (tests use this; the CLI uses :func:`get_manager`)."""
     pm = pluggy.PluginManager("harness")
     pm.add_hookspecs(hookspec)
     for name, value in builtin_plugins():
         pm.register(_load(value), name=name)
+    engines = {name.removeprefix("engine-") for name, _ in builtin_entry_points()}
+    for name, module in folder_plugins(engines):
+        pm.register(module, name=name)
     for plugin in extra:
         pm.register(plugin)
     if autoload is None:

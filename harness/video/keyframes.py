@@ -5,7 +5,7 @@ resolution it will render. The image's size is read here without decoding
 (PNG IHDR, JPEG SOF) so the canvas can be resolved from the keyframe's aspect
 ratio before anything is scaled. Paths are confined to the media directory
 (:mod:`harness.video.media`); sizes are read with a few small reads and bounded
-(:class:`~harness.video.limits.VideoLimits`) before anything decodes the image.
+(:class:`~harness.families.limits.VideoLimits`) before anything decodes the image.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from urllib.parse import unquote_to_bytes
 
 from harness.core.errors import SubprocessError, VideoError
 from harness.core.inputs import open_input
+from harness.families.limits import DEFAULT_LIMITS, VideoLimits
 from harness.video.ffmpeg import Ffmpeg
 from harness.video.geometry import Canvas
-from harness.video.limits import DEFAULT_LIMITS, VideoLimits
 from harness.video.media import confine, open_regular, read_bounded
 
 _DATA_URL = re.compile(r"^data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[^;,]*)*?),(?P<data>.*)$",

@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from harness.core.errors import HarnessError, VideoError
 from harness.core.inputs import open_input
-from harness.video.limits import DEFAULT_LIMITS, VideoLimits, show
+from harness.families.limits import DEFAULT_LIMITS, VideoLimits, show
 
 _KIND = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}

@@ -9,13 +9,11 @@ video path adds is strictness: a render is hours long, so a misspelled or invali
 
 from __future__ import annotations
 
-import re
 import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from harness.config.model import (
-    CANVAS_PATTERN,
     OPTION_ALIASES,
     Partition,
     VideoOptions,
@@ -24,9 +22,10 @@ from harness.config.model import (
 )
 from harness.config.options import ResolvedOptions, parse_options
 from harness.core.errors import ConfigError, did_you_mean
+from harness.families.canvas import parse_canvas
 
 if TYPE_CHECKING:
-    from harness.video.families import VideoFamily
+    from harness.families.table import VideoFamily
 
 #: Partitions a video DiT can be declared as. ``t2va`` names the FL2VA checkpoint
 #: used text-only: the same file serves t2va and fl2va, so it gets the FL2VA rules.
@@ -36,17 +35,8 @@ __all__ = [
     "PARTITIONS",
     "VideoOptions",
     "configured_canvas",
-    "parse_canvas",
     "video_options",
 ]
-
-
-def parse_canvas(text: str) -> tuple[int, int] | None:
-    """``"1344x768"`` as (1344, 768); None when the text is not WIDTHxHEIGHT."""
-    if not re.match(CANVAS_PATTERN, text):
-        return None
-    width, _, height = text.lower().partition("x")
-    return int(width), int(height)
 
 
 def configured_canvas(options: VideoOptions) -> tuple[int | None, int | None]:

@@ -16,7 +16,7 @@ from harness.video.options import PARTITIONS
 from harness.video.request import VideoRequest
 
 if TYPE_CHECKING:
-    from harness.video.families import VideoFamily
+    from harness.families.table import VideoFamily
 
 #: What each partition refuses, and what to use instead.
 _FL2VA_REFUSES = ("ref_image", "ref_video", "audio")

@@ -21,11 +21,11 @@ from typing import Any
 import pluggy
 
 from harness.core.errors import HarnessError, VideoError
+from harness.families.limits import check_plan
 from harness.video.ffmpeg import Ffmpeg, get_ffmpeg
 from harness.video.geometry import resolve_canvas, resolve_frames
 from harness.video.job import EngineOutput, VideoJob, VideoPlan
 from harness.video.keyframes import convert_keyframe, probe_keyframe, read_keyframe
-from harness.video.limits import check_plan
 from harness.video.mux import MediaInfo, VideoCancelledError, mux
 from harness.video.options import configured_canvas
 from harness.video.partition import check_partition

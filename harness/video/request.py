@@ -6,7 +6,7 @@ that other video APIs accept (``negative_prompt``, ``cfg_scale``, a non-native
 ``fps``) only warn: the engine has no such knob, and refusing them would break
 clients written for those APIs for no gain.
 
-Every number is bounded by :class:`~harness.video.limits.VideoLimits` (NaN,
+Every number is bounded by :class:`~harness.families.limits.VideoLimits` (NaN,
 infinities, bools and non-integers where integers are expected are refused), and
 a request file is bounded in size and nesting before it is decoded: every bad
 request is a :class:`~harness.core.errors.VideoError` naming the key.
@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.core.errors import UsageError, VideoError, did_you_mean
 from harness.core.inputs import read_bytes
-from harness.video.limits import DEFAULT_LIMITS, VideoLimits, is_int, is_number, show
+from harness.families.limits import DEFAULT_LIMITS, VideoLimits, is_int, is_number, show
 from harness.video.media import confine, regular_file
 
 #: Keys a request may carry, and nothing else.
@@ -105,7 +105,7 @@ def parse_request(data: Mapping[str, Any], *, native_fps: float,
 
     :param data: the request as decoded from JSON or built from CLI flags.
     :param native_fps: the engine's fixed frame rate; a request for another warns.
-    :param limits: the bounds for every number and string (:mod:`harness.video.limits`).
+    :param limits: the bounds for every number and string (:mod:`harness.families.limits`).
     :raises VideoError: unknown keys (each with a did-you-mean), wrong types, values out of
         bounds; every message names the key.
     """

@@ -3,7 +3,7 @@
 ``harness video check`` and ``harness video generate`` load the config the way ``harness
 validate`` and ``harness config show`` do (:func:`load_target`: an invalid config stops there,
 with its located diagnostics), then resolve a :class:`VideoTarget`: the engine the backend
-names, the family (:func:`harness.video.families.family_for`, which ``config show`` and the
+names, the family (:func:`harness.config.video_rules.family_for`, which ``config show`` and the
 config rules ask too), the options with that family's defaults, the engine's limits and the
 checkpoint paths. The plan (:func:`harness.video.pipeline.plan_request`) takes everything from
 the target, so the plan ``check`` prints is the plan ``generate`` renders.
@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from harness.config.model import option_specs
 from harness.config.options import ResolvedOptions, config_options, parse_options
+from harness.config.video_rules import family_for
 from harness.core.errors import ConfigError, VideoError
-from harness.video.families import VideoFamily, family_for, render_refusal
-from harness.video.limits import DEFAULT_LIMITS, VideoLimits
+from harness.families.limits import DEFAULT_LIMITS, VideoLimits
+from harness.families.table import VideoFamily, render_refusal
 from harness.video.media import Scope, confine
 from harness.video.options import VideoOptions, video_options
 
@@ -86,16 +87,6 @@ def checkpoint_refs(model: Mapping[str, Any] | None, options: ResolvedOptions) -
         if spec is not None and spec.video and spec.path and isinstance(s.value, str):
             refs[key] = s.value
     return refs
-
-
-def family_refusal(engine: str, declared: str | None, pm: Any = None) -> str | None:
-    """Why ``engine`` cannot render the family a config declares (None: it can, or the declared
-    name is no family, which validation reports)."""
-    try:
-        family = family_for(declared, engine, pm)
-    except ConfigError:
-        return None
-    return render_refusal(engine, family, pm)
 
 
 def resolve_target(engine: str, options: ResolvedOptions | Mapping[str, Any] | None = None, *,

@@ -13,7 +13,7 @@ from harness.config.loader import Diagnostic
 from harness.config.rules import path_problem
 from harness.config.validate import Validated, Validator
 from harness.engine.plugin import make_manager
-from harness.video.families import get_family
+from harness.families.table import get_family
 
 ENGINES = {"llamacpp", "sdcpp"}
 #: The built-in plugins: each engine's own config rules run.

@@ -1,8 +1,10 @@
 """The packages of ``harness/`` stand on floors, and imports run down (or along) them, not up.
 
 Floor 0 is what everything uses (``core``), floor 1 how engines and plugins plug in (``engine``),
-floor 2 the pipeline's stages and tools (each its own package: they may use one another), floor 3
-qualification, which drives them all, floor 4 the command line, floor 5 the plugins
+floor 2 the data the stages share (``families``: the video family table, the video bounds and the
+canvas, which both ``config`` and ``video`` read, so neither has to import the other for them),
+floor 3 the pipeline's stages and tools (each its own package: they may use one another), floor 4
+qualification, which drives them all, floor 5 the command line, floor 6 the plugins
 (``harness_plugins``: engines and the rest, which the core reaches only through the registry and
 hooks). An import from a lower floor to
 a higher one (``core`` asking ``build``, a stage asking ``qualify``, anything asking ``cli``) is a
@@ -18,12 +20,14 @@ from tests.unit.test_import_cycles import graph
 FLOORS: dict[str, int] = {
     "harness": 0, "harness.core": 0,
     "harness.engine": 1,
-    **{f"harness.{p}": 2 for p in ("source", "abi", "build", "binding", "audit", "models", "config", "runtime",
+    # below config and video, which both read it
+    "harness.families": 2,
+    **{f"harness.{p}": 3 for p in ("source", "abi", "build", "binding", "audit", "models", "config", "runtime",
                                    "video", "bench", "agree", "serve")},
-    "harness.qualify": 3,
-    "harness.cli": 4, "harness.__main__": 4,
+    "harness.qualify": 4,
+    "harness.cli": 5, "harness.__main__": 5,
     # the plugins stand on the core: any harness module that imports one climbs
-    "harness_plugins": 5,
+    "harness_plugins": 6,
 }
 #: (importer, imported) pairs that climb a floor, accepted with a reason. None today.
 CLIMBS: dict[tuple[str, str], str] = {}
@@ -52,6 +56,9 @@ def test_no_import_climbs_a_floor() -> None:
 
 
 def test_the_floors_see_a_climb() -> None:
-    assert floor_of("harness.core.errors") == 0 and floor_of("harness.cli.build") == 4
-    assert floor_of("harness.build.pipeline") == 2 and floor_of("harness.qualify.runner") == 3
-    assert floor_of("harness_plugins.llamacpp.engine") == 5
+    assert floor_of("harness.core.errors") == 0 and floor_of("harness.cli.build") == 5
+    assert floor_of("harness.build.pipeline") == 3 and floor_of("harness.qualify.runner") == 4
+    assert floor_of("harness_plugins.llamacpp.engine") == 6
+    # the family data sits below both of its readers
+    assert floor_of("harness.families.table") == 2
+    assert floor_of("harness.config.model") == floor_of("harness.video.target") == 3

@@ -41,7 +41,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/config/schema.py", "main", "args.output.read_text"): "nox -s generate_schema's own output file, compared before writing",
     ("harness/engine/descriptor.py", "engine_schema", "resources.files('harness').joinpath('schemas/engine.schema.json').read_text"): "package data (engine schema)",
     ("harness/build/matrix.py", "_schema", "resources.files('harness').joinpath('schemas/matrix.schema.json').read_text"): "package data (matrix schema)",
-    ("harness/video/families.py", "table", "resources.files('harness.video').joinpath(DATA_FILE).read_text"): "package data (families.yaml)",
+    ("harness/families/table.py", "table", "resources.files('harness.families').joinpath(DATA_FILE).read_text"): "package data (families.yaml)",
     ("harness/binding/wheel.py", "_tree_hash", "p.read_bytes"): "the binding's own sources in the package",
     ("engines/llamacpp/plugin/__init__.py", "_writer_version", "(Path(__file__).parent / name).read_bytes"): "the plugin's own source files",
     # files the harness wrote itself: build outputs, stamps, caches, logs, reports it just rendered

@@ -26,6 +26,7 @@ from harness.models.fixtures import (
     env_vars,
     fetch_all,
     list_models,
+    fixture_var,
     load_fixtures,
 )
 from harness.models.wheels import extract_member, fetch_wheel, find_file
@@ -190,9 +191,13 @@ def test_committed_pins_load() -> None:
     minilm = fixtures.fixtures["minilm"]
     assert isinstance(minilm, WheelDirFixture)
     assert {"config.json", "model.safetensors", "vocab.txt", "modules.json"} <= set(minilm.members)
+    # the roles the engine folders' files declare, and every fixture under its own derived name
     assert set(fixtures.env) == {"HARNESS_MODEL", "HARNESS_CHAT_MODEL", "HARNESS_EMBED_MODEL",
                                  "HARNESS_EMBED_DIR", "HARNESS_TINY_MODEL", "HARNESS_BANDWIDTH_MODEL",
-                                 "HARNESS_VLLM_MODEL", "HARNESS_VLLM_PAIR_GGUF"}
+                                 "HARNESS_VLLM_MODEL", "HARNESS_VLLM_PAIR_GGUF",
+                                 *(f"HARNESS_MODEL_{n}" for n in ("SMOLLM2", "MINILM", "MINILM_GGUF", "TINY",
+                                                                  "BANDWIDTH", "HF_LLAMA", "HF_LLAMA_GGUF"))}
+    assert fixtures.env["HARNESS_MODEL_MINILM_GGUF"] == "minilm-gguf" and fixture_var("hf-llama") == "HARNESS_MODEL_HF_LLAMA"
     pair = fixtures.fixtures["hf-llama"]
     assert isinstance(pair, TinyFixture) and pair.engine == "vllmcpp" and set(pair.members) == {
         "config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}
@@ -216,13 +221,15 @@ def test_cli_fetch_tiny_then_env_and_list(cache: Path, capsys: pytest.CaptureFix
     out = json.loads(capsys.readouterr().out)
     assert out["results"][0]["action"] == "written"
     tiny = cache / "models" / "tiny-llama-s0.gguf"
-    assert out["env"] == {"HARNESS_TINY_MODEL": str(tiny)}
+    assert out["env"] == {"HARNESS_TINY_MODEL": str(tiny), "HARNESS_MODEL_TINY": str(tiny)}
     assert models_cli.main(["fetch", "--only", "tiny"]) == 0
-    assert capsys.readouterr().out.strip() == f"export HARNESS_TINY_MODEL={tiny}"
+    assert capsys.readouterr().out.strip().splitlines() == [f"export HARNESS_TINY_MODEL={tiny}",
+                                                            f"export HARNESS_MODEL_TINY={tiny}"]
     assert models_cli.main(["env"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    # the fixtures, then what the engines' own specs need (the video engine's tiny Wan set)
-    assert lines == [f"export HARNESS_TINY_MODEL={tiny}", f"export HARNESS_VIDEO_TINY={cache / 'models' / 'tiny-wan'}"]
+    # the fixtures (role, then derived name), then what the engines' own specs need (the video engine's tiny Wan set)
+    assert lines == [f"export HARNESS_TINY_MODEL={tiny}", f"export HARNESS_MODEL_TINY={tiny}",
+                     f"export HARNESS_VIDEO_TINY={cache / 'models' / 'tiny-wan'}"]
     assert models_cli.main(["list", "--json"]) == 0
     listed = {e["name"]: e["status"] for e in json.loads(capsys.readouterr().out)}
     assert listed == {"smollm2": "missing", "minilm": "missing", "minilm-gguf": "missing", "tiny": "ok",

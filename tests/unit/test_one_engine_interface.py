@@ -98,11 +98,11 @@ def test_list_3_noxfile_asks_the_registry() -> None:
 
 
 def test_list_4_video_families_name_no_engine() -> None:
-    data = yaml.safe_load((ROOT / "harness" / "video" / "families.yaml").read_text(encoding="utf-8"))
+    data = yaml.safe_load((ROOT / "harness" / "families" / "families.yaml").read_text(encoding="utf-8"))
     assert "engines" not in data
     keys = {str(k) for family in data["families"].values() for k in family}
     assert not keys & set(_engines())
-    from harness.video.families import family_for
+    from harness.config.video_rules import family_for
 
     assert family_for(None, "sdcpp").name == "wan"  # the engine says so itself
 

@@ -25,7 +25,7 @@ SCANNED = ("harness/**", "plugins/**", "engines/*/plugin/**", "scripts/**", "nox
 NOT_SCANNED = ("harness/config/localai_index.yaml",)
 #: The LocalAI vocabulary and model-config modules: there a bare "backend(s)" is LocalAI's (a
 #: config's ``backend:`` and LocalAI's backend names, their source paths ``backend/python/...``).
-LOCALAI_MODULES = ("harness/config/*", "harness/video/*", "harness/schemas/model-config.schema.json",
+LOCALAI_MODULES = ("harness/config/*", "harness/video/*", "harness/families/*", "harness/schemas/model-config.schema.json",
                    "scripts/refresh_localai_index.py")
 
 WORD = re.compile("backend", re.IGNORECASE)

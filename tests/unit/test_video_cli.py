@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from harness.cli import video as cli
 from harness.core.errors import ConfigError, UsageError, VideoError
-from harness.video.families import get_family
+from harness.families.table import get_family
 from harness.video.ffmpeg import resolve_ffmpeg
 from harness.video.mux import probe
 

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 
 import harness.cli
 from harness.core.errors import VideoError
+from harness.families.limits import DEFAULT_LIMITS
 from harness.video.ffmpeg import resolve_ffmpeg
-from harness.video.limits import DEFAULT_LIMITS
 from harness.video.pipeline import plan_request
 from harness.video.request import ALLOWED_KEYS, IGNORED_KEYS, load_request
 from harness.video.target import resolve_target

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.core.errors import VideoError
-from harness.video.families import get_family
+from harness.families.table import get_family
 from harness.video.geometry import (
     align_even,
     align_frame_count,

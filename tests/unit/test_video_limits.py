@@ -18,13 +18,13 @@ import pytest
 
 import harness.cli
 from harness.core.errors import ConfigError, VideoError
-from harness.video.ffmpeg import Ffmpeg
-from harness.video.job import VideoPlan
-from harness.video.limits import (
+from harness.families.limits import (
     DEFAULT_LIMITS,
     VideoLimits,
     show,
 )
+from harness.video.ffmpeg import Ffmpeg
+from harness.video.job import VideoPlan
 from harness.video.pipeline import VideoPipeline, engine_limits
 from harness.video.target import resolve_target
 

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.core.errors import VideoError
-from harness.video.limits import DEFAULT_LIMITS
+from harness.families.limits import DEFAULT_LIMITS
 from harness.video.request import _JSON_STRING, parse_request_text
 
 LIMIT = DEFAULT_LIMITS.max_request_bytes

@@ -10,11 +10,12 @@ import pytest
 import harness.cli
 from harness.config.effective import load_config_file
 from harness.config.select import select_engine
+from harness.config.video_rules import family_refusal
 from harness.core.errors import ConfigError
 from harness.core.types import HostInfo
 from harness.engine.plugin import make_manager
-from harness.video.families import get_family
-from harness.video.target import family_refusal, load_target, resolve_checkpoints, resolve_target
+from harness.families.table import get_family
+from harness.video.target import load_target, resolve_checkpoints, resolve_target
 
 from .video_engines import FamilyEngine, manager
 

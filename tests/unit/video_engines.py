@@ -21,7 +21,7 @@ import harness.engine.plugin
 from harness.core.errors import VideoError
 from harness.engine import hookspec
 from harness.engine.registry import EngineImpl
-from harness.video.families import get_family
+from harness.families.table import get_family
 from harness.video.job import EngineOutput, VideoJob
 
 hookimpl = pluggy.HookimplMarker("harness")

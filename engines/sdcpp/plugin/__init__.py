@@ -1,7 +1,7 @@
 """Engine plugin ``sdcpp`` (stable-diffusion.cpp): Wan video checkpoints rendered by the pybind11 binding.
 
 Its config rules (``config_check`` on the registered engine) are its video family's (``video_family``,
-else the engine's own, ``wan``: 4n+1 frames, a 16-pixel grid, no audio; see harness/video/families.yaml).
+else the engine's own, ``wan``: 4n+1 frames, a 16-pixel grid, no audio; see harness/families/families.yaml).
 LocalAI calls this backend ``stablediffusion-ggml``; those configs are checked here too,
 and their options may be flags (``diffusion_model``), as LocalAI's backend takes them.
 
@@ -42,7 +42,7 @@ NAME = "sdcpp"
 FORMATS = ("ggufv2", "safetensors")
 #: Binding variants in the order they are tried; the descriptor lists what is built.
 VARIANT_ORDER = ("cuda", "vulkan", "metal", "cpu")
-#: Video families this engine renders (harness/video/families.yaml): Wan's VAE packs 4n+1 frames.
+#: Video families this engine renders (harness/families/families.yaml): Wan's VAE packs 4n+1 frames.
 FAMILIES = ("wan",)
 #: Partitions this engine renders: text-only and first/last-frame (keyframes through the VAE).
 PARTITIONS = ("t2va", "fl2va")
@@ -140,7 +140,7 @@ def checkpoint_set(checkpoints: Mapping[str, Path]) -> dict[str, Any]:
 
 def _check_grid(request: VideoJob) -> None:
     """Refuse a job off Wan's grids: the binding would render another frame count or canvas than planned."""
-    from harness.video.families import get_family
+    from harness.families.table import get_family
 
     if request.family not in FAMILIES:
         msg = (f"stable-diffusion.cpp renders the {' and '.join(FAMILIES)} family, not {request.family}; "

@@ -1,11 +1,12 @@
 """Video model families (``families.yaml``): frame grid, pixel grid, checkpoints, audio, defaults.
 
-One table, read once. A config's family is resolved in one place, :func:`family_for`
-(config -> engine -> family): the ``video_family`` option, else the registered engine's
-``video_family``, else the LocalAI backend's (``harness/config/localai.yaml``), else the
-table's default. Everything that follows from it (frame and pixel grids, render defaults,
-audio, partitions) is a field or method of :class:`VideoFamily`, and the config rules,
-``config show``, ``select`` and the request pipeline (:mod:`harness.video.target`) all ask it.
+One table, read once. A config's family is resolved in one place,
+:func:`harness.config.video_rules.family_for` (config -> engine -> family): the ``video_family``
+option, else the registered engine's ``video_family``, else the LocalAI backend's
+(``harness/config/localai.yaml``), else the table's default. Everything that follows from it
+(frame and pixel grids, render defaults, audio, partitions) is a field or method of
+:class:`VideoFamily`, and the config rules, ``config show``, ``select`` and the request pipeline
+(:mod:`harness.video.target`) all ask it.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class FamilyTable:
 @functools.cache
 def table() -> FamilyTable:
     """The family table shipped with the harness."""
-    raw = load_yaml(resources.files("harness.video").joinpath(DATA_FILE).read_text(encoding="utf-8"))
+    raw = load_yaml(resources.files("harness.families").joinpath(DATA_FILE).read_text(encoding="utf-8"))
     families = {name: _family(name, f) for name, f in raw["families"].items()}
     return FamilyTable(families=families, default=str(raw["default"]))
 
@@ -144,38 +145,6 @@ def rendered_families(impl: EngineImpl) -> tuple[str, ...]:
     if impl.video_families:
         return tuple(impl.video_families)
     return (impl.video_family,) if impl.video_family else ()
-
-
-def backend_family(backend: str | None, pm: Any = None) -> str | None:
-    """The family a ``backend:`` implies: the registered engine's, else the LocalAI backend's.
-
-    :param pm: the plugin manager to ask (default: the process-wide one).
-    """
-    if not backend:
-        return None
-    from harness.config.localai import vocabulary
-    from harness.engine import registry
-
-    try:
-        impl = registry.engines(pm).get(backend)
-    except Exception:  # a broken plugin: the data still answers for LocalAI's names
-        impl = None
-    if impl is not None:
-        if impl.video_family:
-            return impl.video_family
-        families = rendered_families(impl)
-        if families:
-            return families[0]
-    entry = vocabulary().backends.get(backend)
-    return entry.video_family if entry is not None else None
-
-
-def family_for(declared: str | None, backend: str | None, pm: Any = None) -> VideoFamily:
-    """The one family resolution (config -> engine -> family): the declared family, else the
-    backend's (:func:`backend_family`), else the default one."""
-    if declared:
-        return get_family(declared)
-    return get_family(backend_family(backend, pm) or table().default)
 
 
 def render_refusal(engine: str, family: VideoFamily, pm: Any = None) -> str | None:

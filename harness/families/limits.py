@@ -6,7 +6,7 @@ rendered: a render is hours long and an engine handed an unbounded number either
 overflows a C ``int`` or allocates until the host falls over.
 
 The defaults suit every engine the harness drives; a registered engine narrows or
-widens them with its ``video_limits`` (:func:`harness.video.pipeline.engine_limits`).
+widens them with its ``video_limits`` (:func:`harness.video.target.engine_limits`).
 """
 
 from __future__ import annotations
