@@ -28,7 +28,7 @@ BUDGET_S = 240.0
 #: The instruments a qualification measures with.
 INSTRUMENTS: tuple[str, ...] = ("walltime", "simulation")
 #: The bench model when the descriptor names none.
-BENCH_MODELS: tuple[str, ...] = ("HARNESS_MODEL",)
+BENCH_MODELS: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +58,8 @@ class BenchSettings:
     """``qualify.bench``."""
 
     models: tuple[str, ...] = BENCH_MODELS
-    """Model environment variables (fixtures of ``harness models``), one bench stage each."""
+    """Fixture model names (``engines/<name>/fixtures.yaml``), one ceiling and one bench stage each
+    (none: no bench stages)."""
     fail_on_slower: Any = None
     """The gate, as ``--fail-on-slower`` takes it (percent, or ``selector=percent`` strings)."""
     until_halfwidth: float | None = UNTIL_HALFWIDTH

@@ -8,7 +8,6 @@ physical cores. The plan is made before any stage runs, so a typo in a gate fail
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +41,8 @@ class BenchPlan:
     """Selector -> percent slower that fails the stage (``--fail-on-slower``)."""
     threads: int = 1
     threads_source: str = ""
-    models: tuple[str, ...] = ("HARNESS_MODEL",)
+    models: tuple[str, ...] = ()
+    """Fixture model names (``engines/<name>/fixtures.yaml``), one ceiling and one bench stage each."""
     """Model environment variables (from ``harness models``), one bench stage each."""
     instruments: tuple[str, ...] = DEFAULT_INSTRUMENTS
     """``walltime``, ``simulation``, ``counters``: what the bench stages measure with."""
@@ -55,14 +55,14 @@ class BenchPlan:
     """Model variable -> the shape of its wall-clock runs (``qualify.bench.shapes``), unless the command
     line gave --pn/--gn; a model not named runs ``pn``/``gn``."""
 
-    def sim_plan(self, model_var: str) -> SimPlan | None:
-        return self.sim.get(model_var)
+    def sim_plan(self, fixture: str) -> SimPlan | None:
+        return self.sim.get(fixture)
 
-    def for_model(self, model_var: str) -> BenchPlan:
-        """This plan at the wall-clock shape of ``model_var``."""
-        if model_var not in self.shapes:
+    def for_model(self, fixture: str) -> BenchPlan:
+        """This plan at the wall-clock shape of the bench model ``fixture``."""
+        if fixture not in self.shapes:
             return self
-        shape = self.shapes[model_var]
+        shape = self.shapes[fixture]
         return dataclasses.replace(self, pn=shape.pn, gn=shape.gn)
 
     def config(self, concurrency: tuple[int, ...] | None = None) -> BenchConfig:
@@ -96,10 +96,8 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int | None 
     gate = parse_gate(fail_on_slower) if fail_on_slower else parse_gate(raw.fail_on_slower)
     resolve_gate(gate, concurrency)  # a typo fails before the build, not after it
     n_threads, source = resolve_threads(threads)
-    models = raw.models
-    if not models:
-        msg = f"qualify.bench.models of {engine.name} is empty; expected model variables such as HARNESS_MODEL"
-        raise UsageError(msg)
+    models = raw.models  # none: the engine has no bench stages
+    _check_fixtures(engine, (*models, *raw.shapes, *(raw.simulation or {})))
     chosen = tuple(instruments) if instruments else raw.instruments
     unknown = [i for i in chosen if i not in INSTRUMENTS]
     if unknown or ("walltime" not in chosen and "simulation" not in chosen):
@@ -107,7 +105,7 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int | None 
                f"{', '.join(chosen)}; e.g. --instrument walltime,simulation")
         raise UsageError(msg)
     if raw.simulation is None:  # a descriptor that says nothing: the first bench model
-        sims = {models[0]: SIM_DEFAULT}
+        sims = {models[0]: SIM_DEFAULT} if models else {}
     else:
         sims = {k: SimPlan(p1=v.p1, p2=v.p2, g1=v.g1, g2=v.g2) for k, v in raw.simulation.items()}
     shapes = {} if pn is not None or gn is not None else dict(raw.shapes)
@@ -119,16 +117,29 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int | None 
                      threads=n_threads, threads_source=source, models=models)
 
 
+def _check_fixtures(engine: EngineSpec, names: Sequence[str]) -> None:
+    """Every fixture the descriptor's ``qualify.bench`` names is pinned somewhere (a typo fails before the build)."""
+    from harness.core.errors import did_you_mean
+    from harness.models.fixtures import load_fixtures
+
+    known = load_fixtures().fixtures
+    for name in names:
+        if name not in known:
+            msg = (f"{engine.name}'s qualify.bench names fixture model {name!r}, which no engine folder's "
+                   f"fixtures.yaml pins{did_you_mean(name, known)} (`harness models list` lists them)")
+            raise UsageError(msg)
+
+
 #: The simulation's run lengths for a model the descriptor gives none for.
 SIM_DEFAULT = SimPlan()
 
 
-def stage_name(model_var: str) -> str:
-    """``HARNESS_MODEL`` -> ``bench``; ``HARNESS_BANDWIDTH_MODEL`` -> ``bench-bandwidth``."""
-    core = re.sub(r"^HARNESS_|_?MODEL$", "", model_var).lower().replace("_", "-")
-    return f"bench-{core}" if core else "bench"
+def stage_name(fixture: str, index: int) -> str:
+    """The bench stage of the ``index``-th bench model: ``bench`` for the first, ``bench-<fixture>`` for
+    the others (``bandwidth``: ``bench-bandwidth``)."""
+    return "bench" if index == 0 else f"bench-{fixture}"
 
 
-def ceiling_stage_name(model_var: str) -> str:
-    """``HARNESS_MODEL`` -> ``ceiling``; ``HARNESS_BANDWIDTH_MODEL`` -> ``ceiling-bandwidth``."""
-    return stage_name(model_var).replace("bench", "ceiling", 1)
+def ceiling_stage_name(fixture: str, index: int) -> str:
+    """``ceiling`` for the first bench model, ``ceiling-<fixture>`` for the others."""
+    return stage_name(fixture, index).replace("bench", "ceiling", 1)

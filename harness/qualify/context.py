@@ -61,6 +61,12 @@ class Models:
 
     env: Mapping[str, str]
 
+    def path(self, fixture: str) -> str | None:
+        """Where the fixture model named ``fixture`` is (its ``HARNESS_MODEL_<NAME>``), or None."""
+        from harness.models.fixtures import fixture_var
+
+        return self.env.get(fixture_var(fixture))
+
 
 @dataclass(frozen=True, kw_only=True)
 class QualifyContext:

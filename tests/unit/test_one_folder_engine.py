@@ -23,7 +23,6 @@ after: nothing outside the folder moved.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import textwrap

@@ -36,7 +36,7 @@ def test_the_stages_run_where_the_descriptor_names_a_peer(tmp_path: Path) -> Non
     assert set(stage.needs) == {"binding", "models", "peer-build"}
     cfg = cross_engine.settings(_context(tmp_path, "vllmcpp"))
     assert cfg is not None and (cfg["peer"], cfg["model"], cfg["peer_model"]) == (
-        "llamacpp", "HARNESS_VLLM_MODEL", "HARNESS_VLLM_PAIR_GGUF")
+        "llamacpp", "hf-llama", "hf-llama-gguf")
 
 
 def _row(prompt: str, *, diverges: int | None = None, margin: float | None = None, n: tuple[int, int] = (5, 5)
@@ -61,7 +61,7 @@ def _check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, result: dict[str, An
     impl = dataclasses.replace(registry.get("vllmcpp"), cross_engine=lambda *a, **k: result)
     monkeypatch.setattr(registry, "get", lambda name, *a, **k: impl)
     ctx = _context(tmp_path, "vllmcpp").with_product("models", Models(env={
-        "HARNESS_VLLM_MODEL": "/m/random-llama-hf-s0", "HARNESS_VLLM_PAIR_GGUF": "/m/x.gguf"}))
+        "HARNESS_MODEL_HF_LLAMA": "/m/random-llama-hf-s0", "HARNESS_MODEL_HF_LLAMA_GGUF": "/m/x.gguf"}))
     return cross_engine.check(ctx)
 
 
@@ -77,8 +77,8 @@ def test_the_check_passes_on_identity_and_near_ties_and_fails_on_a_clear_diverge
 
 
 def test_the_check_is_skipped_without_the_pair(tmp_path: Path) -> None:
-    ctx = _context(tmp_path, "vllmcpp").with_product("models", Models(env={"HARNESS_VLLM_MODEL": "/m/d"}))
-    with pytest.raises(SkippedStage, match=r"no HARNESS_VLLM_PAIR_GGUF model.*--engine vllmcpp"):
+    ctx = _context(tmp_path, "vllmcpp").with_product("models", Models(env={"HARNESS_MODEL_HF_LLAMA": "/m/d"}))
+    with pytest.raises(SkippedStage, match=r"no fixture model hf-llama-gguf .*--engine vllmcpp"):
         cross_engine.check(ctx)
 
 

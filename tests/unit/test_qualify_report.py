@@ -134,7 +134,7 @@ def test_bench_plan_from_the_descriptor_and_the_command_line() -> None:
     engine = load_engine("llamacpp")
     plan = bench_plan(engine)
     # the descriptor's defaults: both models, a 5% gate, adaptive blocks; threads from the host
-    assert plan.models == ("HARNESS_MODEL", "HARNESS_BANDWIDTH_MODEL")
+    assert plan.models == ("smollm2", "bandwidth")
     assert plan.gate == {"all": 5.0} and plan.until_halfwidth == 3.0 and plan.max_blocks == 12
     assert plan.threads == default_threads() and "physical cores" in plan.threads_source
     assert plan.config().until_halfwidth == 3.0 and plan.config((1,)).concurrency == (1,)
@@ -142,7 +142,7 @@ def test_bench_plan_from_the_descriptor_and_the_command_line() -> None:
     assert (cli.threads, cli.threads_source) == (3, "--threads")
     assert cli.gate == {"decode": 2.0} and cli.until_halfwidth is None and cli.config().max_blocks is None
     assert cli.config().blocks == 6
-    assert [stage_name(v) for v in plan.models] == ["bench", "bench-bandwidth"]
+    assert [stage_name(v, n) for n, v in enumerate(plan.models)] == ["bench", "bench-bandwidth"]
     import pytest
 
     from harness.core.errors import UsageError

@@ -20,7 +20,7 @@ def test_a_descriptor_that_says_nothing_gets_every_default() -> None:
     s = qs.qualify_settings(_spec({}))
     assert s == qs.QualifySettings()
     assert (s.ceiling_min_ratio, s.bench.budget_s, s.bench.max_blocks) == (0.97, 240.0, 12)
-    assert s.bench.models == ("HARNESS_MODEL",) and s.bench.simulation is None and not s.cross_variant
+    assert s.bench.models == () and s.bench.simulation is None and not s.cross_variant
 
 
 def test_values_are_typed_and_zero_means_off() -> None:
@@ -43,15 +43,29 @@ def test_a_bench_model_can_have_its_own_wall_clock_shape() -> None:
     """The bandwidth model's shape is its own (qualify.bench.shapes); --pn/--gn set every model's."""
     from harness.qualify.bench_plan import bench_plan
 
-    raw = {"qualify": {"bench": {"models": ["M", "BIG"], "shapes": {"BIG": {"pn": 128, "gn": 64}, "HALF": {"gn": 32}}}}}
+    raw = {"qualify": {"bench": {"models": ["smollm2", "bandwidth"],
+                                 "shapes": {"bandwidth": {"pn": 128, "gn": 64}, "tiny": {"gn": 32}}}}}
     s = qs.qualify_settings(_spec(raw))
-    assert s.bench.shapes == {"BIG": qs.BenchShape(pn=128, gn=64), "HALF": qs.BenchShape(pn=512, gn=32)}
+    assert s.bench.shapes == {"bandwidth": qs.BenchShape(pn=128, gn=64), "tiny": qs.BenchShape(pn=512, gn=32)}
     plan = bench_plan(_spec(raw), threads=1)
-    assert (plan.for_model("M").pn, plan.for_model("M").gn) == (512, 128)
-    big = plan.for_model("BIG")
+    assert (plan.for_model("smollm2").pn, plan.for_model("smollm2").gn) == (512, 128)
+    big = plan.for_model("bandwidth")
     assert (big.pn, big.gn) == (128, 64) and big.config().pn == 128 and big.as_dict()["pn"] == 128
     given = bench_plan(_spec(raw), threads=1, pn=256)
-    assert (given.for_model("BIG").pn, given.for_model("BIG").gn) == (256, 128)
+    assert (given.for_model("bandwidth").pn, given.for_model("bandwidth").gn) == (256, 128)
+
+
+def test_a_bench_model_is_a_pinned_fixture() -> None:
+    """A name no engine folder's fixtures.yaml pins fails the plan, before any build, with a did-you-mean."""
+    import pytest
+
+    from harness.core.errors import UsageError
+    from harness.qualify.bench_plan import bench_plan
+
+    raw = {"qualify": {"bench": {"models": ["smollm"]}}}
+    with pytest.raises(UsageError, match=r"fixture model 'smollm'.*did you mean 'smollm2'"):
+        bench_plan(_spec(raw), threads=1)
+    assert bench_plan(_spec({"qualify": {}}), threads=1).models == ()  # no bench models: no bench stages
 
 
 def test_the_schema_takes_shapes_and_refuses_a_bad_one(tmp_path: Path) -> None:
@@ -63,7 +77,7 @@ def test_the_schema_takes_shapes_and_refuses_a_bad_one(tmp_path: Path) -> None:
 
     src = load_engine("llamacpp").root / "engine.yaml"
     doc = yaml.safe_load(src.read_text())
-    doc["qualify"]["bench"]["shapes"] = {"HARNESS_BANDWIDTH_MODEL": {"pn": 0}}
+    doc["qualify"]["bench"]["shapes"] = {"bandwidth": {"pn": 0}}
     bad = tmp_path / "llamacpp" / "engine.yaml"
     bad.parent.mkdir()
     bad.write_text(yaml.safe_dump(doc))

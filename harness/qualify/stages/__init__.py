@@ -56,9 +56,9 @@ def bench_stages(ctx: QualifyContext) -> list[Stage]:
     engine's ceiling makes every comparison with a peer a statement about the binding, not the
     engine), then our build against the peer."""
     out: list[Stage] = []
-    for var in ctx.plan.models:
-        out += [Stage(name=ceiling_stage_name(var), run=functools.partial(ceiling.ceiling, model_var=var),
+    for n, fixture in enumerate(ctx.plan.models):
+        out += [Stage(name=ceiling_stage_name(fixture, n), run=functools.partial(ceiling.ceiling, fixture=fixture),
                       needs=("binding", "models")),
-                Stage(name=stage_name(var), run=functools.partial(bench.peer, model_var=var),
+                Stage(name=stage_name(fixture, n), run=functools.partial(bench.peer, fixture=fixture),
                       needs=("binding", "models"))]
     return out

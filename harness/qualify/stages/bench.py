@@ -17,8 +17,8 @@ from harness.qualify.context import NO_OLD_PIN, Built, Models, QualifyContext
 from harness.qualify.result import SkippedStage, StageFailed, StageResult, StageUndecided
 
 
-def peer(ctx: QualifyContext, *, model_var: str) -> StageResult:
-    """Our cpu build (B) against the engine's peer baseline (A) on the model ``model_var`` names."""
+def peer(ctx: QualifyContext, *, fixture: str) -> StageResult:
+    """Our cpu build (B) against the engine's peer baseline (A) on the fixture model ``fixture``."""
     if not ctx.options.run_bench:
         raise SkippedStage("disabled (--no-bench)")
     engine = ctx.engine
@@ -29,13 +29,13 @@ def peer(ctx: QualifyContext, *, model_var: str) -> StageResult:
         raise SkippedStage(f"no peer baseline for {engine.name} (qualify.bench_peer in its engine.yaml)")
     if "cpu" not in ctx.product("build", Built).variants:
         raise SkippedStage("the cpu variant (our bench arm) was not built in this run")
-    model = ctx.product("models", Models).env.get(model_var)
+    model = ctx.product("models", Models).path(fixture)
     if not model:
-        raise SkippedStage(f"no {model_var} model (`harness models fetch` writes the fixtures)")
+        raise SkippedStage(f"no fixture model {fixture} (`harness models fetch` writes the fixtures)")
     from harness.bench.roofline import measure_host
     from harness.core import host as hostmod
 
-    return peer_bench(engine, baseline, model, ctx.plan.for_model(model_var), out=ctx.report / "bench", report_root=ctx.report,
+    return peer_bench(engine, baseline, model, ctx.plan.for_model(fixture), out=ctx.report / "bench", report_root=ctx.report,
                       host=hostmod.as_dict(ctx.host), host_measure=measure_host())
 
 
@@ -54,26 +54,26 @@ def old_pin(ctx: QualifyContext) -> StageResult:
     from harness.build.matrix import get_variant
     from harness.core import host as hostmod
 
-    env = ctx.product("models", Models).env
+    models = ctx.product("models", Models)
     # the last bench model: the bandwidth-bound one where the descriptor lists it, where kernels show
-    model_var = next((v for v in reversed(ctx.plan.models) if v in env), None)
-    model = env[model_var] if model_var else None
-    if model is None or model_var is None:
+    fixture = next((v for v in reversed(ctx.plan.models) if models.path(v)), None)
+    model = models.path(fixture) if fixture else None
+    if model is None or fixture is None:
         raise SkippedStage(f"none of the bench models ({', '.join(ctx.plan.models)}) is in place")
     return old_pin_bench(ctx.engine, old, artifact_dir(ctx.engine, get_variant("cpu")), model,
-                         ctx.report / "bench-old-pin", host=hostmod.as_dict(ctx.host), plan=ctx.plan.for_model(model_var),
-                         host_measure=measure_host(), model_var=model_var)
+                         ctx.report / "bench-old-pin", host=hostmod.as_dict(ctx.host), plan=ctx.plan.for_model(fixture),
+                         host_measure=measure_host(), fixture=fixture)
 
 
-def simulate_pair(plan: BenchPlan, model_var: str, a: tuple[str, Mapping[str, Any]], b: tuple[str, Mapping[str, Any]],
+def simulate_pair(plan: BenchPlan, fixture: str, a: tuple[str, Mapping[str, Any]], b: tuple[str, Mapping[str, Any]],
                   *, out: Path, gate: Mapping[str, float]) -> tuple[Any, str | None]:
     """Arms A and B (kind, options) under the simulation instrument when the plan has it:
     (:class:`~harness.bench.simulation.SimResult`, None), or (None, why it did not run)."""
     if "simulation" not in plan.instruments:
         return None, "not in this run's instruments"
-    shape = plan.sim_plan(model_var)
+    shape = plan.sim_plan(fixture)
     if shape is None:
-        return None, (f"qualify.bench.simulation names no run lengths for {model_var} (a bandwidth-bound model: "
+        return None, (f"qualify.bench.simulation names no run lengths for {fixture} (a bandwidth-bound model: "
                       "simulation does not model DRAM bandwidth; the code path is simulated on the other bench model)")
     from harness.bench import simulation
     from harness.core.errors import HostError
@@ -161,7 +161,7 @@ def peer_bench(engine: EngineSpec, peer: str, model: str, plan: BenchPlan, *, ou
 
 def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Path, model: str, out: Path, *,
                   host: Mapping[str, Any], plan: BenchPlan, host_measure: Mapping[str, Any] | None = None,
-                  model_var: str = "HARNESS_MODEL") -> StageResult:
+                  fixture: str = "") -> StageResult:
     """Old pin (A) vs this pin (B), each through its own cpu artifact's benchmark tool, in ABBA blocks."""
     from harness.bench.arms import ArmSpec, prepare_options
     from harness.bench.session import run_and_report
@@ -176,7 +176,7 @@ def old_pin_bench(engine: EngineSpec, old_opts: dict[str, str], new_artifact: Pa
     label = old_opts.get("pin") or old_opts.get("rev")
     a = ArmSpec(kind=kind, name=f"{kind} {label}", options=a_opts)
     b = ArmSpec(kind=kind, name=f"{kind} {engine.pin}", options={**common, "artifact": str(new_artifact)})
-    sim, note = simulate_pair(plan, model_var, (kind, {**a.options, "name": a.name}), (kind, {**b.options, "name": b.name}),
+    sim, note = simulate_pair(plan, fixture, (kind, {**a.options, "name": a.name}), (kind, {**b.options, "name": b.name}),
                               out=out / "simulation", gate=_sim_gate(plan.gate))
     outcome = run_and_report(a, b, plan.config((1,)), name=f"old-pin-{label}-vs-{engine.pin}", out=out, host=host,
                              host_measure=host_measure, gate=plan.gate, threads_source=plan.threads_source)

@@ -21,23 +21,23 @@ from harness.qualify.result import SkippedStage, StageResult
 __all__ = ["CEILING_MIN_RATIO", "ceiling", "ceiling_bench", "ceiling_min_ratio"]
 
 
-def ceiling(ctx: QualifyContext, *, model_var: str) -> StageResult:
-    """The stage: the ceiling run on the model ``model_var`` names, with the cpu row's artifact."""
+def ceiling(ctx: QualifyContext, *, fixture: str) -> StageResult:
+    """The stage: the ceiling run on the fixture model ``fixture``, with the cpu row's artifact."""
     if not ctx.options.run_bench:
         raise SkippedStage("disabled (--no-bench)")
     if "cpu" not in ctx.product("build", Built).variants:
         raise SkippedStage("the cpu variant (the binding's and the tool's artifact) was not built in this run")
-    model = ctx.product("models", Models).env.get(model_var)
+    model = ctx.product("models", Models).path(fixture)
     if not model:
-        raise SkippedStage(f"no {model_var} model (`harness models fetch` writes the fixtures)")
+        raise SkippedStage(f"no fixture model {fixture} (`harness models fetch` writes the fixtures)")
     from harness.bench.roofline import measure_host
     from harness.build.cmake import artifact_dir
     from harness.build.matrix import get_variant
     from harness.core import host as hostmod
 
-    return ceiling_bench(ctx.engine, artifact_dir(ctx.engine, get_variant("cpu")), model, ctx.plan.for_model(model_var),
+    return ceiling_bench(ctx.engine, artifact_dir(ctx.engine, get_variant("cpu")), model, ctx.plan.for_model(fixture),
                          out=ctx.report / "ceiling", report_root=ctx.report, host=hostmod.as_dict(ctx.host),
-                         host_measure=measure_host(), model_var=model_var)
+                         host_measure=measure_host(), fixture=fixture)
 
 
 def ceiling_min_ratio(engine: EngineSpec) -> float:
@@ -47,7 +47,7 @@ def ceiling_min_ratio(engine: EngineSpec) -> float:
 
 def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPlan, *, out: Path, report_root: Path,
                   host: Mapping[str, Any], host_measure: Mapping[str, Any] | None,
-                  model_var: str = "HARNESS_MODEL") -> StageResult:
+                  fixture: str = "") -> StageResult:
     """The engine ceiling: the engine's own benchmark tool (A) against our binding (B) on the same
     artifact, CPU level, model and shape, one stream; B may not be slower than ``min_ratio`` of A
     (a binding that loads the model or runs its batches differently shows here, on any host).
@@ -70,7 +70,7 @@ def ceiling_bench(engine: EngineSpec, artifact: Path, model: str, plan: BenchPla
     a = ArmSpec(kind=kind, name=kind, options=a_opts)
     b = ArmSpec.parse(f"in-process:model={model},threads={plan.threads},n_ctx={plan.pn + plan.gn + 64},"
                       f"max_num_seqs=1,variant=cpu,name=binding")
-    sim, note = simulate_pair(plan, model_var, (kind, {**common, **a_opts, "name": kind}),
+    sim, note = simulate_pair(plan, fixture, (kind, {**common, **a_opts, "name": kind}),
                               ("in-process", {"model": model, "variant": "cpu", "engine": engine.name, "name": "binding"}),
                               out=out / "simulation", gate={"prefill": pct, "decode": pct})
     config = plan.config((1,))

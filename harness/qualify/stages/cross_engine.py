@@ -1,6 +1,6 @@
 """The cross-engine stages: another engine on the same weights, where the descriptor's
 ``qualify.cross_engine`` names one (``peer``, this engine's ``model`` variable and the peer's
-``peer_model`` variable of the same weights in its format).
+``peer_model`` fixture: the same weights in its format).
 
 ``peer-build`` builds the peer's cpu row and binding (stamped: seconds when cached);
 ``cross-engine`` runs the engine plugin's greedy check against it; ``bench-vs-<peer>`` is an ABBA
@@ -46,12 +46,13 @@ def _cfg(ctx: QualifyContext) -> Mapping[str, str]:
 
 
 def _models(ctx: QualifyContext) -> tuple[str, str]:
-    cfg, env = _cfg(ctx), ctx.product("models", Models).env
-    missing = [v for v in (cfg["model"], cfg["peer_model"]) if not env.get(v)]
-    if missing:
-        raise SkippedStage(f"no {' or '.join(missing)} model (`harness models fetch --engine {ctx.engine.name}` "
-                           "writes the pair)")
-    return env[cfg["model"]], env[cfg["peer_model"]]
+    cfg, models = _cfg(ctx), ctx.product("models", Models)
+    model, peer_model = models.path(cfg["model"]), models.path(cfg["peer_model"])
+    if model is None or peer_model is None:
+        missing = [f for f, p in ((cfg["model"], model), (cfg["peer_model"], peer_model)) if p is None]
+        raise SkippedStage(f"no fixture model {' or '.join(missing)} (`harness models fetch --engine "
+                           f"{ctx.engine.name}` writes the pair)")
+    return model, peer_model
 
 
 def peer_build(ctx: QualifyContext) -> StageResult:
