@@ -54,9 +54,10 @@ def build_with_patch(patch: Path, recipe: Path, dist: Path) -> Path:
     from harness.engine.descriptor import parse_engine
 
     src = paths.project_root()
-    for d in ("engines", "abi", "patches"):
-        shutil.copytree(src / d / ENGINE, recipe / d / ENGINE, dirs_exist_ok=True)
-    shutil.copy2(patch, recipe / "patches" / ENGINE / patch.name)
+    # the engine's one folder (descriptor, patches, ABI surface, binding source), without its plugin and specs
+    shutil.copytree(src / "engines" / ENGINE, recipe / "engines" / ENGINE, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("plugin", "e2e", "__pycache__"))
+    shutil.copy2(patch, recipe / "engines" / ENGINE / "patches" / patch.name)
     spec = parse_engine(recipe / "engines" / ENGINE / "engine.yaml")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HARNESS_DIST", str(dist))
