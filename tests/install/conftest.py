@@ -28,6 +28,7 @@ import tomllib
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,30 +98,49 @@ def _ignore_state(directory: str, names: list[str]) -> set[str]:
             or n.endswith((".pyc", ".egg-info"))}
 
 
-def _load_data_files(src: Path) -> list[tuple[str, list[str]]]:
+def _setup_module(src: Path) -> Any:
     spec = importlib.util.spec_from_file_location("harness_setup_under_test", src / "setup.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def _load_data_files(src: Path) -> list[tuple[str, list[str]]]:
+    module = _setup_module(src)
     with contextlib.chdir(src):  # data_files() walks paths relative to the project
         listed: list[tuple[str, list[str]]] = module.data_files()
     return listed
 
 
+def _setup_packages(src: Path) -> tuple[list[str], dict[str, str]]:
+    """(packages, package_dir) as setup.py finds them in ``src``."""
+    module = _setup_module(src)
+    with contextlib.chdir(src):
+        found: tuple[list[str], dict[str, str]] = module.packages()
+    return found
+
+
 def _package_sources(src: Path) -> dict[str, Path]:
-    """Every package setuptools is told to ship -> its directory in ``src``."""
-    conf = PYPROJECT["tool"]["setuptools"]
+    """Every package setuptools is told to ship -> its directory in ``src`` (the longest package_dir
+    prefix maps it: ``harness_plugins.llamacpp`` -> ``engines/llamacpp/plugin``)."""
+    packages, package_dir = _setup_packages(src)
     out = {}
-    for package in conf["packages"]:
-        top, *rest = package.split(".")
-        out[package] = src / conf["package-dir"].get(top, top) / Path(*rest)
+    for package in packages:
+        parts = package.split(".")
+        for n in range(len(parts), 0, -1):
+            if ".".join(parts[:n]) in package_dir:
+                out[package] = src / package_dir[".".join(parts[:n])] / Path(*parts[n:])
+                break
+        else:
+            out[package] = src / Path(*parts)
     return out
 
 
 def _unlisted_packages(src: Path, listed: Iterable[Path]) -> list[str]:
-    """Directories with an ``__init__.py`` under a shipped root that ``packages`` leaves out."""
+    """Directories with an ``__init__.py`` under a shipped root that setup.py's ``packages()`` leaves out."""
     listed = set(listed)
-    roots = {src / d for d in PYPROJECT["tool"]["setuptools"]["package-dir"].values()}
+    roots = {src / d for d in _setup_packages(src)[1].values()}
     return sorted(str(init.parent.relative_to(src)) for root in roots for init in root.rglob("__init__.py")
                   if init.parent not in listed)
 
@@ -145,10 +165,11 @@ def check_wheel(wheel: Path, src: Path) -> None:
     unlisted = _unlisted_packages(src, packages.values())
     assert not unlisted, f"packages not listed in [tool.setuptools] packages (not shipped): {unlisted}"
 
-    for package, patterns in PYPROJECT["tool"]["setuptools"]["package-data"].items():
-        for pattern in patterns:
-            found = sorted(packages[package].glob(pattern))
-            assert found, f"package-data {package}: {pattern!r} matches no file"
+    for key, patterns in PYPROJECT["tool"]["setuptools"]["package-data"].items():
+        # "*": every package's own matching files (none may be left out of the wheel)
+        for package in packages if key == "*" else [key]:
+            found = sorted(f for pattern in patterns for f in packages[package].glob(pattern))
+            assert found or key == "*", f"package-data {package}: {patterns!r} matches no file"
             for f in found:
                 member = f"{package.replace('.', '/')}/{f.relative_to(packages[package]).as_posix()}"
                 assert member in names, f"package data missing from the wheel: {member}"
@@ -159,7 +180,7 @@ def check_wheel(wheel: Path, src: Path) -> None:
     shipped = {n for n in names if n.startswith(data_prefix) and not n.endswith("/")}
     assert shipped == expected, (f"data files: missing {sorted(expected - shipped)}, "
                                  f"unexpected {sorted(shipped - expected)}")
-    for tree in ("engines", "matrix", "abi", "patches"):
+    for tree in ("engines", "matrix", "engines/llamacpp/patches", "engines/llamacpp/abi", "engines/llamacpp/e2e"):
         assert any(n.startswith(f"{data_prefix}share/harness/{tree}/") for n in shipped), tree
 
     scripts = configparser.ConfigParser()
