@@ -52,6 +52,9 @@ def fetch(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None, *,
         kinds = sorted(k for ks in pm.hook.harness_source_kinds() for k in ks)
         msg = f"no plugin fetches source kind {spec.source.kind!r} (known kinds: {', '.join(kinds)})"
         raise SourceError(msg)
+    from harness.source import provenance
+
+    provenance.check(spec)  # upstream.build/commit as the source carries them, at every fetch
     return tree
 
 

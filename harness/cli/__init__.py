@@ -36,6 +36,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.cli.emulate",
     "harness.cli.models",
     "harness.cli.abi",
+    "harness.cli.pin",
     "harness.cli.audit",
     "harness.cli.config",
     "harness.cli.video",
@@ -53,6 +54,8 @@ typical release-engineer flow:
   harness fetch ENGINE              download + verify the pinned source
   harness patch ENGINE              apply the patch series to a fresh copy
   harness patch --check ENGINE      which patches apply / are upstream / conflict
+  harness pin ENGINE SOURCE         move a pin (pypi:PKG==V, git:URL@REV, archive:PATH#sha256=H): derive
+                                    its provenance, rewrite engine.yaml, fetch + patch --check + abi check
 """
 
 

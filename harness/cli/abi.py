@@ -33,8 +33,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=cmd_snapshot, extras=('build',))
 
-    p = asub.add_parser("check", help="fail when the pinned headers disagree with the committed surface",
-                        description="Runs before any build; seconds, not minutes. With --pin or --rev, the "
+    p = asub.add_parser("check", help="fail when the pinned headers disagree with the committed surface, or the "
+                        "binding does not compile against them",
+                        description="Runs before any build; seconds, not minutes. Two halves: the C surface "
+                        "(libclang: functions, struct layouts, enums and version constants against "
+                        "engines/<engine>/abi/surface.json; a difference is accepted with `harness abi snapshot`), "
+                        "and the binding's whole compile surface (every translation unit of engines/<engine>/binding "
+                        "compiled with -fsyntax-only, its own include dirs and defines, against the pin's patched "
+                        "headers, C and C++ such as llama.cpp's common/: an error there means the binding must "
+                        "change). With --pin or --rev, the "
                         "recipe of another pin from git history (its descriptor, patches, ABI surface and "
                         "binding source: what `harness build --pin` builds) instead of the working tree's.")
     add_engine_arg(p)
@@ -42,6 +49,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     which.add_argument("--pin", metavar="VERSION",
                        help="check this pin's recipe (the newest commit of any branch or tag that pinned it)")
     which.add_argument("--rev", metavar="GITREV", help="check the recipe of this commit/branch/tag (e.g. main)")
+    p.add_argument("--c-only", action="store_true",
+                   help="only the C surface; skip compiling the binding's translation units syntax-only")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=cmd_check, extras=('build',))
 
@@ -152,9 +161,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from harness.abi.binding import check_binding, raise_for
     from harness.abi.check import check_engine
     from harness.build.pipeline import patched_tree
     from harness.core import progress
+    from harness.core.errors import AbiError, BindingSurfaceError
 
     pin, rev = args.pin, args.rev
     if pin or rev:
@@ -163,21 +174,48 @@ def cmd_check(args: argparse.Namespace) -> int:
         spec = recipes.resolve(args.engine, pin=pin, rev=rev)
     else:
         spec = _load(args.engine)
-    result = check_engine(spec, patched_tree(spec).path)
+    tree = patched_tree(spec).path
+    # Both halves always run: a pin move that changes the C surface and breaks the binding's C++ is told
+    # both at once (accept the one with `abi snapshot`, change the binding for the other).
+    c_error: AbiError | None = None
+    try:
+        result = check_engine(spec, tree)
+    except AbiError as e:
+        c_error, result = e, None
+    binding = None if args.c_only else check_binding(spec, tree)
     if args.json:
         from dataclasses import asdict
 
         from harness.cli import print_json
 
-        print_json({**asdict(result), "ok": True, "seconds": round(result.seconds, 3), "pin": spec.pin,
-                    "recipe_commit": spec.recipe_commit or None})
-        return 0
-    recipe = f" (recipe from commit {spec.recipe_commit[:12]})" if spec.recipe_commit else ""
-    progress.info(
-        f"ABI check passed: {spec.name} {spec.pin}{recipe} matches {_shown(spec.surface_path)} "
-        f"({result.functions} functions, {result.structs} structs on {', '.join(result.targets)}; "
-        f"fingerprint {result.fingerprint[:16]}) in {result.seconds:.2f} s"
-    )
+        doc: dict[str, Any] = {"engine": spec.name, "pin": spec.pin, "recipe_commit": spec.recipe_commit or None,
+                               "ok": c_error is None and (binding is None or binding.ok),
+                               "c_surface": ({**asdict(result), "ok": True, "seconds": round(result.seconds, 3)}
+                                             if result else {"ok": False, "error": str(c_error)}),
+                               "binding": binding.as_json() if binding else None}
+        print_json(doc)
+        return 0 if doc["ok"] else AbiError.exit_code
+    if result is not None:
+        recipe = f" (recipe from commit {spec.recipe_commit[:12]})" if spec.recipe_commit else ""
+        progress.info(
+            f"ABI check passed: {spec.name} {spec.pin}{recipe} matches {_shown(spec.surface_path)} "
+            f"({result.functions} functions, {result.structs} structs on {', '.join(result.targets)}; "
+            f"fingerprint {result.fingerprint[:16]}) in {result.seconds:.2f} s"
+        )
+    if binding is not None and binding.ok:
+        stamped = " (stamped: nothing changed since the last check)" if binding.cached else ""
+        progress.info(f"binding compile surface passed: {len(binding.units)} translation units of "
+                      f"engines/{spec.name}/binding compile syntax-only against {spec.pin}'s patched headers "
+                      f"in {binding.seconds:.2f} s{stamped}")
+    if c_error is not None and binding is not None and not binding.ok:
+        try:
+            raise_for(binding)
+        except BindingSurfaceError as b:
+            raise AbiError(f"{c_error}\n\n{b}") from None
+    if c_error is not None:
+        raise c_error
+    if binding is not None:
+        raise_for(binding)
     return 0
 
 

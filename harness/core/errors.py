@@ -106,6 +106,11 @@ class AbiError(HarnessError):
     exit_code = 7
 
 
+class BindingSurfaceError(AbiError):
+    """The binding's translation units do not compile against the pinned, patched headers (C or C++):
+    the binding must change; accepting a snapshot cannot fix it."""
+
+
 class BuildError(HarnessError):
     """Configuring or building a variant failed."""
 

@@ -12,13 +12,23 @@ from harness.qualify.result import SkippedStage, StageResult
 
 
 def check(ctx: QualifyContext) -> StageResult:
-    """The ABI check of the patched tree; hands on its :class:`~harness.abi.check.CheckResult`."""
+    """The ABI check of the patched tree (the C surface), then the binding's whole compile surface (every
+    translation unit syntax-only against the same headers); hands on the C check's
+    :class:`~harness.abi.check.CheckResult`. Either failing fails the stage, before any build."""
+    from harness.abi.binding import check_binding, raise_for
     from harness.abi.check import check_engine
 
-    r = check_engine(ctx.engine, ctx.product("patch", PatchedTree).path)
+    tree = ctx.product("patch", PatchedTree).path
+    r = check_engine(ctx.engine, tree)
+    binding = check_binding(ctx.engine, tree)
+    if binding is not None:
+        raise_for(binding)
+    compiled = (f"; the binding's {len(binding.units)} translation units compile syntax-only against them in "
+                f"{binding.seconds:.2f} s{' (stamped)' if binding.cached else ''}") if binding else ""
     return StageResult(f"matches the committed surface ({r.functions} functions, {r.structs} structs, "
-                       f"{len(r.targets)} targets) in {r.seconds:.2f} s",
-                       {"fingerprint": r.fingerprint, "seconds": r.seconds}, product=r)
+                       f"{len(r.targets)} targets) in {r.seconds:.2f} s{compiled}",
+                       {"fingerprint": r.fingerprint, "seconds": r.seconds,
+                        "binding": binding.as_json() if binding else None}, product=r)
 
 
 def old_pin(ctx: QualifyContext) -> StageResult:

@@ -1,0 +1,340 @@
+"""The binding's whole compile surface, before any build: every translation unit compiled syntax-only.
+
+The C surface (:mod:`harness.abi.check`) sees the engine's C headers. A binding also compiles against
+C++ APIs (llama.cpp's ``common``: ``chat.h``, ``sampling.h``, ``common.h``), which change every few
+weeks and are where pin moves break. This check answers "does the binding still fit?" in seconds:
+
+1. a *stand-in artifact* is laid out from the pin's patched tree exactly as the build would collect
+   it (the descriptor's ``artifacts.include`` entries, ``DIR:GLOB`` keeping paths below ``DIR``), with
+   links instead of copies and no libraries;
+2. the binding's own CMake project is configured against it (``HARNESS_HEADERS_ONLY=ON``: no library
+   is looked for) with ``CMAKE_EXPORT_COMPILE_COMMANDS``, so the include dirs, defines and language
+   standard are the binding's own, not a copy of them;
+3. each translation unit of ``compile_commands.json`` is compiled with ``-fsyntax-only`` (in
+   parallel); every error is reported with its binding file:line and the upstream declaration it met
+   (the compiler's notes inside the pinned tree, else the declaration of the class it names).
+
+The result is stamped by the hash of everything it read (binding sources, the collected headers,
+compiler, Python and pybind11): a second run with nothing changed compiles nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.core import paths, progress
+from harness.core.errors import BindingSurfaceError, ConfigError, HostError, SubprocessError
+
+if TYPE_CHECKING:
+    from harness.core.types import EngineSpec
+
+#: Bumped when what the stamp holds changes shape.
+STAMP_VERSION = 1
+#: A compiler diagnostic line, as GCC and Clang both print it.
+_DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<kind>fatal error|error|note|warning): "
+                   r"(?P<text>.*)$")
+#: The class or struct a diagnostic names (GCC: 'class common_peg_arena', curly-quoted in a UTF-8 locale;
+#: Clang: 'common_peg_arena'). The compilers run with LC_ALL=C, so plain quotes are what they print here.
+_NAMED_TYPE = re.compile(r"(?:class|struct)\s+[\u2018'`\"]?(?P<name>[A-Za-z_][\w:]*)")
+_QUOTED = re.compile(r"[\u2018'`\"](?P<name>[A-Za-z_][\w:]*)[\u2019'`\"]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompileProblem:
+    """One error of one binding translation unit."""
+
+    file: str
+    """The binding file, relative to the checkout (or absolute outside it)."""
+    line: int
+    column: int
+    message: str
+    upstream: tuple[str, ...] = ()
+    """The upstream declarations it met: ``common/chat.h:366: <the compiler's note>``, paths in the pinned tree."""
+
+    def __str__(self) -> str:
+        head = f"{self.file}:{self.line}:{self.column}: {self.message}"
+        return "\n".join([head, *(f"    upstream: {u}" for u in self.upstream)])
+
+
+@dataclass(frozen=True, kw_only=True)
+class BindingCheck:
+    """What compiling the binding syntax-only against a pin's headers found."""
+
+    engine: str
+    pin: str
+    units: tuple[str, ...]
+    problems: tuple[CompileProblem, ...] = ()
+    seconds: float = 0.0
+    cached: bool = False
+    compiler: str = ""
+    key: str = ""
+    log: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["problems"] = [asdict(p) for p in self.problems]
+        d.pop("log")
+        d["ok"] = self.ok
+        d["seconds"] = round(self.seconds, 3)
+        return d
+
+
+def include_members(spec: EngineSpec, tree: Path) -> Iterator[tuple[Path, Path]]:
+    """``(source file, path below include/)`` for every header the descriptor's ``artifacts.include``
+    puts in an artifact (``DIR:GLOB`` keeps paths below ``DIR``; a bare glob flattens). Sources that
+    resolve outside the tree are skipped: the build refuses them, and the check never reads the host."""
+    top = os.path.realpath(tree)
+    for entry in spec.artifacts.get("include", ()):
+        base, _, pattern = str(entry).rpartition(":")
+        if Path(pattern).is_absolute() or ".." in Path(base).parts or ".." in Path(pattern).parts:
+            msg = (f"{spec.root / 'engine.yaml'}:artifacts.include: {entry!r} must be a relative glob inside the "
+                   "tree (no '..', not absolute)")
+            raise ConfigError(msg)
+        root = tree / base if base else tree
+        for src in sorted(root.glob(pattern)):
+            real = os.path.realpath(src)
+            if not (real == top or real.startswith(top + os.sep)) or not os.path.isfile(real):
+                continue
+            yield src, (src.relative_to(root) if base else Path(src.name))
+
+
+def _files_hash(files: list[tuple[Path, str]]) -> str:
+    h = hashlib.sha256()
+    for path, name in sorted(files, key=lambda x: x[1]):
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _binding_files(source_dir: Path) -> list[tuple[Path, str]]:
+    shared = source_dir.parent.parent / "_shared"
+    files = [(p, f"binding/{p.relative_to(source_dir).as_posix()}") for p in sorted(source_dir.rglob("*"))
+             if p.is_file() and "__pycache__" not in p.parts]
+    if shared.is_dir():
+        files += [(p, f"_shared/{p.relative_to(shared).as_posix()}") for p in sorted(shared.rglob("*")) if p.is_file()]
+    return files
+
+
+def _tool_version(argv: list[str]) -> str:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    return (r.stdout or r.stderr).splitlines()[0] if (r.stdout or r.stderr) else "?"
+
+
+def _shown(path: str) -> str:
+    root = str(paths.project_root())
+    return os.path.relpath(path, root) if path.startswith(root + os.sep) else path
+
+
+def _declaration_of(name: str, include: Path, names: dict[str, str]) -> str | None:
+    """Where the pinned headers define class/struct ``name`` (``common/peg-parser.h:333: class common_peg_arena``)."""
+    short = name.rsplit("::", 1)[-1]
+    pattern = re.compile(rf"^\s*(?:class|struct)\s+(?:\w+\s+)*{re.escape(short)}\b(?![^;{{]*;)")
+    for rel, shown in sorted(names.items()):
+        path = include / rel
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if pattern.match(line):
+                return f"{shown}:{n}: {line.strip().rstrip('{').strip()}"
+    return None
+
+
+def parse_diagnostics(output: str, *, include: Path, names: dict[str, str], unit: str) -> list[CompileProblem]:
+    """The errors of one compiler run, each with the notes that point into the pinned tree.
+
+    ``names``: path below the stand-in ``include/`` -> its path in the pinned tree (what is shown)."""
+    inc = str(include) + os.sep
+    problems: list[dict[str, Any]] = []
+    for raw in output.splitlines():
+        m = _DIAG.match(raw.strip())
+        if not m:
+            continue
+        file, kind, text = m.group("file"), m.group("kind"), m.group("text")
+        absolute = os.path.normpath(file if os.path.isabs(file) else os.path.join(os.path.dirname(unit), file))
+        upstream = absolute.startswith(inc)
+        where = names.get(absolute[len(inc):], absolute[len(inc):]) if upstream else _shown(absolute)
+        if kind in ("error", "fatal error"):
+            problems.append({"file": where, "line": int(m.group("line")), "column": int(m.group("col")),
+                             "message": text, "upstream": [], "in_upstream": upstream})
+        elif kind == "note" and problems and upstream:
+            problems[-1]["upstream"].append(f"{where}:{m.group('line')}: {text}")
+    out = []
+    for p in problems:
+        if not p["upstream"]:
+            for m2 in (_NAMED_TYPE.search(p["message"]), *_QUOTED.finditer(p["message"])):
+                found = _declaration_of(m2.group("name"), include, names) if m2 else None
+                if found:
+                    p["upstream"].append(found)
+                    break
+        out.append(CompileProblem(file=p["file"], line=p["line"], column=p["column"], message=p["message"],
+                                  upstream=tuple(dict.fromkeys(p["upstream"]))))
+    return out
+
+
+def _stand_in(spec: EngineSpec, tree: Path, dest: Path) -> dict[str, str]:
+    """Lay out ``dest`` as the artifact's headers would be (links into the tree); returns the names map."""
+    include = dest / "include"
+    include.mkdir(parents=True)
+    names: dict[str, str] = {}
+    for src, rel in include_members(spec, tree):
+        target = include / rel
+        if target.exists() or target.is_symlink():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(os.path.realpath(src))
+        names[rel.as_posix()] = src.relative_to(tree).as_posix()
+    # Empty stand-ins for the libraries a binding's CMake project looks for: a recipe from history predates
+    # HARNESS_HEADERS_ONLY and still calls find_library (which only needs the name); nothing is linked.
+    lib = dest / "lib"
+    lib.mkdir()
+    stubs = {f"lib{t}.so" for t in spec.targets}
+    stubs |= {g.replace("*", "") for g in spec.artifacts.get("lib", ()) if g.startswith("lib") and g.count("*") == 1
+              and g.endswith(".so*")}
+    for name in sorted(stubs):
+        if re.fullmatch(r"lib[\w.+-]+\.so", name):
+            (lib / name).write_bytes(b"")
+    (dest / "manifest.json").write_text(json.dumps({"stand_in": "headers only (harness abi check)",
+                                                    "engine": spec.name, "pin": spec.pin}) + "\n")
+    return names
+
+
+def _configure(source_dir: Path, artifact: Path, build: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        msg = "cmake is needed to read the binding's compile commands; install the build extra (pip install 'harness[build]')"
+        raise HostError(msg)
+    import pybind11
+
+    argv = [cmake, "-S", str(source_dir), "-B", str(build), f"-DHARNESS_ARTIFACT={artifact}",
+            "-DHARNESS_PACKAGE=harness_syntax_check", "-DHARNESS_HEADERS_ONLY=ON",
+            "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+            f"-DPython_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"]
+    if shutil.which("ninja"):
+        argv += ["-G", "Ninja"]
+    r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    if r.returncode:
+        raise SubprocessError(argv, r.returncode, r.stdout + r.stderr,
+                              hint="the binding's CMake project must configure against a headers-only stand-in "
+                              "(HARNESS_HEADERS_ONLY=ON: skip find_library and linking)")
+    commands = build / "compile_commands.json"
+    if not commands.is_file():
+        msg = f"CMake wrote no {commands.name} for {source_dir}; the binding has no compiled sources"
+        raise BindingSurfaceError(msg)
+    return list(json.loads(commands.read_text()))
+
+
+def _syntax_argv(entry: dict[str, Any]) -> list[str]:
+    argv = list(entry["arguments"]) if "arguments" in entry else shlex.split(entry["command"])
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("-o", "-MF", "-MT", "-MQ"):
+            skip = True
+            continue
+        if a in ("-c", "-MD", "-MMD") or a.startswith("-o"):
+            continue
+        out.append(a)
+    # A launcher (ccache) is not wanted for a check that writes nothing.
+    if out and Path(out[0]).name == "ccache":
+        out = out[1:]
+    return [*out, "-fsyntax-only"]
+
+
+def check_binding(spec: EngineSpec, tree: Path, *, source_dir: Path | None = None, force: bool = False) -> BindingCheck | None:
+    """Compile every translation unit of ``spec``'s binding syntax-only against the patched ``tree``.
+
+    None when the engine has no binding (a build/ABI-only engine). Never raises for compile errors:
+    they are the result's ``problems`` (:func:`raise_for` turns them into :class:`BindingSurfaceError`).
+    """
+    from harness.binding.wheel import binding_source
+
+    source_dir = source_dir or binding_source(spec)
+    if not (source_dir / "CMakeLists.txt").is_file():
+        return None
+    t0 = time.perf_counter()
+    headers = [(src, rel.as_posix()) for src, rel in include_members(spec, tree)]
+    compiler = os.environ.get("CXX") or shutil.which("c++") or "c++"
+    import pybind11
+
+    key = hashlib.sha256(json.dumps({
+        "v": STAMP_VERSION, "binding": _files_hash(_binding_files(source_dir)), "headers": _files_hash(headers),
+        "cxx": _tool_version([compiler, "--version"]), "py": sys.version_info[:2], "pybind11": pybind11.__version__,
+    }, sort_keys=True).encode()).hexdigest()
+    stamp = paths.cache_root() / "binding-check" / spec.name / f"{key[:32]}.json"
+    if stamp.is_file() and not force:
+        data = json.loads(stamp.read_text())
+        data["problems"] = tuple(CompileProblem(**{**p, "upstream": tuple(p["upstream"])}) for p in data["problems"])
+        data.update(units=tuple(data["units"]), cached=True, pin=spec.pin, seconds=time.perf_counter() - t0)
+        data.pop("ok", None)
+        return BindingCheck(**data)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_C_COMPILER_LAUNCHER")}
+    env["LC_ALL"] = "C"  # the compiler's messages in plain ASCII quotes, whatever the user's locale
+    with tempfile.TemporaryDirectory(prefix="check-", dir=stamp.parent) as tmp:
+        work = Path(tmp)
+        names = _stand_in(spec, tree, work / "artifact")
+        with progress.spinner(f"binding {spec.name}: compile surface (syntax only)") as update:
+            update("configure")
+            entries = _configure(source_dir, work / "artifact", work / "build", env)
+            include = work / "artifact" / "include"
+
+            def one(entry: dict[str, Any]) -> tuple[str, list[CompileProblem], str]:
+                unit = str(Path(entry.get("directory", ".")) / entry["file"])
+                argv = _syntax_argv(entry)
+                r = subprocess.run(argv, capture_output=True, text=True, cwd=entry.get("directory"), env=env, check=False)
+                found = parse_diagnostics(r.stderr, include=include, names=names, unit=unit)
+                if r.returncode and not found:  # failed without a diagnostic we can read: keep its words
+                    found = [CompileProblem(file=_shown(unit), line=0, column=0,
+                                            message=(r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])]
+                return _shown(os.path.normpath(unit)), found, r.stderr
+
+            update(f"{len(entries)} units")
+            with ThreadPoolExecutor(max_workers=max(1, min(len(entries), os.cpu_count() or 1))) as pool:
+                results = list(pool.map(one, entries))
+    problems = tuple(p for _, found, _ in results for p in found)
+    result = BindingCheck(engine=spec.name, pin=spec.pin, units=tuple(u for u, _, _ in results), problems=problems,
+                          seconds=time.perf_counter() - t0, compiler=_tool_version([compiler, "--version"]), key=key,
+                          log=tuple(log for _, _, log in results if log))
+    stamp.write_text(json.dumps(result.as_json(), indent=1) + "\n")
+    return result
+
+
+def raise_for(result: BindingCheck) -> None:
+    """:class:`BindingSurfaceError` listing each problem, when there are any."""
+    if result.ok:
+        return
+    n = len(result.problems)
+    msg = "\n".join([
+        f"the binding of {result.engine} does not compile against {result.pin}'s headers ({n} error{'s' if n != 1 else ''} "
+        f"in {len(result.units)} translation units, syntax only, {result.seconds:.1f} s):",
+        *(str(p) for p in result.problems),
+        f"The binding must change (engines/{result.engine}/binding/): these are source changes, not ABI "
+        f"differences to accept; `harness abi snapshot {result.engine}` cannot fix them. Re-run `harness abi check "
+        f"{result.engine}` after the edit (seconds, before any build).",
+    ])
+    raise BindingSurfaceError(msg)
