@@ -92,8 +92,11 @@ def cmd_pin(args: argparse.Namespace) -> int:
                "has uncommitted edits: commit or revert them first, or qualify by hand with --old-rev REV")
         raise UsageError(msg)
     with progress.spinner(f"pin {old.name}: resolve {args.source}"):
-        resolved = resolve(args.source, old=old.raw["source"], headers=[str(h) for h in old.abi.get("headers", [])],
-                           commit=args.upstream_commit)
+        # the engine tree inside another package's sdist: the directory with the ABI headers, the constant
+        # headers and a CMakeLists.txt (a package may also carry a loose copy of a few headers)
+        markers = [*(str(h) for h in old.abi.get("headers", [])), *(str(h) for h in old.abi.get("constant_headers", [])),
+                   "CMakeLists.txt"]
+        resolved = resolve(args.source, old=old.raw["source"], headers=markers, commit=args.upstream_commit)
     p = plan(old.root, resolved, build=args.upstream_build, commit=args.upstream_commit)
     summary = (f"{old.name}: {describe(p.old)} ({_fmt_upstream(old.upstream)}) -> {describe(p.new)} "
                f"({_fmt_upstream(p.upstream)})")

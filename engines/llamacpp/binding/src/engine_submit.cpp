@@ -361,9 +361,10 @@ std::shared_ptr<Request> Engine::submit_chat(const std::string & messages_json, 
         }
         setup->generic_tools = true;
     }
+    // The template's PEG parser (an arena since llama.cpp b11549; it parses tool calls only when the
+    // template was applied with tools, so there is no separate switch for them any more).
     setup->parser = common_chat_parser_params(setup->params);
-    if (!setup->params.parser.empty()) setup->parser.parser.load(setup->params.parser);
-    setup->parser.parse_tool_calls = !in.tools.empty();
+    setup->parser.parser = setup->params.parser;
     if (!json_schema.empty() && setup->params.grammar.empty() && !setup->generic_tools) sp.json_schema = json_schema;
     // The template already holds BOS when it wants one.
     auto tokens = tokenize(setup->params.prompt, false, true);
@@ -529,7 +530,7 @@ common_chat_msg Engine::chat_message(const Request & req, bool partial) const {
         return msg;
     }
     try {
-        msg = common_chat_parse(text, partial, req.chat->parser);
+        msg = common_chat_parse(common_chat_input(text), partial, req.chat->parser);
     } catch (const std::exception &) {
         if (partial) throw;
         msg = common_chat_msg();
