@@ -32,6 +32,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -265,6 +266,36 @@ def _syntax_argv(entry: dict[str, Any]) -> list[str]:
     return [*out, "-fsyntax-only"]
 
 
+@dataclass(frozen=True, kw_only=True)
+class StandIn:
+    """A headers-only stand-in artifact of a pin, and the binding's compile commands against it."""
+
+    artifact: Path
+    include: Path
+    names: dict[str, str]
+    """Path below ``include/`` -> its path in the pinned tree."""
+    entries: tuple[dict[str, Any], ...]
+
+
+def compile_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_C_COMPILER_LAUNCHER")}
+    env["LC_ALL"] = "C"  # the compiler's messages in plain ASCII quotes, whatever the user's locale
+    return env
+
+
+@contextmanager
+def stand_in(spec: EngineSpec, tree: Path, source_dir: Path, *, within: Path | None = None) -> Iterator[StandIn]:
+    """Lay out the stand-in artifact of ``tree`` in a scratch dir, configure the binding against it; removed after."""
+    parent = within or paths.cache_root() / "binding-check" / spec.name
+    parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="stand-in-", dir=parent) as tmp:
+        work = Path(tmp)
+        names = _stand_in(spec, tree, work / "artifact")
+        entries = _configure(source_dir, work / "artifact", work / "build", compile_env())
+        yield StandIn(artifact=work / "artifact", include=work / "artifact" / "include", names=names,
+                      entries=tuple(entries))
+
+
 def check_binding(spec: EngineSpec, tree: Path, *, source_dir: Path | None = None, force: bool = False) -> BindingCheck | None:
     """Compile every translation unit of ``spec``'s binding syntax-only against the patched ``tree``.
 
@@ -292,30 +323,23 @@ def check_binding(spec: EngineSpec, tree: Path, *, source_dir: Path | None = Non
         data.update(units=tuple(data["units"]), cached=True, pin=spec.pin, seconds=time.perf_counter() - t0)
         data.pop("ok", None)
         return BindingCheck(**data)
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("CMAKE_CXX_COMPILER_LAUNCHER", "CMAKE_C_COMPILER_LAUNCHER")}
-    env["LC_ALL"] = "C"  # the compiler's messages in plain ASCII quotes, whatever the user's locale
-    with tempfile.TemporaryDirectory(prefix="check-", dir=stamp.parent) as tmp:
-        work = Path(tmp)
-        names = _stand_in(spec, tree, work / "artifact")
-        with progress.spinner(f"binding {spec.name}: compile surface (syntax only)") as update:
-            update("configure")
-            entries = _configure(source_dir, work / "artifact", work / "build", env)
-            include = work / "artifact" / "include"
+    env = compile_env()
+    with progress.spinner(f"binding {spec.name}: compile surface (syntax only)") as update, \
+            stand_in(spec, tree, source_dir, within=stamp.parent) as si:
 
-            def one(entry: dict[str, Any]) -> tuple[str, list[CompileProblem], str]:
-                unit = str(Path(entry.get("directory", ".")) / entry["file"])
-                argv = _syntax_argv(entry)
-                r = subprocess.run(argv, capture_output=True, text=True, cwd=entry.get("directory"), env=env, check=False)
-                found = parse_diagnostics(r.stderr, include=include, names=names, unit=unit)
-                if r.returncode and not found:  # failed without a diagnostic we can read: keep its words
-                    found = [CompileProblem(file=_shown(unit), line=0, column=0,
-                                            message=(r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])]
-                return _shown(os.path.normpath(unit)), found, r.stderr
+        def one(entry: dict[str, Any]) -> tuple[str, list[CompileProblem], str]:
+            unit = str(Path(entry.get("directory", ".")) / entry["file"])
+            argv = _syntax_argv(entry)
+            r = subprocess.run(argv, capture_output=True, text=True, cwd=entry.get("directory"), env=env, check=False)
+            found = parse_diagnostics(r.stderr, include=si.include, names=si.names, unit=unit)
+            if r.returncode and not found:  # failed without a diagnostic we can read: keep its words
+                found = [CompileProblem(file=_shown(unit), line=0, column=0,
+                                        message=(r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])]
+            return _shown(os.path.normpath(unit)), found, r.stderr
 
-            update(f"{len(entries)} units")
-            with ThreadPoolExecutor(max_workers=max(1, min(len(entries), os.cpu_count() or 1))) as pool:
-                results = list(pool.map(one, entries))
+        update(f"{len(si.entries)} units")
+        with ThreadPoolExecutor(max_workers=max(1, min(len(si.entries), os.cpu_count() or 1))) as pool:
+            results = list(pool.map(one, si.entries))
     problems = tuple(p for _, found, _ in results for p in found)
     result = BindingCheck(engine=spec.name, pin=spec.pin, units=tuple(u for u, _, _ in results), problems=problems,
                           seconds=time.perf_counter() - t0, compiler=_tool_version([compiler, "--version"]), key=key,

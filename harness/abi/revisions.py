@@ -114,26 +114,116 @@ def fetch_revision(spec: EngineSpec, rev: str, pm: pluggy.PluginManager) -> Path
     return Path(tree.path)
 
 
-def pin_tree(pin: str, spec: EngineSpec) -> Path:
-    """The engine tree a pin names: a directory, a git revision (git engines) or an sdist version."""
-    from harness.abi.pins import resolve_pin
+@dataclasses.dataclass(frozen=True)
+class PinTree:
+    """The engine tree a pin names, and how reports name it (never a cache path or the home directory)."""
 
-    if spec.source.kind == "git" and not Path(pin).expanduser().is_dir():
+    path: Path
+    label: str
+
+
+def dir_label(path: Path) -> str:
+    """A directory pin as a report names it: a cached source tree by what it holds (its stamp), else its
+    path with the home directory as ``~``."""
+    resolved = path.resolve()
+    cache = paths.cache_root().resolve()
+    if resolved.is_relative_to(cache):
+        import json
+
+        for parent in (resolved, *resolved.parents):
+            if not parent.is_relative_to(cache):
+                break
+            stamp = parent / ".harness-source.json"
+            if stamp.is_file():
+                try:
+                    meta = json.loads(stamp.read_text()).get("meta") or {}
+                except (ValueError, OSError):
+                    meta = {}
+                if meta.get("package"):
+                    return f"{meta['package']} {meta.get('version', '')}".strip()
+                if meta.get("commit"):
+                    return f"{meta.get('kind', 'source')} {str(meta['commit'])[:12]}"
+        return f"a cached tree ({resolved.name})"
+    home = Path.home().resolve()
+    return f"~/{resolved.relative_to(home)}" if resolved.is_relative_to(home) else str(path)
+
+
+def _recipe(spec: EngineSpec, pin: str) -> EngineSpec | None:
+    """The engine's recipe ``pin`` names in this repository: a revision (HEAD, main, a commit) holding the
+    engine, or a version some commit pinned (whatever its package). None when it names neither."""
+    from harness.build import recipes
+
+    try:
+        recipes.resolve_rev(pin)
+    except recipes.RecipeError:
+        pass
+    else:
+        return recipes.recipe_at(spec.name, pin)
+    try:
+        return recipes.recipe_for_pin(spec.name, pin)
+    except recipes.RecipeError:
+        return None
+
+
+def locate(pin: str, spec: EngineSpec) -> PinTree:
+    """The engine tree a pin names, tried in this order:
+
+    - a directory (used as is, or its ``source.subdir`` when present);
+    - ``pypi:PACKAGE==VERSION[#SUBDIR]``: any package's sdist that vendors the engine;
+    - a revision of this repository (``HEAD``, ``main``, a commit) or a version a commit pinned: that
+      recipe's own source (its package, version and subdir), so an old pin is found after a package change;
+    - for a git engine, a revision of its repository;
+    - a version of the current descriptor's package on the index.
+    """
+    p = Path(pin).expanduser()
+    if p.is_dir():
+        return PinTree(_tree_root(p, spec), dir_label(p))
+    if pin.startswith("pypi:"):
+        from harness.abi.pins import fetch_sdist_version
+        from harness.pin.sources import _PYPI, find_subdir
+
+        m = _PYPI.match(pin)
+        if not m:
+            msg = f"pin {pin!r}: expected pypi:PACKAGE==VERSION[#SUBDIR]"
+            raise UsageError(msg)
+        markers = [*(str(h) for h in spec.abi.get("headers", [])), "CMakeLists.txt"]
+        sub = m.group("subdir") or find_subdir(m.group("package"), m.group("version"), markers) or ""
+        top = fetch_sdist_version(m.group("package"), m.group("version"))
+        return PinTree(top / sub if sub else top, f"{m.group('package')} {m.group('version')}")
+    recipe = _recipe(spec, pin)
+    if recipe is not None:
+        from harness.build import pipeline
+        from harness.pin import describe
+
+        tree = pipeline.fetch(recipe).path
+        where = f"recipe {recipe.recipe_commit[:12]}" if recipe.recipe_commit else "working tree"
+        named = f"{pin}: " if pin != recipe.pin else ""
+        return PinTree(tree, f"{named}{describe(recipe.raw['source'])} ({where})")
+    if spec.source.kind == "git":
         from harness.engine.plugin import get_manager
 
-        return fetch_revision(spec, pin, get_manager())  # the source plugin applies source.subdir
-    return resolve_pin(pin, package=spec.source.package or spec.name, subdir=spec.source.subdir)
+        return PinTree(fetch_revision(spec, pin, get_manager()), f"{spec.source.url} @ {pin}")
+    from harness.abi.pins import resolve_pin
+
+    return PinTree(resolve_pin(pin, package=spec.source.package or spec.name, subdir=spec.source.subdir),
+                   f"{spec.source.package or spec.name} {pin}")
+
+
+def pin_tree(pin: str, spec: EngineSpec) -> Path:
+    """The engine tree a pin names (:func:`locate`)."""
+    return locate(pin, spec).path
 
 
 def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.Surface:
     """The full surface of one pin (a version, a git revision or a directory) with the engine's header config."""
     from harness.abi.check import snapshot_config
 
-    root = pin_tree(pin, spec)
+    found = locate(pin, spec)
+    root = found.path
     abi = dict(spec.abi)
     # Constants-only headers are internal and come and go between pins; a report skips missing ones.
     abi["constant_headers"] = [h for h in abi.get("constant_headers", []) if (root / h).is_file()]
-    return snapshot_config(root, abi, targets=targets, meta={"engine": spec.name, "pin": pin})
+    return snapshot_config(root, abi, targets=targets, meta={"engine": spec.name, "pin": found.label})
 
 
 def default_engine() -> str | None:

@@ -123,7 +123,8 @@ def recipe_at(engine: str, rev: str) -> EngineSpec:
                 raise
             stamp.write_text(json.dumps({"engine": engine, "rev": rev, "commit": commit, "dirs": present,
                                          "layout": LAYOUT, "materialized_at": time.time()}, indent=2))
-    spec = parse_engine(root / "engines" / engine / DESCRIPTOR)
+    # a relative source.path was written against the checkout, not this copy of the recipe
+    spec = parse_engine(root / "engines" / engine / DESCRIPTOR, project=paths.project_root())
     return dataclasses.replace(spec, recipe_commit=commit)
 
 
@@ -148,8 +149,8 @@ def recipe_for_pin(engine: str, pin: str) -> EngineSpec:
             return recipe_at(engine, commit)
     known = sorted({v for _, v in record} | {current.pin})
     msg = (f"no recipe pins {engine} {pin} in this checkout's history (pins on record: {', '.join(known)}). "
-           f"A pin needs its reviewed recipe: on a branch, `nox -s update_pins -- {engine} {pin}`, "
-           f"`harness patch --check {engine}`, `harness abi check {engine}` (snapshot and review if needed), "
+           f"A pin needs its reviewed recipe: on a branch, `harness pin {engine} SOURCE` (fetch, patch --check and "
+           f"abi check run there; snapshot and review if needed), "
            "commit; then pass pin=" + pin + " again, or rev=BRANCH")
     raise RecipeError(msg)
 

@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--used-from", type=Path, metavar="PATH",
                    help="built binding (.so) or its sources; default: abi.used_from, else the committed used set")
     p.add_argument("--all", action="store_true", help="keep the whole surface, not only the used part")
+    p.add_argument("--c-only", action="store_true", help="leave the C++ declarations the binding uses (cpp:) as "
+                   "committed: no libclang pass over the binding's translation units")
     p.add_argument("-o", "--output", metavar="FILE", help="where to write (default: engines/<engine>/abi/surface.json; - for stdout)")
     p.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     p.set_defaults(func=cmd_snapshot, extras=('build',))
@@ -56,17 +58,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = asub.add_parser("diff", help="API/ABI change report between two pins (versions, git revisions or "
                         "directories)",
-                        description="PIN is a directory holding the engine tree, an sdist version of a "
-                        "pypi-sdist engine's package (fetched and verified against the index's sha256), or a "
-                        "revision (full commit, branch, tag) of a git engine's repository (fetched into the "
-                        "source cache). A change of the engine's declared ABI version macro comes first.")
-    p.add_argument("pin_a", metavar="PIN_A", help="the old pin: directory, sdist version or git revision")
+                        description="A PIN is, tried in this order: a directory holding the engine tree; "
+                        "pypi:PACKAGE==VERSION (any package's sdist that vendors the engine, verified against the "
+                        "index's sha256); a revision of this repository (HEAD, main, a commit) or a version some "
+                        "commit pinned: that recipe's own source, whatever its package; a revision of a git engine's "
+                        "repository; a version of the current package. Reports name pins by package, version and "
+                        "recipe, never by cache path. A change of the engine's declared ABI version macro comes first. "
+                        "Example after a pin move: harness abi diff HEAD~1 HEAD --used --markdown")
+    p.add_argument("pin_a", metavar="PIN_A", help="the old pin: a revision of this repository (HEAD, main, a commit: "
+                   "its descriptor, whatever its package), a version some commit pinned, pypi:PACKAGE==VERSION, a "
+                   "directory, or a git engine's revision")
     p.add_argument("pin_b", metavar="PIN_B", help="the new pin, the same kinds as PIN_A")
     p.add_argument("--engine", default=None,
                    help="engine descriptor to take headers from (default: the only engine both pins fit, "
                    "else the default engine if they fit it; required otherwise)")
     p.add_argument("--target", action="append", default=[], metavar="TRIPLE", help="target triple (repeatable)")
-    p.add_argument("--used", action="store_true", help="only what the committed used set reaches")
+    p.add_argument("--used", action="store_true", help="only what the binding uses: the committed used set of the C "
+                   "surface, and the C++ declarations the binding uses (surface.json's cpp: functions with their "
+                   "signatures, classes with the members it touches), first")
     p.add_argument("--markdown", action="store_true", help="a Markdown report for a pull request")
     p.add_argument("--json", action="store_true", help="print the differences as JSON")
     p.set_defaults(func=cmd_diff, extras=('build',))
@@ -135,6 +144,16 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     if used is not None:
         surface = surf.filter_surface(surface, used)
     changes = diff_surfaces(committed, surface, version_macro=version_macro(spec.abi)) if committed else []
+    if not args.c_only:
+        from harness.abi.cpp import diff_records, record
+
+        # the C++ declarations the binding uses (outside the fingerprint: the binding's compile check gates them)
+        cpp = record(spec, tree)
+        if cpp is not None:
+            surface["cpp"] = cpp
+            changes += [f"binding C++: {line}" for line in diff_records((committed or {}).get("cpp") or {}, cpp)]
+        elif committed is not None and committed.get("cpp"):
+            surface["cpp"] = committed["cpp"]
     seconds = time.perf_counter() - t0
     if args.output == "-":
         sys.stdout.write(surf.dumps(surface))
@@ -240,20 +259,40 @@ def cmd_diff(args: argparse.Namespace) -> int:
         used = set(load_committed(spec.name, spec.surface_path).get("used") or [])
         a, b = surf.filter_surface(a, used), surf.filter_surface(b, used)
     changes = diff(a, b, version_macro=version_macro(spec.abi))
+    # what reports print of a pin: the package and version or the recipe it is, never a cache path
+    label_a = str((a.get("meta") or {}).get("pin") or args.pin_a)
+    label_b = str((b.get("meta") or {}).get("pin") or args.pin_b)
+    cpp_lines: list[str] = []
+    if args.used:
+        from harness.abi.cpp import diff_pins
+
+        cpp_lines = diff_pins(spec, args.pin_a, args.pin_b)
     seconds = time.perf_counter() - t0
     if args.json:
         from harness.cli import print_json
 
-        print_json({"old": args.pin_a, "new": args.pin_b, "seconds": round(seconds, 3),
+        print_json({"old": args.pin_a, "new": args.pin_b, "old_label": label_a, "new_label": label_b,
+                    "seconds": round(seconds, 3), "binding_cpp": cpp_lines,
                     "fingerprints": {"old": a["fingerprint"], "new": b["fingerprint"]},
                     "changes": [{"group": c.group, "kind": c.kind, "line": str(c)} for c in changes]})
     elif args.markdown:
+        from harness.abi.revisions import dir_label
+
+        shown = [dir_label(Path(x)) if Path(x).expanduser().is_dir() else x for x in (args.pin_a, args.pin_b)]
+        flag = " --used" if args.used else ""
         footer = (f"_{len(changes)} differences on {', '.join(b['targets'])}; generated by "
-                  f"`harness abi diff {args.pin_a} {args.pin_b} --engine {spec.name}` in {seconds:.1f} s._")
-        sys.stdout.write(render_markdown(changes, old=f"{spec.name} {args.pin_a}",
-                                         new=f"{spec.name} {args.pin_b}", footer=footer))
+                  f"`harness abi diff {shown[0]} {shown[1]} --engine {spec.name}{flag}` in {seconds:.1f} s._")
+        md = render_markdown(changes, old=f"{spec.name} {label_a}", new=f"{spec.name} {label_b}", footer=footer)
+        if args.used:
+            from harness.abi.cpp import render_markdown as cpp_markdown
+
+            md = cpp_markdown(cpp_lines) + "\n" + md
+        sys.stdout.write(md)
     else:
+        for line in cpp_lines:
+            print(f"binding C++: {line}")
         for c in changes:
             print(c)
-        progress.info(f"{len(changes)} differences in {seconds:.1f} s")
+        progress.info(f"{len(changes)} differences{f' (+{len(cpp_lines)} in the C++ the binding uses)' if args.used else ''}"
+                      f" in {seconds:.1f} s")
     return 0
