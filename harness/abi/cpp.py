@@ -231,6 +231,27 @@ def at_tree(spec: EngineSpec, tree: Path, committed: Mapping[str, Any]) -> Recor
                             committed.get("headers") or (), names, dict(committed.get("used") or {}))
 
 
+def merge_used(a: Mapping[str, Any], b: Mapping[str, Any]) -> Record:
+    """Two ``cpp`` records' used names together (headers and include dirs of both): what either binding uses."""
+    if not b:
+        return dict(a)
+    if not a:
+        return dict(b)
+    ua, ub = dict(a.get("used") or {}), dict(b.get("used") or {})
+    members: dict[str, set[str]] = {}
+    enums: dict[str, set[str]] = {}
+    for u in (ua, ub):
+        for k, v in dict(u.get("members") or {}).items():
+            members.setdefault(k, set()).update(v)
+        for k, v in dict(u.get("enums") or {}).items():
+            enums.setdefault(k, set()).update(v)
+    return {"headers": sorted({*a.get("headers", ()), *b.get("headers", ())}),
+            "include_dirs": list(dict.fromkeys([*a.get("include_dirs", ()), *b.get("include_dirs", ())])),
+            "used": {"functions": sorted({*ua.get("functions", ()), *ub.get("functions", ())}),
+                     "members": {k: sorted(v) for k, v in sorted(members.items())},
+                     "enums": {k: sorted(v) for k, v in sorted(enums.items())}}}
+
+
 def diff_records(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """One line per used C++ declaration that differs between two resolved records."""
     lines: list[str] = []
@@ -272,13 +293,44 @@ def diff_pins(spec: EngineSpec, pin_a: str, pin_b: str) -> list[str]:
     from harness.abi.check import load_committed
     from harness.abi.revisions import locate
 
-    committed = load_committed(spec.name, spec.surface_path).get("cpp")
+    committed = load_committed(spec.name, spec.surface_path).get("cpp") or {}
+    for pin in (pin_a, pin_b):  # a pin that is a recipe of this repository adds what its binding used
+        recipe = _recipe_of(spec, pin)
+        if recipe is not None:
+            committed = merge_used(committed, recipe_used(recipe))
     if not committed:
         return []
     with progress.spinner(f"{spec.name}: the binding's C++ declarations in {pin_a} and {pin_b}"):
         a = at_tree(spec, locate(pin_a, spec).path, committed)
         b = at_tree(spec, locate(pin_b, spec).path, committed)
     return diff_records(a, b)
+
+
+def recipe_used(recipe: EngineSpec) -> Record:
+    """What a recipe's binding uses of its pin's C++: its committed ``cpp`` record, else (a recipe from before
+    the record existed) computed now from its own binding sources against its own patched tree."""
+    from harness.abi.check import load_committed
+
+    if recipe.surface_path.is_file():
+        found = load_committed(recipe.name, recipe.surface_path).get("cpp")
+        if found:
+            return dict(found)
+    from harness.binding.wheel import binding_source
+    from harness.build.pipeline import patched_tree
+
+    return record(recipe, patched_tree(recipe).path, binding_source(recipe)) or {}
+
+
+def _recipe_of(spec: EngineSpec, pin: str) -> EngineSpec | None:
+    from harness.abi.revisions import _recipe
+    from harness.build.recipes import RecipeError
+
+    if Path(pin).expanduser().is_dir() or pin.startswith("pypi:"):
+        return None
+    try:
+        return _recipe(spec, pin)
+    except RecipeError:
+        return None
 
 
 def render_markdown(lines: Sequence[str]) -> str:

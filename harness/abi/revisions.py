@@ -41,6 +41,19 @@ def pin_fits(pin: str, spec: EngineSpec) -> bool:
     if p.is_dir():
         headers = [str(h) for h in spec.abi.get("headers", [])]
         return bool(headers) and all((_tree_root(p, spec) / h).is_file() for h in headers)
+    if pin.startswith("pypi:"):
+        return spec.source.kind == "pypi-sdist"
+    from harness.build import recipes
+
+    try:
+        recipes.resolve_rev(pin)
+    except recipes.RecipeError:
+        pass
+    else:  # a revision of this repository fits the engines it holds
+        try:
+            return _recipe(spec, pin) is not None
+        except recipes.RecipeError:
+            return False
     if spec.source.kind == "git":
         return True
     if spec.source.kind == "pypi-sdist":

@@ -122,8 +122,12 @@ def write_report(result: BenchResult, *, out: Path | None = None, analysis: Anal
         pngs = [plot_ratios(analysis, directory / RATIOS_PNG),
                 plot_samples(analysis, names, directory / SAMPLES_PNG)]
     md = directory / REPORT_MD
-    md.write_text(render_markdown(doc, analysis, findings=all_findings(result, analysis), plots=pngs,
-                                  embed_plots=embed_plots))
+    from harness.core.paths import redact
+
+    # the Markdown is what is pasted into a pull request: no host paths (results.json keeps them, for the tools
+    # that read it back on this host)
+    md.write_text(redact(render_markdown(doc, analysis, findings=all_findings(result, analysis), plots=pngs,
+                                         embed_plots=embed_plots)))
     return ReportFiles(directory=directory, results=results_path, markdown=md, plots=tuple(pngs))
 
 

@@ -41,6 +41,19 @@ def cache_root() -> Path:
     return root.resolve()
 
 
+def redact(text: str) -> str:
+    """``text`` as a report may carry it: the harness cache as ``$HARNESS_CACHE``, the checkout as ``.``
+    and the home directory as ``~`` (reports name pins, revisions and files relative to those, never this
+    host's paths; they are pasted into pull requests and compared across machines)."""
+    home = str(Path.home())
+    pairs = [(str(cache_root()), "$HARNESS_CACHE"), (str(project_root()), ".")]
+    if home not in ("/", ""):
+        pairs.append((home, "~"))
+    for real, shown in sorted(pairs, key=lambda p: -len(p[0])):
+        text = text.replace(real + os.sep, shown + "/").replace(real, shown)
+    return text
+
+
 def sources_dir() -> Path:
     return _sub("sources")
 

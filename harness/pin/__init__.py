@@ -156,3 +156,15 @@ def describe(source: dict[str, Any]) -> str:
     if kind == "git":
         return f"{source.get('url')} @ {str(source.get('commit'))[:12]}"
     return f"{kind} {Path(str(source.get('path', ''))).name} (sha256 {str(source.get('sha256'))[:12]})"
+
+
+def source_arg(source: dict[str, Any]) -> str:
+    """The ``harness pin`` SOURCE that writes ``source`` (what a report's "reproduce" line says)."""
+    kind = source.get("kind")
+    sub = f"#{source['subdir']}" if source.get("subdir") else ""
+    if kind == "pypi-sdist":
+        return f"pypi:{source.get('package')}=={source.get('version')}{sub}"
+    if kind == "git":
+        return f"git:{source.get('url')}@{source.get('commit')}{sub}"
+    sub = f"&subdir={source['subdir']}" if source.get("subdir") else ""
+    return f"archive:{source.get('path')}#sha256={source.get('sha256')}{sub}"

@@ -75,11 +75,41 @@ def qualify(engine_name: str | None = None, *, bench_blocks: int | None = None, 
 def _header(ctx: QualifyContext) -> dict[str, object]:
     """What qualify.json says about the run before its stages: engine, pin, host, plan."""
     from harness.core import host as hostmod
+    from harness.pin import describe, source_arg
     from harness.runtime.levels import LEVEL_ENV
 
     engine, plan = ctx.engine, ctx.plan
+    old: dict[str, object] | None = None
+    if ctx.options.old_pin or ctx.options.old_rev:
+        from harness.build import recipes
+
+        spec = recipes.resolve(engine.name, pin=ctx.options.old_pin, rev=ctx.options.old_rev)
+        old = {"pin": spec.pin, "source": describe(spec.raw["source"]), "upstream": spec.upstream,
+               "recipe_commit": spec.recipe_commit or None, "asked": ctx.options.old_rev or ctx.options.old_pin,
+               "how": "--old-rev" if ctx.options.old_rev else "--old-pin"}
     return {"engine": engine.name, "pin": engine.pin, "upstream": engine.upstream,
+            "source": describe(engine.raw["source"]), "source_arg": source_arg(engine.raw["source"]),
+            "recipe": _checkout_state(), "old": old,
             "host": hostmod.as_dict(ctx.host), "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "threads": plan.threads, "threads_source": plan.threads_source, "bench_plan": plan.as_dict(),
             # a level forced for the whole run (HARNESS_CPU_LEVEL): `report merge` names it per host
             "cpu_level_forced": os.environ.get(LEVEL_ENV) or None, "variant_pattern": ctx.options.variant}
+
+
+def _checkout_state() -> dict[str, object] | None:
+    """The commit the working tree's recipe sits on, and whether it has edits (a report says which recipe ran)."""
+    import subprocess
+
+    from harness.core import paths
+
+    root = paths.project_root()
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=30, check=False)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "engines"], capture_output=True,
+                               text=True, timeout=30, check=False)
+    except OSError:
+        return None
+    if head.returncode:
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}

@@ -376,6 +376,8 @@ def write_merged(inputs: Sequence[Path], out: Path | None = None) -> tuple[dict[
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         out = paths.reports_dir() / f"{stamp}-merged-qualify-{m['engine']}"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "merged.json").write_text(json.dumps(m, indent=2, default=str) + "\n")
-    (out / "merged.md").write_text(render_markdown(m))
+    from harness.core.paths import redact
+
+    (out / "merged.json").write_text(redact(json.dumps(m, indent=2, default=str)) + "\n")
+    (out / "merged.md").write_text(redact(render_markdown(m)))
     return m, out

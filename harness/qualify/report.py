@@ -25,8 +25,10 @@ def write_qualification(q: Qualification, d: Path) -> Path:
     doc = {**q.header, "passed": q.passed, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "stages": [{"name": s.name, "status": s.status, "seconds": s.seconds, "summary": s.summary, "data": s.data}
                       for s in q.stages]}
-    (d / "qualify.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    (d / "qualify.md").write_text(render_markdown(doc))
+    from harness.core.paths import redact
+
+    (d / "qualify.json").write_text(redact(json.dumps(doc, indent=2, default=str)) + "\n")
+    (d / "qualify.md").write_text(redact(render_markdown(doc)))
     return d
 
 
@@ -65,11 +67,74 @@ def verdict_block(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _stage(doc: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    return next((s for s in doc.get("stages", []) if s.get("name") == name), {})
+
+
+def pin_move_block(doc: Mapping[str, Any]) -> list[str]:
+    """The first screen of a pin move's report, the pull request's body: old -> new (source, upstream build
+    and commit, recipe), the patch series, the binding and ABI changes (what the binding uses first), the old
+    pin against the new by agreement, and the commands that reproduce it. The gates follow (Verdict)."""
+    old = doc.get("old")
+    if not old:
+        return []
+    up_old, up_new = old.get("upstream") or {}, doc.get("upstream") or {}
+    recipe = doc.get("recipe") or {}
+    here = (f"{str(recipe.get('commit'))[:12]}{' + edits' if recipe.get('dirty') else ''}" if recipe.get("commit")
+            else "working tree")
+
+    def commit(up: Mapping[str, Any]) -> str:
+        c = str(up.get("commit") or "unknown")
+        return "unknown (the source does not carry it)" if c == "unknown" else c
+
+    lines = [f"## Pin move: {doc['engine']} {old.get('source')} -> {doc.get('source') or doc['pin']}", "",
+             "| | old | new |", "|---|---|---|",
+             f"| source | {old.get('source')} | {doc.get('source') or doc['pin']} |",
+             f"| upstream build | {up_old.get('build', '?')} | {up_new.get('build', '?')} |",
+             f"| upstream commit | {commit(up_old)} | {commit(up_new)} |",
+             f"| recipe | {str(old.get('recipe_commit') or '')[:12] or 'working tree'} ({old.get('how')} "
+             f"{old.get('asked')}) | {here} |"]
+    fetch = (_stage(doc, "fetch").get("data") or {}).get("provenance") or []
+    if fetch:
+        lines.append(f"| provenance (new) | | {'; '.join(fetch)} |")
+    patches = (_stage(doc, "patch").get("data") or {}).get("patches") or []
+    if patches:
+        lines += ["", "**Patch series**: " + "; ".join(f"{p['patch']}: {p['status']}" for p in patches)]
+    abi_check = _stage(doc, "abi-check")
+    binding = (abi_check.get("data") or {}).get("binding") or {}
+    lines += ["", "**Binding and ABI** (what the binding uses first):", ""]
+    if binding:
+        ok = "compiles" if binding.get("ok") else f"does NOT compile ({len(binding.get('problems') or [])} errors)"
+        lines.append(f"- the binding {ok} syntax-only against the new headers: {len(binding.get('units') or [])} "
+                     f"translation units, {float(binding.get('seconds') or 0):.1f} s")
+    elif abi_check:
+        lines.append(f"- abi-check: {abi_check.get('status')}: {(abi_check.get('summary') or '').splitlines()[0:1]}")
+    diff = _stage(doc, "old-pin-abi")
+    d = diff.get("data") or {}
+    for line in d.get("cpp_differences") or ():
+        lines.append(f"- C++ the binding uses: `{line}`")
+    for line in d.get("used_lines") or ():
+        lines.append(f"- C surface the binding uses: `{line}`")
+    if diff:
+        lines.append(f"- {diff.get('summary') or ''} (full diff below)")
+    agreement = _stage(doc, "old-pin-agreement")
+    if agreement:
+        lines += ["", f"**Old pin vs new, numerical agreement** ({agreement.get('status')}): "
+                  f"{(agreement.get('summary') or '').splitlines()[0] if agreement.get('summary') else ''}"]
+    rev = str(old.get("recipe_commit") or old.get("asked") or "")[:12]
+    lines += ["", "Reproduce:", "",
+              f"    harness pin {doc['engine']} {doc.get('source_arg') or 'SOURCE'}   # move, fetch, patch --check, abi check",
+              f"    harness abi diff {rev} {here.split(' ')[0] if recipe.get('commit') else 'HEAD'} --used --markdown",
+              f"    harness qualify {doc['engine']} {old.get('how')} {old.get('asked')}", ""]
+    return lines
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     h = doc["host"]
     lines = [
         f"# Qualification: {doc['engine']} {doc['pin']} ({_verdict(doc)})",
         "",
+        *pin_move_block(doc),
         f"upstream build {doc['upstream'].get('build')} ({doc['upstream'].get('commit')}); "
         # archspec's name for the CPU: the newest microarchitecture whose every flag the host shows (a VM
         # hiding one flag, such as waitpkg, reads as an older one); the CPU level the engine runs is its own

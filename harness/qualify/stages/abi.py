@@ -46,20 +46,35 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> Sta
     """The full API/ABI diff old pin -> this pin, and how much of it the binding's used set sees."""
     from harness.abi import surface as surf
     from harness.abi.check import load_committed
+    from harness.abi.cpp import at_tree, diff_records, merge_used, recipe_used
+    from harness.abi.cpp import render_markdown as cpp_markdown
     from harness.abi.diff import diff, render_markdown
     from harness.abi.revisions import snapshot_pin
     from harness.build import pipeline
 
     t0 = time.perf_counter()
-    a = snapshot_pin(str(pipeline.fetch(old).path), engine, None)
+    old_tree = pipeline.fetch(old).path
+    a = snapshot_pin(str(old_tree), engine, None)
     b = snapshot_pin(str(new_tree), engine, None)
     changes = diff(a, b)
-    used = set(load_committed(engine.name, engine.surface_path).get("used") or [])
+    committed = load_committed(engine.name, engine.surface_path)
+    used = set(committed.get("used") or [])
     used_changes = diff(surf.filter_surface(a, used), surf.filter_surface(b, used)) if used else []
+    # the C++ the binding uses, old and new binding together (a member only the old binding touched is
+    # what a move removed from under it)
+    cpp = committed.get("cpp") or {}
+    cpp = merge_used(cpp, recipe_used(old)) if cpp else cpp
+    cpp_lines = diff_records(at_tree(engine, old_tree, cpp), at_tree(engine, new_tree, cpp)) if cpp else []
     seconds = time.perf_counter() - t0
+    rev = old.recipe_commit[:12] if old.recipe_commit else old.pin
     footer = (f"_{len(changes)} differences ({len(used_changes)} in what the binding uses) on "
-              f"{', '.join(b['targets'])}; `harness abi diff {old.pin} {engine.pin}`, {seconds:.1f} s._")
+              f"{', '.join(b['targets'])}; `harness abi diff {rev} {engine.pin} --used --markdown`, {seconds:.1f} s._")
     md = render_markdown(changes, old=f"{engine.name} {old.pin}", new=f"{engine.name} {engine.pin}", footer=footer)
-    return StageResult(f"{old.pin} -> {engine.pin}: {len(changes)} differences, {len(used_changes)} in the binding's used set", {
+    if cpp:
+        md = cpp_markdown(cpp_lines) + "\n" + md
+    used_lines = [str(c) for c in used_changes]
+    return StageResult(f"{old.pin} -> {engine.pin}: {len(changes)} differences, {len(used_changes)} in the binding's "
+                       f"used set, {len(cpp_lines)} in the C++ it uses", {
         "old_pin": old.pin, "old_recipe_commit": old.recipe_commit or None, "differences": len(changes),
-        "used_differences": len(used_changes), "markdown": md, "seconds": round(seconds, 2)})
+        "used_differences": len(used_changes), "used_lines": used_lines, "cpp_differences": cpp_lines,
+        "markdown": md, "seconds": round(seconds, 2)})

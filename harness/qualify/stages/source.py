@@ -10,9 +10,15 @@ from harness.qualify.result import StageResult
 def fetch(ctx: QualifyContext) -> StageResult:
     """The pinned source, checked against its manifest."""
     from harness.build import pipeline
+    from harness.pin import describe
+    from harness.source import provenance
 
     tree = pipeline.fetch(ctx.engine, ctx.pm)
-    return StageResult(f"{ctx.engine.pin} at {tree.path}", {"path": str(tree.path), "sha256": tree.digest})
+    found = provenance.derive(ctx.engine)
+    # named by what it is (package, version, hash), never by where this host caches it
+    return StageResult(f"{describe(ctx.engine.raw['source'])} (sha256 {tree.digest[:12]}), checked against its "
+                       "manifest", {"source": describe(ctx.engine.raw["source"]), "sha256": tree.digest,
+                                    "provenance": list(found.how)})
 
 
 def patch(ctx: QualifyContext) -> StageResult:
