@@ -7,6 +7,7 @@ builds among those selected (``harness build``, qualify, the CI matrix, emulatio
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import pluggy
 
 from harness.core import paths
-from harness.core.errors import SourceError, UsageError
+from harness.core.errors import ConfigError, HarnessError, SourceError, UsageError
 from harness.core.types import EngineSpec, HostInfo, PatchedTree, PatchOutcome, SourceTree, Variant
 from harness.engine.descriptor import load_engine
 from harness.engine.plugin import get_manager
@@ -45,6 +46,7 @@ def fetch(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None, *,
     ``repair``: a damaged tree is made again instead of refused)."""
     spec = load_engine(engine) if isinstance(engine, str) else engine
     pm = _pm(pm)
+    check_source_path(spec)
     with checking(full=full, repair=repair):
         tree: SourceTree | None = pm.hook.harness_source_fetch(
             engine=spec.name, spec=spec.source, cache_dir=paths.sources_dir())
@@ -56,6 +58,44 @@ def fetch(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None, *,
 
     provenance.check(spec)  # upstream.build/commit as the source carries them, at every fetch
     return tree
+
+
+def archive_dirs() -> list[Path]:
+    """Where the harness's own recipes keep local archives (the folders their ``source.path`` name)."""
+    from harness.engine.descriptor import descriptor_path, engine_names
+    from harness.engine.trust import is_builtin_folder
+
+    out = []
+    for name in engine_names():
+        path = descriptor_path(name)
+        if path is None or not is_builtin_folder(path.parent):
+            continue
+        try:
+            spec = load_engine(name)
+        except HarnessError:
+            continue
+        if spec.source.path:
+            out.append(Path(spec.source.path).parent)
+    return out
+
+
+def check_source_path(spec: EngineSpec) -> None:
+    """An untrusted recipe's ``source.path`` is read only inside its own project (the folder holding
+    its ``engines/``), the downloads cache, or a folder the harness's own recipes keep archives in:
+    any other file (``/etc/shadow``) is refused before it is opened, hashed or named by its sha256."""
+    from harness.engine.trust import is_trusted, untrusted_hint
+
+    if not spec.source.path or is_trusted(spec):
+        return
+    real = os.path.realpath(spec.source.path)
+    allowed = [spec.root.parent.parent, paths.downloads_dir(), *archive_dirs()]
+    if any(real.startswith(os.path.realpath(a).rstrip(os.sep) + os.sep) for a in allowed):
+        return
+    msg = (f"{spec.root / 'engine.yaml'}:source.path: {spec.source.path} is outside the places an untrusted recipe's "
+           f"archive is read from ({', '.join(str(a) for a in dict.fromkeys(allowed))}); it is not opened, hashed "
+           f"or named. Put the archive inside the recipe's project ({spec.root.parent.parent}), or "
+           f"{untrusted_hint(spec.name)}")
+    raise ConfigError(msg)
 
 
 def patched_tree(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None, *,

@@ -98,6 +98,13 @@ class WrappedRawFormatter(argparse.RawDescriptionHelpFormatter):
 #: Options every command takes, before or after its name (``harness -q matrix``, ``harness matrix -q``).
 GLOBAL_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("-q", "--quiet"), {"action": "store_true", "help": "no progress or info messages"}),
+    (("--trust",), {"action": "append", "default": [], "metavar": "NAME",
+                    "help": "trust engine NAME's recipe (an $HARNESS_ENGINES_PATH folder, or --pin/--rev from git "
+                            "history): import its plugin, build it without the sandbox's refusals (README: Trust "
+                            "model; repeatable; also HARNESS_TRUST)"}),
+    (("--no-sandbox",), {"action": "store_true",
+                         "help": "run builds on the host, not in the bubblewrap sandbox (an untrusted recipe is "
+                                 "otherwise refused where there is no sandbox; also HARNESS_NO_SANDBOX=1)"}),
 )
 
 
@@ -205,6 +212,7 @@ def _run(argv: Sequence[str] | None) -> int:
     from harness.core import extras, progress
 
     progress.set_quiet(bool(args.quiet or getattr(args, "json", False)))
+    _grant_trust(args)
     command = _command_name(args)
     try:
         extras.require(command, *getattr(args, "extras", ()))
@@ -221,6 +229,16 @@ def _run(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         progress.console.print("interrupted", style="red")
         return 130
+
+
+def _grant_trust(args: argparse.Namespace) -> None:
+    """``--trust``/``--no-sandbox`` hold for this process and every harness process it starts."""
+    if getattr(args, "trust", None):
+        from harness.engine import trust
+
+        trust.grant(args.trust)
+    if getattr(args, "no_sandbox", False):
+        os.environ["HARNESS_NO_SANDBOX"] = "1"
 
 
 def _command_name(args: argparse.Namespace) -> str:

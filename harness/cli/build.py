@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from harness.cli import add_engine_arg, add_json_flag, print_json
@@ -47,6 +48,9 @@ def parse_defines(items: list[str]) -> dict[str, str]:
             msg = f"--define takes KEY=VALUE, got {item!r}"
             raise UsageError(msg)
         k, v = item.split("=", 1)
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k.strip()):
+            msg = f"--define {k.strip()[:80]!r}: a CMake variable name is letters, digits and '_' (not starting with a digit)"
+            raise UsageError(msg)
         out[k.strip()] = v
     return out
 

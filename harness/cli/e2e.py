@@ -39,16 +39,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def spec_paths(given: list[str]) -> list[Path]:
     """Each argument as a path: an existing file or folder as it is, an engine's name as its folder's
     ``e2e/``; none: every engine's ``e2e/`` folder."""
+    from harness.core import progress
     from harness.core.errors import UsageError
     from harness.engine.descriptor import descriptor_path, engine_names
+    from harness.engine.trust import folder_trusted, untrusted_hint
 
     if not given:
-        found = [p.parent / "e2e" for p in map(descriptor_path, engine_names()) if p is not None]
-        return [d for d in found if d.is_dir()]
+        found = [p.parent for p in map(descriptor_path, engine_names()) if p is not None]
+        for folder in found:
+            if (folder / "e2e").is_dir() and not folder_trusted(folder.name, folder):
+                progress.info(f"skipping {folder / 'e2e'}: the engine folder is not trusted and its specs are code "
+                              f"({untrusted_hint(folder.name)})")
+        return [f / "e2e" for f in found if (f / "e2e").is_dir() and folder_trusted(f.name, f)]
     out = []
     for arg in given:
         path = Path(arg)
         descriptor = None if path.exists() or "/" in arg or arg.endswith(".py") else descriptor_path(arg)
+        if descriptor is not None and not folder_trusted(arg, descriptor.parent):
+            msg = (f"the engine folder {descriptor.parent} (from $HARNESS_ENGINES_PATH) is not trusted: its e2e specs "
+                   f"and plugin are code, run only for a recipe you trust; {untrusted_hint(arg)}")
+            raise UsageError(msg)
         if descriptor is not None:
             out.append(descriptor.parent / "e2e")
         elif path.exists():

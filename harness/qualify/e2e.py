@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -21,6 +20,7 @@ from pathlib import Path
 from harness.core import progress
 from harness.core.crash import Crash, run_child
 from harness.core.errors import UsageError
+from harness.core.pyexec import python_argv
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,7 +135,7 @@ def run_specs(specs: Sequence[Path], *, pytest_args: Sequence[str] = (), env: di
         progress.info(f"e2e [{n}/{len(files)}] {spec}")
         with tempfile.TemporaryDirectory(prefix="harness-e2e-") as tmp:
             xml = Path(tmp) / "junit.xml"
-            argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "harness.qualify.pytest_crashnote",
+            argv = [*python_argv("-m", "pytest"), "-p", "no:cacheprovider", "-p", "harness.qualify.pytest_crashnote",
                     "-p", "harness.qualify.specs", str(spec), f"--junitxml={xml}", *([f"--rootdir={cwd}"] if cwd is not None else []),
                     *pytest_args]
             t0 = time.perf_counter()

@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from filelock import FileLock
 
 from harness.core import crash, paths, progress
 from harness.core.errors import BindingError
+from harness.core.pyexec import python_argv
 
 LEVEL_ENV = "HARNESS_CPU_LEVEL"
 LIB_DIR_ENV = "HARNESS_BINDING_LIB_DIR"
@@ -162,7 +162,7 @@ def probe_once(lib_dir: Path, model: Path) -> ProbeRun:
     """One probe child on ``lib_dir``: did it decode, which level did it load, how did it end."""
     env = {**os.environ, LIB_DIR_ENV: str(lib_dir)}
     env.pop(LEVEL_ENV, None)
-    r = crash.run_child([sys.executable, "-c", _PROBE_CHILD, str(model), PROBE_PROMPT, str(PROBE_TOKENS)],
+    r = crash.run_child([*python_argv("-c", _PROBE_CHILD), str(model), PROBE_PROMPT, str(PROBE_TOKENS)],
                         env=env, timeout=PROBE_TIMEOUT_S)
     if r.returncode is None:
         return ProbeRun(ok=False, level=r.note.get("cpu_level"), crash=None, detail=f"hung for {PROBE_TIMEOUT_S} s")

@@ -17,7 +17,6 @@ import os
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import crash, errors, hugepages
+from harness.core.pyexec import python_argv
 from harness.runtime.api import STREAM_STALL_TIMEOUT_S, ChatResult, Completion
 from harness.serve.worker import Frames, decode_delta, pack
 
@@ -241,7 +241,7 @@ class WorkerRuntime:
         note = Path(note_dir.name) / "note.json"  # the worker notes its CPU level there once it has one
         try:
             # a session of its own: Ctrl-C at a terminal reaches the server, which closes its workers in order
-            proc = subprocess.Popen([sys.executable, "-m", "harness.serve.worker", str(theirs.fileno()),
+            proc = subprocess.Popen([*python_argv("-m", "harness.serve.worker"), str(theirs.fileno()),
                                      str(fds_theirs.fileno())],
                                     pass_fds=(theirs.fileno(), fds_theirs.fileno()),
                                     env=hugepages.engine_env({**os.environ, crash.NOTE_ENV: str(note)},

@@ -19,7 +19,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from harness.core import inputs, paths
-from harness.core.errors import PatchError
+from harness.core.errors import IntegrityError, PatchError
 from harness.core.types import PatchedTree, PatchOutcome, SourceTree
 from harness.source.cache import (
     current_checking,
@@ -215,6 +215,8 @@ def apply_series(source: SourceTree, series: list[Patch], *, engine: str) -> Pat
         if dest.is_dir():
             sweep_stale(dest)
         problem = copy_problem(dest, source, sh)
+        if problem is None and current_checking().full:
+            problem = _rederived_problem(dest, source, series, engine=engine) or None
         if problem is None:
             return PatchedTree(engine=engine, pin=source.pin, path=dest / "tree", series_hash=sh,
                                patches=outcomes, applied=False)
@@ -263,18 +265,52 @@ def copy_problem(dest: Path, source: SourceTree, sh: str) -> str | None:
             f"{len(manifest)} files of the pristine source with the series applied; {check.describe(tree)}")
 
 
+def _rederived_problem(dest: Path, source: SourceTree, series: list[Patch], *, engine: str) -> str:
+    """``""`` when the copy at ``dest`` is what the series makes of the verified pristine tree, made
+    again now in a scratch directory and compared file by file (content, kind, mode); else what
+    differs. Its stamp and seal are not consulted: they sit in the same writable cache as the copy,
+    and a forged copy comes with a manifest and a seal rewritten to match it.
+
+    Under ``--verify`` a difference is an :class:`IntegrityError` and the copy's stamp is removed
+    (no later command uses it before it is made again); under ``--repair`` it is re-created."""
+    scratch = temp_dir(paths.work_dir(), f"{dest.name}-verify")
+    try:
+        _derive(scratch / "tree", source, series, engine=engine)
+        expected = scan_tree(scratch / "tree")
+    finally:
+        remove(scratch)
+    check = check_tree(dest / "tree", expected, full=True)
+    if check.ok:
+        return ""
+    problem = (f"the patched working copy {dest / 'tree'} differs from the verified pristine tree {source.path} "
+               f"with the series applied again now (its manifest and seal describe the copy as it is: they were "
+               f"rewritten with it); {check.describe(dest / 'tree')}")
+    if not current_checking().repair:
+        (dest / STAMP).unlink(missing_ok=True)
+        msg = (f"{problem}\nIts stamp is removed, so no command builds it. Run `harness fetch --repair {engine}` "
+               f"(or `harness patch {engine}`) to make it again from the pristine tree and the series")
+        raise IntegrityError(msg)
+    return problem
+
+
+def _derive(tree: Path, source: SourceTree, series: list[Patch], *, engine: str) -> None:
+    """The working copy at ``tree``: the pristine tree copied, the series applied, links checked."""
+    # A vendored submodule's `.git` file points at a repository the sdist lacks; git
+    # would then refuse to apply anything. Byte code is derived, never copied.
+    shutil.copytree(source.path, tree, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+    _make_writable(tree)
+    for p in series:
+        _apply_one(tree, p, source, engine=engine)
+    check_links_inside(tree)
+
+
 def _make_copy(dest: Path, source: SourceTree, series: list[Patch], *, sh: str, engine: str) -> None:
+    # A hostile series is refused before anything is copied (as fast as `harness patch --check`).
+    confine_series(source.path, series)
     tmp = temp_dir(paths.work_dir(), dest.name)
     try:
         tree = tmp / "tree"
-        # A vendored submodule's `.git` file points at a repository the sdist lacks; git
-        # would then refuse to apply anything. Byte code is derived, never copied.
-        shutil.copytree(source.path, tree, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__"))
-        _make_writable(tree)
-        confine_series(tree, series)
-        for p in series:
-            _apply_one(tree, p, source, engine=engine)
-        check_links_inside(tree)
+        _derive(tree, source, series, engine=engine)
         if (dest / "tree").is_dir():
             _carry_mtimes(dest / "tree", tree)
         manifest = scan_tree(tree)

@@ -232,7 +232,8 @@ def test_harness_build_refuses_named_rows_and_skips_wildcard_ones(tmp_path: Path
         rows_for(sd, "vulkan", strict=True)
 
 
-def test_smoke_command_is_engine_data(tmp_path: Path) -> None:
+def test_smoke_command_is_engine_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HARNESS_TRUST", "tiny")  # an untrusted recipe's smoke check does not run
     art = tmp_path / "artifact"
     (art / "bin").mkdir(parents=True)
     tool = art / "bin" / "probe"

@@ -219,6 +219,8 @@ def test_an_engine_is_one_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     engines = tmp_path / "elsewhere" / "engines"
     folder = _folder(engines, bare.as_uri(), one)
     monkeypatch.setenv("HARNESS_ENGINES_PATH", str(engines))
+    # the folder's plugin and specs are code: imported and run for an engine the user trusts
+    monkeypatch.setenv("HARNESS_TRUST", "tiny")
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HARNESS_NO_PROGRESS", "1")
     monkeypatch.delenv("HARNESS_DIST", raising=False)

@@ -227,6 +227,8 @@ def test_harness_fetch_takes_a_descriptor_relative_archive(tmp_path: Path, cache
     project = tmp_path / "wt"
     _project(project, "../shared/sources/toy-d85906ae.tar.gz", sha=_sha(archive))
     monkeypatch.setenv(ENGINES_PATH_ENV, str(project / "engines"))
+    # the archive is outside the folder's project: read only for a recipe the user trusts
+    monkeypatch.setenv("HARNESS_TRUST", "toy")
     assert load_engine("toy").source.path == str(archive)
     assert main(["fetch", "toy", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

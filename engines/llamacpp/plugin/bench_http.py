@@ -18,7 +18,6 @@ import json
 import selectors
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import httpx
 from harness import __version__
 from harness.core import hugepages
 from harness.core.errors import BenchError
+from harness.core.pyexec import python_argv
 from harness_plugins.llamacpp.bench import (
     _metrics,
     _model_facts,
@@ -274,7 +274,7 @@ class ServerArm(_HttpArm):
             f"  - threads:{int(self.opts['threads'])}\n"
             "  - enable_prefix_caching:false\n"
             f"engine_args:\n  n_batch: {BATCH}\n")
-        argv = [sys.executable, "-m", "harness", "serve", str(config), "--models-dir", str(model.parent),
+        argv = [*python_argv("-m", "harness"), "serve", str(config), "--models-dir", str(model.parent),
                 "--port", str(self.port), "--max-queue", "256", "--log-level", "error"]
         if self.opts.get("variant"):
             argv += ["--variant", str(self.opts["variant"])]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core import crash
+from harness.core.pyexec import python_argv
 from harness.runtime import discovery, levels
 
 PROMPT = "The capital of France is"
@@ -59,7 +59,7 @@ def _run(model: Path, variant: str, lib_dir: Path | None, n: int, label: str, th
     env.pop(levels.LEVEL_ENV, None)
     if lib_dir is not None:
         env[levels.LIB_DIR_ENV] = str(lib_dir)
-    r = crash.run_child([sys.executable, "-c", _CHILD, str(model), variant, str(n), PROMPT, label, str(threads)],
+    r = crash.run_child([*python_argv("-c", _CHILD), str(model), variant, str(n), PROMPT, label, str(threads)],
                         env=env, timeout=600)
     if r.crash is not None:
         return {"crash": r.crash}

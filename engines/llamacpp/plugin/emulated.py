@@ -17,7 +17,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from filelock import FileLock
 
 from harness.core import crash, paths, progress
 from harness.core.errors import HostError
+from harness.core.pyexec import python_argv
 from harness.runtime import levels
 from harness_plugins import cross_gnu
 
@@ -216,7 +216,7 @@ def tokenize_on_host(model: Path, texts: list[str]) -> list[list[int]] | None:
     """Token ids of ``texts`` with this host's own binding (a tokenizer does not depend on the
     CPU level); None when no host binding is installed."""
     try:
-        r = subprocess.run([sys.executable, "-c", _TOKENIZE_CHILD, str(model)], input=json.dumps(texts),
+        r = subprocess.run([*python_argv("-c", _TOKENIZE_CHILD), str(model)], input=json.dumps(texts),
                            capture_output=True, text=True, timeout=300, check=False)
     except subprocess.TimeoutExpired:
         return None

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from harness.bench.simulation import SimCommand
 from harness.core import hugepages
 from harness.core.errors import BenchError
+from harness.core.pyexec import python_argv
 from harness.runtime import levels
 from harness_plugins.llamacpp.bench import (
     RECIPE_OPTIONS,
@@ -60,7 +60,7 @@ class BindingTarget:
         # numpy's OpenBLAS starts a thread pool whose idle spinning is counted, differently each run
         # (98% of the run-to-run difference, cg_diff); one thread starts none
         env["OPENBLAS_NUM_THREADS"] = "1"
-        argv = (sys.executable, "-m", "harness_plugins.llamacpp.sim_worker", "--model", self.model,
+        argv = (*python_argv("-m", "harness_plugins.llamacpp.sim_worker"), "--model", self.model,
                 "--variant", self.variant, "--pn", str(pn), "--gn", str(gn))
         return SimCommand(argv=argv, env=env)
 

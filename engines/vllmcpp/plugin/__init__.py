@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.core.pyexec import python_argv
 from harness.core.types import HostInfo, MatchResult
 from harness.engine.interface import BenchArmKind, RandomModel
 from harness.engine.plugin import hookimpl
@@ -76,11 +77,10 @@ def _cross_engine(model: Path, peer_model: Path, *, threads: int | None = None) 
     import json
     import signal
     import subprocess
-    import sys
 
     from harness.core.errors import EngineCrashError, SubprocessError
 
-    argv = [sys.executable, "-m", "harness_plugins.vllmcpp.crossengine", str(model), str(peer_model)]
+    argv = [*python_argv("-m", "harness_plugins.vllmcpp.crossengine"), str(model), str(peer_model)]
     if threads:
         argv += ["--threads", str(threads)]
     r = subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -1,0 +1,277 @@
+"""Builds in a sandbox: CMake's configure and build of a recipe run under bubblewrap.
+
+A recipe is code (README "Trust model"): a patch can add ``execute_process`` or
+``configure_file(/etc/passwd ...)`` to a CMakeLists.txt, and checking patch text cannot close
+that. So the build must not see the host, as Nix and Bazel sandbox a build action and Debian's
+sbuild builds in a chroot:
+
+- no network (a new network namespace), except for a *trusted* recipe's build when a remote
+  ccache over the network is configured (ccache, inside the build, is what talks to it);
+- the host's system directories (``/usr``, ``/bin``, ``/lib*``, ``/opt``, ...) read-only; ``/home``,
+  ``/root``, ``/var``, ``/run``, ``/srv``, ``/mnt``, ``/media`` and the host's ``/tmp`` absent (a fresh
+  ``/tmp``); ``/etc`` reduced to what the toolchain reads (the loader's cache and config, the
+  alternatives links, a synthetic ``passwd``/``group``: no shadow, no ssh keys, no host names);
+- ``$HOME`` and the harness cache out of sight except the build's own dirs: the patched tree
+  (read-only), the build dir (read-write), the ccache dir, and the read-only prefixes of the
+  tools the host probe found (cmake, ninja, the compilers, ccache: a tool installed under
+  ``$HOME``, a pyenv or a venv, is visible read-only, nothing else there);
+- a clean environment: ``PATH``, the locale, the compiler and toolkit variables a build reads
+  (``CC``, ``CFLAGS``, ``CUDA_PATH``, ...), ``CCACHE_*``; no tokens or keys;
+- all capabilities dropped, a new session, killed with the harness.
+
+Where bubblewrap cannot run (not installed, or user namespaces disabled), a trusted recipe
+builds on the host as before (said once); an untrusted one is refused, naming ``--no-sandbox``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core import paths, progress
+from harness.core.errors import HostError
+from harness.core.types import EngineSpec, HostInfo
+
+#: Set (to anything non-empty) to build on the host, never in the sandbox (``--no-sandbox``).
+NO_SANDBOX_ENV = "HARNESS_NO_SANDBOX"
+#: Top-level host directories the sandbox shows read-only (those that exist; a symlink stays one).
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt", "nix", "gnu", "snap")
+#: ``/etc`` entries a toolchain reads (the dynamic loader, the compiler alternatives, ccache's own config).
+ETC_KEEP = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ccache.conf", "os-release",
+            "nsswitch.conf", "localtime")
+#: Environment variables a build may read (besides ``LC_*`` and ``CCACHE_*``); everything else is dropped.
+ENV_KEEP = ("PATH", "LANG", "LANGUAGE", "TZ", "SOURCE_DATE_EPOCH", "TERM", "CC", "CXX", "CFLAGS", "CXXFLAGS",
+            "CPPFLAGS", "LDFLAGS", "CUDAFLAGS", "CUDACXX", "CUDAHOSTCXX", "CUDA_HOME", "CUDA_PATH",
+            "CUDAToolkit_ROOT", "VULKAN_SDK", "PKG_CONFIG_PATH", "CMAKE_PREFIX_PATH", "LIBRARY_PATH", "CPATH",
+            "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LD_LIBRARY_PATH", "NINJA_STATUS", "PYENV_VERSION",
+            "PYENV_ROOT")
+#: Where the sandboxed build's ``$HOME`` is (inside its fresh ``/tmp``).
+HOME = "/tmp/home"
+
+
+class SandboxError(HostError):
+    """A build that must run in the sandbox cannot: bubblewrap is missing or user namespaces are off."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sandbox:
+    """How one build's commands run: :meth:`command` gives the argv and environment of each."""
+
+    args: tuple[str, ...]
+    """``bwrap`` and its mounts (empty: on the host)."""
+    ccache: Mapping[str, str]
+    """What ccache gets (:func:`ccache_env`), inside or out."""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.args)
+
+    def command(self, argv: list[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """``(argv, env)`` for Popen: on the host, ``argv`` with ``env`` and the ccache settings; in the
+        sandbox, bwrap running ``argv`` with only the variables a build reads (:data:`ENV_KEEP`)."""
+        full = {**env, **self.ccache}
+        if not self.active:
+            return argv, full
+        keep = {k: v for k, v in full.items() if k in ENV_KEEP or k.startswith(("LC_", "CCACHE_"))}
+        keep.update({"HOME": HOME, "TMPDIR": "/tmp", "USER": "build", "LOGNAME": "build"})
+        setenv = [a for k, v in sorted(keep.items()) for a in ("--setenv", k, v)]
+        return [*self.args, "--clearenv", *setenv, "--", *argv], {"PATH": os.environ.get("PATH", os.defpath)}
+
+
+def disabled() -> bool:
+    """``--no-sandbox`` / ``HARNESS_NO_SANDBOX``."""
+    return bool(os.environ.get(NO_SANDBOX_ENV))
+
+
+@functools.cache
+def _probe(bwrap: str) -> str:
+    """"" when ``bwrap`` can make a sandbox here, else why not (its own words)."""
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--cap-drop", "ALL", "true"]
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{bwrap} did not run: {e}"
+    return "" if r.returncode == 0 else f"{bwrap} failed: {(r.stderr or r.stdout).strip()[:300]}"
+
+
+def unavailable() -> str:
+    """"" when the sandbox can run on this host, else why not."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    return _probe(bwrap)
+
+
+def _prefix_of(path: str) -> list[str]:
+    """The install prefix a tool at ``path`` needs visible: the parent of its ``bin/`` (a venv, a
+    pyenv root, ``/usr/local``), for the path as found and as resolved, and for a script's interpreter."""
+    out: list[str] = []
+    todo = [path]
+    for _ in range(3):  # the tool, its interpreter, that one's (a pyenv shim: bash, then pyenv)
+        if not todo:
+            break
+        p = todo.pop()
+        for candidate in dict.fromkeys([p, os.path.realpath(p)]):
+            bindir = os.path.dirname(candidate)
+            out.append(os.path.dirname(bindir) if os.path.basename(bindir) in ("bin", "sbin", "shims")
+                       else bindir)
+        try:
+            with open(os.path.realpath(p), "rb") as f:
+                head = f.read(256)
+        except OSError:
+            continue
+        if head.startswith(b"#!"):
+            interp = head[2:].split(b"\n", 1)[0].split()
+            if interp and os.path.isabs(interp[0].decode(errors="replace")):
+                todo.append(interp[0].decode(errors="replace"))
+    return out
+
+
+def _visible_under(path: str, shown: Iterable[str]) -> bool:
+    return any(path == s or path.startswith(s.rstrip("/") + "/") for s in shown)
+
+
+def _tool_dirs(host: HostInfo, extra: Iterable[str]) -> list[str]:
+    """Read-only dirs for the tools a build runs: the host probe's and the plugins' paths, never
+    ``$HOME`` or the harness cache as a whole (a tool sitting right in ``$HOME/bin`` gets that bin dir)."""
+    hidden = [str(Path.home().resolve()), str(paths.cache_root()), "/"]
+    system = ["/" + d for d in SYSTEM_DIRS]
+    dirs: list[str] = []
+    paths_ = [t.path for t in host.tools.values() if t.path] + list(extra)
+    for tool in paths_:
+        for d in _prefix_of(tool):
+            if any(h == d or h.startswith(d.rstrip("/") + "/") for h in hidden):
+                d = os.path.dirname(tool)  # a prefix holding $HOME or the cache: only the tool's own dir
+            if os.path.isdir(d) and not _visible_under(os.path.realpath(d), system):
+                dirs.append(d)
+    return sorted(dict.fromkeys(dirs))
+
+
+def _plugin_paths(defines: Mapping[str, str]) -> list[str]:
+    """Existing absolute paths in the defines the plugins and the user set (a toolchain file, a
+    headers package, ``-I/path`` in flags), shown read-only."""
+    out = []
+    for value in defines.values():
+        for word in value.replace(";", " ").split():
+            word = word.removeprefix("-I")
+            if os.path.isabs(word) and os.path.exists(word):
+                out.append(word)
+    return out
+
+
+def ccache_dir(env: Mapping[str, str]) -> str | None:
+    """The local ccache directory the host's ccache uses (its config says), or None without ccache."""
+    if env.get("CCACHE_DIR"):
+        return env["CCACHE_DIR"]
+    ccache = shutil.which("ccache", path=env.get("PATH"))
+    if ccache is None:
+        return None
+    try:
+        r = subprocess.run([ccache, "--get-config", "cache_dir"], capture_output=True, text=True, timeout=10,
+                           env=dict(env), check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() or None if r.returncode == 0 else None
+
+
+def read_only_remote(setting: str) -> str:
+    """A ccache remote storage setting with every storage marked ``read-only``: reads, never writes."""
+    out = []
+    for part in setting.split():
+        url, _, attrs = part.partition("|")
+        kept = [a for a in attrs.split("|") if a and not a.startswith("read-only")]
+        out.append("|".join([url, *kept, "read-only=true"]))
+    return " ".join(out)
+
+
+def ccache_env(env: Mapping[str, str], *, trusted: bool) -> dict[str, str]:
+    """What ccache gets: a trusted build the host's cache and remote storage as configured; an
+    untrusted one a local cache of its own (``<cache>/ccache-untrusted``: it never writes the cache
+    trusted builds read) and the remote storage read-only."""
+    from harness.build.ccache import remote_storage
+
+    out: dict[str, str] = {}
+    local = ccache_dir(env) if trusted else str(paths.cache_root() / "ccache-untrusted")
+    if local:
+        out["CCACHE_DIR"] = local
+    remote = remote_storage(dict(env))
+    if remote:
+        out["CCACHE_REMOTE_STORAGE"] = remote if trusted else read_only_remote(remote)
+    return out
+
+
+def _network_remote(setting: str | None) -> bool:
+    return bool(setting) and any(not p.startswith("file:") for p in (setting or "").split())
+
+
+def _etc_files(work: Path) -> list[str]:
+    """bwrap arguments for the reduced ``/etc``: the kept entries and a synthetic passwd/group."""
+    uid, gid = os.getuid(), os.getgid()
+    (work / "passwd").write_text(f"build:x:{uid}:{gid}:harness build:{HOME}:/bin/sh\n"
+                                 + ("" if uid == 0 else "root:x:0:0:root:/nonexistent:/bin/false\n"))
+    (work / "group").write_text(f"build:x:{gid}:\n" + ("" if gid == 0 else "root:x:0:\n"))
+    args = ["--dir", "/etc"]
+    for name in ETC_KEEP:
+        if os.path.lexists(f"/etc/{name}"):
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--ro-bind", str(work / "passwd"), "/etc/passwd", "--ro-bind", str(work / "group"), "/etc/group"]
+    return args
+
+
+def sandbox_for(engine: EngineSpec, *, tree: Path, build_dir: Path, host: HostInfo, env: Mapping[str, str],
+                plugin_defines: Mapping[str, str]) -> Sandbox:
+    """The sandbox one build of ``engine`` runs in, or the host when there is none and the recipe
+    is trusted (said once); :class:`SandboxError` for an untrusted recipe without one.
+
+    ``env`` is the environment the build would get on the host; ``plugin_defines`` the defines the
+    variant plugins and the user set (their paths are shown read-only)."""
+    from harness.build.ccache import remote_storage
+    from harness.engine.trust import is_trusted, origin, untrusted_hint
+
+    trusted = is_trusted(engine)
+    cc_env = ccache_env(env, trusted=trusted)
+    if disabled():
+        return Sandbox(args=(), ccache=cc_env)
+    why = unavailable()
+    if why:
+        if not trusted:
+            msg = (f"{origin(engine)} is not trusted, and its build must run in the sandbox, which this host "
+                   f"cannot make: {why}. Install bubblewrap and allow unprivileged user namespaces "
+                   "(bash scripts/install-system-deps.sh; sysctl kernel.unprivileged_userns_clone=1, or on "
+                   "Ubuntu kernel.apparmor_restrict_unprivileged_userns=0), or build it on the host with "
+                   f"--no-sandbox after you have read the recipe; or {untrusted_hint(engine.name)}")
+            raise SandboxError(msg)
+        _say_once(f"builds run on the host, not in a sandbox: {why}")
+        return Sandbox(args=(), ccache=cc_env)
+    work = build_dir / ".sandbox"
+    work.mkdir(parents=True, exist_ok=True)
+    bwrap = shutil.which("bwrap") or "bwrap"
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if trusted and _network_remote(remote_storage(dict(env))):
+        args.append("--share-net")  # a trusted build's ccache talks to the remote storage
+    for d in SYSTEM_DIRS:
+        host_path = f"/{d}"
+        if os.path.islink(host_path):
+            args += ["--symlink", os.readlink(host_path), host_path]
+        elif os.path.isdir(host_path):
+            args += ["--ro-bind", host_path, host_path]
+    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", HOME]
+    args += _etc_files(work)
+    for d in _tool_dirs(host, _plugin_paths(plugin_defines)):
+        args += ["--ro-bind", d, d]
+    ccache = cc_env.get("CCACHE_DIR")
+    if ccache:
+        Path(ccache).mkdir(parents=True, exist_ok=True)
+        args += ["--bind", ccache, ccache]
+    args += ["--ro-bind", str(tree), str(tree), "--bind", str(build_dir), str(build_dir), "--chdir", str(build_dir)]
+    return Sandbox(args=tuple(args), ccache=cc_env)
+
+
+@functools.cache
+def _say_once(message: str) -> None:
+    progress.info(message)

@@ -1,0 +1,137 @@
+"""What the values of a recipe may be: each rule once, checked when the recipe loads.
+
+A recipe (descriptor, fixtures list) is untrusted input (README "Trust model"): a value that
+becomes a path, a CMake cache entry, a shell word or a program to run is confined here, before
+any stage uses it, and a value outside its rule is a :class:`ConfigError` naming ``file:field``.
+
+- A CMake define *name* is an identifier: it is written into the ``-C`` init-cache script, where
+  a ``)`` and a newline would be CMake code.
+- The compiler, its launchers, the toolchain file, project includes and the other variables
+  that choose which program or script CMake runs are the harness's to set (the variant plugins
+  and the host probe), never a descriptor's or a matrix row's: :func:`reserved_define`.
+- Artifact globs and program names are relative paths that never climb (no ``..``, not absolute);
+  where the collected files land is checked again when they are placed (``harness.build.cmake``).
+- A fixture's ``filename``/``dest`` is a bare file name; an ``env:`` role is an identifier (it is
+  printed after ``export``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from harness.core.errors import ConfigError
+
+#: A CMake variable name as a descriptor may write one (what ``set(NAME ...)`` takes unquoted).
+DEFINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: An environment variable name (``export NAME=...``).
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: Variables that pick a program, a script or a toolchain CMake runs: the harness's own choice.
+_RESERVED = re.compile(
+    r"^CMAKE_(?:"
+    r"\w+_COMPILER(?:_LAUNCHER|_TARGET|_EXTERNAL_TOOLCHAIN|_AR|_RANLIB)?"  # CMAKE_C_COMPILER, ..._LAUNCHER
+    r"|\w+_LINKER_LAUNCHER|LINKER|\w+_LINKER|AR|RANLIB|NM|OBJCOPY|OBJDUMP|STRIP|ADDR2LINE|READELF|DLLTOOL|MT"
+    r"|TOOLCHAIN_FILE|MAKE_PROGRAM|CROSSCOMPILING_EMULATOR|SYSROOT(?:_COMPILE|_LINK)?"
+    r"|PROJECT_INCLUDE(?:_BEFORE)?|PROJECT_\w+_INCLUDE(?:_BEFORE)?|PROJECT_TOP_LEVEL_INCLUDES"
+    r"|USER_MAKE_RULES_OVERRIDE(?:_\w+)?|MODULE_PATH"
+    r"|\w+_CLANG_TIDY|\w+_CPPCHECK|\w+_CPPLINT|\w+_INCLUDE_WHAT_YOU_USE|LINK_WHAT_YOU_USE_CHECK"
+    r"|\w+_(?:LINK_EXECUTABLE|CREATE_SHARED_LIBRARY|CREATE_SHARED_MODULE|CREATE_STATIC_LIBRARY|COMPILE_OBJECT)"
+    r"|EXPORT_COMPILE_COMMANDS_FILE|GENERATOR(?:_\w+)?"
+    r")$")
+
+
+def reserved_define(name: str) -> bool:
+    """Whether ``name`` chooses a program, script or toolchain CMake runs (the compiler, a launcher,
+    the toolchain file, a project include, a rule override, a static-analysis hook)."""
+    return bool(_RESERVED.match(name))
+
+
+def check_define_name(name: str, *, where: str) -> str:
+    """``name`` when it is a CMake identifier; ConfigError naming ``where`` otherwise."""
+    if not DEFINE_NAME.match(name):
+        msg = (f"{where}: {name[:80]!r} is not a CMake variable name: a define name is letters, digits and "
+               "'_' (not starting with a digit); it is written into CMake's init-cache script, where anything "
+               "else would be CMake code. Rename the define")
+        raise ConfigError(msg)
+    return name
+
+
+def check_recipe_defines(defines: Mapping[str, Any], *, where: str) -> None:
+    """The defines a descriptor writes: identifiers, none of them reserved for the harness."""
+    for name in defines:
+        check_define_name(str(name), where=where)
+        if reserved_define(str(name)):
+            msg = (f"{where}.{name}: a descriptor does not choose the compiler, its launchers, the toolchain "
+                   "file or project includes: the variant plugins and the host probe do (ccache is the "
+                   "launcher when installed; a cross row's toolchain file comes from its plugin). Remove "
+                   f"{name} from the descriptor; for one build of your own, pass --define {name}=VALUE")
+            raise ConfigError(msg)
+
+
+def relative_parts(value: str) -> tuple[str, ...] | None:
+    """The ``/``-separated parts of a relative path that never climbs; None for an absolute path,
+    one with a ``..`` part, a backslash, a NUL or a control character, or an empty one."""
+    if not value or value.startswith("/") or "\\" in value or re.search(r"[\x00-\x1f\x7f]", value):
+        return None
+    parts = tuple(p for p in PurePosixPath(value).parts if p != ".")
+    if any(p == ".." for p in parts):
+        return None
+    return parts
+
+
+def check_relative(value: str, *, where: str, what: str) -> str:
+    """``value`` when it is a relative path (or glob) that stays below where it is taken from."""
+    if relative_parts(value) is None:
+        msg = (f"{where}: {value[:120]!r} is not allowed: {what} is a relative path inside the tree "
+               "(no '..', not absolute, no '\\' or control characters)")
+        raise ConfigError(msg)
+    return value
+
+
+def check_bare_name(value: str, *, where: str, what: str) -> str:
+    """``value`` when it is one file name: no ``/``, not ``.`` or ``..``, no control characters."""
+    parts = relative_parts(value)
+    if parts is None or len(parts) != 1 or value in (".", ".."):
+        msg = (f"{where}: {value[:120]!r} is not allowed: {what} is a bare file name (no '/', not '.' or "
+               "'..', no control characters)")
+        raise ConfigError(msg)
+    return value
+
+
+def check_env_name(name: str, *, where: str) -> str:
+    """``name`` when it can follow ``export`` in a shell: an identifier."""
+    if not ENV_NAME.match(name):
+        msg = (f"{where}: {name[:80]!r} is not an environment variable name (letters, digits, '_'; not "
+               "starting with a digit): it is printed after `export` and read by a shell")
+        raise ConfigError(msg)
+    return name
+
+
+def check_descriptor(path: Path, data: Mapping[str, Any]) -> None:
+    """Every value of a schema-valid descriptor that becomes a define, a path or a program."""
+    cmake = dict(data.get("cmake") or {})
+    check_recipe_defines(dict(cmake.get("base") or {}), where=f"{path}:cmake.base")
+    for key, values in dict(cmake.get("intents") or {}).items():
+        for value, defines in dict(values or {}).items():
+            check_recipe_defines(dict(defines or {}), where=f"{path}:cmake.intents.{key}.{value}")
+    artifacts = dict(data.get("artifacts") or {})
+    for i, pattern in enumerate(artifacts.get("lib", ())):
+        check_bare_name(str(pattern), where=f"{path}:artifacts.lib[{i}]",
+                        what="a library pattern (a glob of file names in the build's library directories)")
+    bins = [("artifacts.bin", b) for b in artifacts.get("bin", ())]
+    bins += [("cross.bin", b) for b in dict(data.get("cross") or {}).get("bin", ())]
+    for field, name in bins:
+        check_bare_name(str(name), where=f"{path}:{field}", what="a program name (collected into bin/)")
+    for i, entry in enumerate(artifacts.get("include", ())):
+        where = f"{path}:artifacts.include[{i}]"
+        base, _, pattern = str(entry).rpartition(":")
+        if base:
+            check_relative(base, where=where, what="the DIR of a DIR:GLOB header entry")
+        check_relative(pattern, where=where, what="a header glob (DIR:GLOB, relative to DIR or the tree)")
+    smoke = dict(data.get("smoke") or {})
+    if smoke.get("argv"):
+        check_relative(str(smoke["argv"][0]), where=f"{path}:smoke.argv[0]",
+                       what="the program a smoke check runs (a file inside the artifact, e.g. bin/tool)")

@@ -1,0 +1,79 @@
+"""Which recipes are trusted (README "Trust model").
+
+A recipe is the descriptor, patches, fixtures list, plugin package and binding sources of one
+engine. Trusted: the engines of the harness's own data root (the installed distribution's
+``share/harness/engines/``, or the checkout's ``engines/``). Not trusted: an engine folder found
+through ``$HARNESS_ENGINES_PATH``, and a recipe taken from git history or another branch
+(``--pin``/``--rev``), unless the user names the engine: ``--trust NAME`` on the command line
+or ``HARNESS_TRUST=NAME[,NAME...]``.
+
+What follows from it: an untrusted recipe's values are confined like every recipe's
+(:mod:`harness.engine.confine`), its plugin is never imported, its e2e specs never run, its
+builds run in the sandbox (refused where there is none, unless ``--no-sandbox``), and its
+compilations never write the shared ccache (local or remote).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from harness.core.types import EngineSpec
+
+#: Engine names the user trusts beyond the built-in ones (comma- or space-separated).
+TRUST_ENV = "HARNESS_TRUST"
+
+
+def trusted_names() -> frozenset[str]:
+    """The names ``HARNESS_TRUST`` lists (``--trust NAME`` adds to it for this process and its children)."""
+    return frozenset(n for n in re.split(r"[\s,]+", os.environ.get(TRUST_ENV, "")) if n)
+
+
+def grant(names: Iterable[str]) -> None:
+    """Trust ``names`` in this process and the processes it starts (``--trust NAME``)."""
+    names = [n for n in names if n]
+    if names:
+        os.environ[TRUST_ENV] = ",".join(sorted(trusted_names() | set(names)))
+
+
+def _builtin_engines_dir() -> Path:
+    from harness.engine.descriptor import engines_dir
+
+    return engines_dir()
+
+
+def is_builtin_folder(folder: Path) -> bool:
+    """Whether ``folder`` (an ``engines/<name>/`` directory) is one of the harness's own engines."""
+    try:
+        return folder.parent.resolve() == _builtin_engines_dir().resolve()
+    except OSError:
+        return False
+
+
+def folder_trusted(name: str, folder: Path) -> bool:
+    """Whether the engine folder ``folder`` (``<dir>/<name>/``, from the working tree) is trusted."""
+    return name in trusted_names() or is_builtin_folder(folder)
+
+
+def is_trusted(spec: EngineSpec) -> bool:
+    """Whether the recipe ``spec`` was loaded from is trusted."""
+    if spec.name in trusted_names():
+        return True
+    return not spec.recipe_commit and is_builtin_folder(spec.root)
+
+
+def origin(spec: EngineSpec) -> str:
+    """Where a recipe comes from, as messages name it."""
+    if spec.recipe_commit:
+        return f"the recipe of {spec.name} at commit {spec.recipe_commit[:12]} (git history)"
+    if is_builtin_folder(spec.root):
+        return f"the harness's own recipe of {spec.name} ({spec.root})"
+    return f"the engine folder {spec.root} (from $HARNESS_ENGINES_PATH)"
+
+
+def untrusted_hint(name: str) -> str:
+    """How a user says they trust a recipe, for messages."""
+    return (f"review the recipe (descriptor, patches, fixtures, plugin/, binding/, e2e/), then trust it: "
+            f"--trust {name} or {TRUST_ENV}={name}")
