@@ -11,7 +11,8 @@ set -euo pipefail
 # redis-server: the unit tests start one on 127.0.0.1 as ccache's remote storage (a shared compiler cache)
 # valgrind: the simulation instrument (cachegrind) that decides code-path gates on noisy hosts
 # python3-venv: bootstrap.sh keeps nox in a venv (Debian's python3 refuses pip installs, PEP 668)
-pkgs=(git ccache ffmpeg binutils g++ patchelf redis-server valgrind python3-venv)
+# bubblewrap: builds of a recipe run in its sandbox (README: Trust model); needs unprivileged user namespaces
+pkgs=(git ccache ffmpeg binutils g++ patchelf redis-server valgrind python3-venv bubblewrap)
 for flag in "$@"; do
   case "$flag" in
     --vulkan) pkgs+=(glslc libvulkan-dev spirv-headers mesa-vulkan-drivers vulkan-tools) ;;
