@@ -6,7 +6,7 @@ Default sessions: lint, tests. Others are opt-in (``default=False``):
 - ``build-<variant>``: build one matrix row (``build-cuda`` is compile-only and slow).
 - ``generate_schema``: regenerate committed JSON Schemas.
 - ``generate_settings``: regenerate the README's table of ``HARNESS_*`` variables from ``harness/core/settings.py``.
-- ``update_pins``: move an engine pin (compares before writing).
+- ``update_pins``: move an engine pin: ``harness pin ENGINE SOURCE`` (derives provenance, checks before any build).
 - ``bench``: pytest-benchmark micro-benchmarks of the harness's own hot paths.
 - ``cross-aarch64``: build the cpu-aarch64 row with the cross toolchain and run every ARM CPU level
   under its QEMU CPU model (tiny model, SmolLM2 "Paris", a short llama-bench); the level table.
@@ -268,9 +268,9 @@ def generate_settings(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, default=False)
 def update_pins(session: nox.Session) -> None:
-    """Move an engine pin: nox -s update_pins -- llamacpp 0.3.37 (compares before writing)."""
-    _install(session)
-    session.run("python", "scripts/update_pins.py", *session.posargs)
+    """Move an engine pin: nox -s update_pins -- llamacpp pypi:xllamacpp==2026.10.11549 (harness pin)."""
+    _install(session, "build")
+    session.run("harness", "pin", *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)

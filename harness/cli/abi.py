@@ -207,10 +207,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
         from harness.cli import print_json
 
-        doc: dict[str, Any] = {"engine": spec.name, "pin": spec.pin, "recipe_commit": spec.recipe_commit or None,
+        # the C surface's fields at the top level (as before the binding half existed), the binding's below
+        doc: dict[str, Any] = {**(asdict(result) if result else {"engine": spec.name}),
                                "ok": c_error is None and (binding is None or binding.ok),
-                               "c_surface": ({**asdict(result), "ok": True, "seconds": round(result.seconds, 3)}
-                                             if result else {"ok": False, "error": str(c_error)}),
+                               "c_surface_ok": c_error is None, "c_surface_error": str(c_error) if c_error else None,
+                               "seconds": round(result.seconds, 3) if result else None, "pin": spec.pin,
+                               "recipe_commit": spec.recipe_commit or None,
                                "binding": binding.as_json() if binding else None}
         print_json(doc)
         return 0 if doc["ok"] else AbiError.exit_code

@@ -77,7 +77,7 @@ class ChecksumError(SourceError):
         msg = (
             f"sha256 mismatch for {what}: expected {expected}, found {found}. "
             "Refusing to use it. If the pin moved on purpose, update the sha256 in the "
-            "engine descriptor (nox -s update_pins); otherwise the download is corrupt or tampered."
+            "engine descriptor (harness pin); otherwise the download is corrupt or tampered."
         )
         super().__init__(msg)
 

@@ -53,7 +53,7 @@ def test_pin_resolves_to_the_artifact_and_metrics_follow_llama_bench(artifact: P
 
 
 def test_missing_pin_says_how_to_build_it(cache: Path, tmp_path: Path) -> None:
-    with pytest.raises(RecipeError, match=r"no recipe pins llamacpp 0\.0\.1 .*update_pins"):
+    with pytest.raises(RecipeError, match=r"no recipe pins llamacpp 0\.0\.1 .*harness pin"):
         LlamaBenchArm({"pin": "0.0.1", "model": str(tmp_path / "m.gguf")})
 
 

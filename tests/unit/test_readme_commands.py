@@ -72,8 +72,8 @@ NOT_RUN: dict[str, str] = {
     "nox -s tests": _NOX + " (the whole suite)",
     "nox -s qualify": _NOX + " (the main job, about 15 min)",
     "nox -s \"build(variant='cuda')\"": _NOX + " (a CUDA compile, well over 10 minutes)",
-    "nox -s update_pins -- llamacpp 0.3.37 --build N --commit SHA":
-        _NOX + " (writes engines/; its flags are checked against scripts/update_pins.py)",
+    "nox -s update_pins -- llamacpp pypi:xllamacpp==2026.10.11549 --dry-run":
+        _NOX + " (harness pin in a fresh venv; its flags are checked against harness pin's parser)",
     "nox -s generate_schema": _NOX + " (rewrites the committed schema)",
     "nox -s generate_settings": _NOX + " (rewrites the README's table; tests/unit/test_settings.py checks it is current)",
     "nox -s bench": _NOX + " (micro-benchmarks)",
@@ -88,7 +88,7 @@ NOT_RUN: dict[str, str] = {
 
 #: nox sessions whose posargs go to a command with a parser: the README's flags after ``--`` are checked there.
 NOX_POSARGS: dict[str, dict[str, Any]] = {
-    "update_pins": {"script": "scripts/update_pins.py", "argv": []},
+    "update_pins": {"script": None, "argv": ["pin"]},
     "qualify": {"script": None, "argv": ["qualify"]},
 }
 
@@ -544,7 +544,7 @@ Prose naming `harness engines --jsn`, `harness abi snapshot <name>`, `harness --
     harness models fetch | list | lost
     harness abi
     nox -s no_such_session
-    nox -s update_pins -- llamacpp 0.3.37 --bild N
+    nox -s update_pins -- llamacpp pypi:xllamacpp==2026.10.11549 --bild N
     bash scripts/bootstrap.sh qualify nightly
     pytest tests/e2e/no_such_spec.py
 
@@ -567,7 +567,7 @@ def test_extraction_reads_the_tour_structure() -> None:
         ("harness matrix [--varient PAT] --bogus N", False), ("harness matrix --json", True),
         ("harness build nosuchengine --variant nosuchrow", False), ("harness build llamacpp --variant 'cpu*'", False),
         ("harness models fetch | list | lost", False), ("harness abi", False),
-        ("nox -s no_such_session", False), ("nox -s update_pins -- llamacpp 0.3.37 --bild N", False),
+        ("nox -s no_such_session", False), ("nox -s update_pins -- llamacpp pypi:xllamacpp==2026.10.11549 --bild N", False),
         ("bash scripts/bootstrap.sh qualify nightly", False), ("pytest tests/e2e/no_such_spec.py", False),
         ("harness host --jsonn", False)]
 
@@ -587,7 +587,7 @@ def test_stale_readme_commands_fail(known: Known, workdir: Path) -> None:
         "`harness models lost` is not a command",
         "`harness abi` needs a subcommand",
         "noxfile.py has no session 'no_such_session'",
-        "update_pins.py has no option --bild",
+        "harness pin has no option --bild",
         "noxfile.py has no such session",  # bootstrap.sh ... nightly
         "tests/e2e/no_such_spec.py does not exist",
         "harness host has no option --jsonn",

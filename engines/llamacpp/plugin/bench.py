@@ -24,7 +24,7 @@ from harness.core.host import default_threads
 from harness.core.jsonvalue import json_value
 from harness_plugins.llamacpp.bench_tasks import TASKS, copy_prompt, free_prompt
 
-#: The peer baseline, pinned (moved with `nox -s update_pins` like the engine pins).
+#: The peer baseline, pinned (moved by hand: a peer is not an engine pin).
 XLLAMACPP_VERSION = "2026.10.11549"
 
 
