@@ -205,6 +205,20 @@ def ccache_env(env: Mapping[str, str], *, trusted: bool) -> dict[str, str]:
     return out
 
 
+def file_remotes(setting: str) -> list[str]:
+    """The existing directories of a remote storage setting's ``file:`` storages."""
+    from urllib.parse import urlsplit
+
+    out = []
+    for part in setting.split():
+        url = part.split("|", 1)[0]
+        if url.startswith("file:"):
+            path = urlsplit(url).path
+            if os.path.isdir(path):
+                out.append(path)
+    return out
+
+
 def _network_remote(setting: str | None) -> bool:
     return bool(setting) and any(not p.startswith("file:") for p in (setting or "").split())
 
@@ -268,6 +282,9 @@ def sandbox_for(engine: EngineSpec, *, tree: Path, build_dir: Path, host: HostIn
     if ccache:
         Path(ccache).mkdir(parents=True, exist_ok=True)
         args += ["--bind", ccache, ccache]
+    for shared in file_remotes(cc_env.get("CCACHE_REMOTE_STORAGE", "")):
+        # a file: remote storage (a shared directory): written by a trusted build only
+        args += ["--bind" if trusted else "--ro-bind", shared, shared]
     args += ["--ro-bind", str(tree), str(tree), "--bind", str(build_dir), str(build_dir), "--chdir", str(build_dir)]
     return Sandbox(args=tuple(args), ccache=cc_env)
 
