@@ -46,14 +46,10 @@ def pin_fits(pin: str, spec: EngineSpec) -> bool:
     from harness.build import recipes
 
     try:
-        recipes.resolve_rev(pin)
+        if _recipe(spec, pin) is not None:  # a revision of this repository fits the engines it holds
+            return True
     except recipes.RecipeError:
-        pass
-    else:  # a revision of this repository fits the engines it holds
-        try:
-            return _recipe(spec, pin) is not None
-        except recipes.RecipeError:
-            return False
+        return False
     if spec.source.kind == "git":
         return True
     if spec.source.kind == "pypi-sdist":
@@ -167,14 +163,16 @@ def _recipe(spec: EngineSpec, pin: str) -> EngineSpec | None:
     from harness.build import recipes
 
     try:
-        recipes.resolve_rev(pin)
+        commit = recipes.resolve_rev(pin)
     except recipes.RecipeError:
         pass
     else:
-        return recipes.recipe_at(spec.name, pin)
+        if recipes.holds_engine(commit, spec.name):
+            return recipes.recipe_at(spec.name, pin)
+        return None  # a revision of this repository without the engine: maybe one of the engine's own (git)
     try:
         return recipes.recipe_for_pin(spec.name, pin)
-    except recipes.RecipeError:
+    except (recipes.RecipeError, UsageError):  # no commit pinned it, or an engine this checkout does not have
         return None
 
 

@@ -94,6 +94,11 @@ def pins_on_record(engine: str) -> list[tuple[str, str]]:
     return out
 
 
+def holds_engine(commit: str, engine: str) -> bool:
+    """Whether the checkout's ``commit`` has a recipe for ``engine`` (its folder, or an older layout's)."""
+    return any(_git("ls-tree", "-d", "--name-only", commit, f"{d}/{engine}").strip() for d in RECIPE_DIRS)
+
+
 def recipe_root(engine: str, commit: str) -> Path:
     return paths.cache_root() / "recipes" / f"{engine}-{commit[:12]}"
 

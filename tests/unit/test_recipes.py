@@ -95,7 +95,7 @@ def test_recipe_materialized_once(repo: dict[str, Any], monkeypatch: pytest.Monk
 
 
 def test_unknown_pin_says_how_to_add_a_recipe(repo: dict[str, Any]) -> None:
-    with pytest.raises(recipes.RecipeError, match=r"pins on record: 0\.3\.35, .*update_pins -- llamacpp 0\.3\.1"):
+    with pytest.raises(recipes.RecipeError, match=r"pins on record: 0\.3\.35, .*harness pin llamacpp SOURCE"):
         recipes.recipe_for_pin("llamacpp", "0.3.1")
 
 
