@@ -145,13 +145,15 @@ def dir_label(path: Path) -> str:
             stamp = parent / ".harness-source.json"
             if stamp.is_file():
                 try:
-                    meta = json.loads(stamp.read_text()).get("meta") or {}
-                except (ValueError, OSError):
+                    meta = dict(json.loads(stamp.read_text()))  # the source plugin's meta, at the top level
+                except (ValueError, OSError, TypeError):
                     meta = {}
                 if meta.get("package"):
                     return f"{meta['package']} {meta.get('version', '')}".strip()
                 if meta.get("commit"):
                     return f"{meta.get('kind', 'source')} {str(meta['commit'])[:12]}"
+                if meta.get("sha256") or meta.get("kind"):
+                    return f"{meta.get('kind', 'source')} {parent.name[:12]}"
         return f"a cached tree ({resolved.name})"
     home = Path.home().resolve()
     return f"~/{resolved.relative_to(home)}" if resolved.is_relative_to(home) else str(path)

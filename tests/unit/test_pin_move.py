@@ -206,6 +206,14 @@ def test_pin_moves_and_the_binding_check_fails_before_any_build(
     code, out, _ = _run(capsys, "abi", "check", "tinypp", "--json")
     assert code == 0 and json.loads(out)["binding"]["cached"]
 
+    # the report a pull request takes names the pins, never this host's cache: two cached trees as pins
+    trees = sorted(cache.glob("sources/git-*/tree"))
+    assert len(trees) == 2
+    code, out, err = _run(capsys, "abi", "diff", str(trees[0]), str(trees[1]), "--markdown", "--engine", "tinypp")
+    assert code == 0, err
+    assert str(cache) not in out and str(Path.home()) + "/" not in out
+    assert "## ABI/API changes: tinypp git " in out
+
 
 def test_a_descriptor_the_source_contradicts_is_refused_at_fetch(
         tinypp: tuple[Path, str, str, str], capsys: pytest.CaptureFixture[str]) -> None:

@@ -277,3 +277,49 @@ def test_cross_variant_stage_reports_kld_per_level_and_gates_naming_level_and_wo
     assert "### Numerical agreement against cpu/sapphirerapids" in md
     assert "| `in-process:cpu,level=zen4` vs `in-process:cpu,level=sapphirerapids` | 0.2 [0.18, 0.22] |" in md
     assert "FAIL: mean KLD 0.2 > 0.01" in md and "cpu/x64 (level): not compared: crashed" in md
+
+
+def test_a_pin_move_report_opens_with_the_pull_request_body_and_holds_no_host_path(tmp_path: Path) -> None:
+    """The first screen: old -> new (source, upstream build and commit, recipes), patch series, the binding's
+    compile check, the C++ and C the binding uses that changed, agreement, how to reproduce. Written files
+    carry no host path: the cache, the checkout and the home directory are redacted, wherever a stage put them."""
+    from harness.core import paths
+    from harness.qualify.result import StageResult
+
+    cache, home = str(paths.cache_root()), str(Path.home())
+    q = Qualification(engine="llamacpp")
+    q.header.update({**_doc([]), "pin": "2026.10.11549", "upstream": {"build": 11549, "commit": "unknown"},
+                     "source": "xllamacpp 2026.10.11549", "source_arg": "pypi:xllamacpp==2026.10.11549#thirdparty/llama.cpp",
+                     "recipe": {"commit": "38ef2933bd70aaaa", "dirty": False},
+                     "old": {"pin": "0.3.36", "source": "llama-cpp-python 0.3.36",
+                             "upstream": {"build": 11312, "commit": "0c1e570"}, "recipe_commit": "8b3ade45a2ae0000",
+                             "asked": "8b3ade4", "how": "--old-rev"}})
+    q.run("fetch", lambda: StageResult(f"xllamacpp 2026.10.11549 at {cache}/sources/c17ee/tree", {
+        "path": f"{cache}/sources/c17ee/tree", "provenance": ["build 11549: xllamacpp's version encodes it"]}))
+    q.run("patch", lambda: StageResult("2 patch(es) applied", {"patches": [
+        {"patch": "0001-ggml-backend-search-library-dir.patch", "status": "applies", "detail": ""}]}))
+    q.run("abi-check", lambda: StageResult("matches", {"binding": {"ok": True, "units": ["a.cpp", "b.cpp"], "seconds": 4.2,
+                                                        "problems": []}}))
+    q.run("old-pin-abi", lambda: StageResult("0.3.36 -> 2026.10.11549: 21 differences, 16 in the binding's used set, 2 in "
+                                  "the C++ it uses", {
+        "cpp_differences": ["common_peg_arena::load: removed (was void (const std::string &))",
+                            "common_chat_params::parser: std::string -> common_peg_arena"],
+        "used_lines": ["GGML_BACKEND_API_VERSION 2 -> 3"], "markdown": ABI_MD,
+        "log": f"{home}/somewhere and {cache}/work/llamacpp/tree"}))
+    out = write_qualification(q, tmp_path / "r")
+    md = (out / "qualify.md").read_text()
+    first = md.split("## Verdict")[0]
+    assert "## Pin move: llamacpp llama-cpp-python 0.3.36 -> xllamacpp 2026.10.11549" in first
+    assert "| upstream build | 11312 | 11549 |" in first
+    assert "| upstream commit | 0c1e570 | unknown (the source does not carry it) |" in first
+    assert "| recipe | 8b3ade45a2ae (--old-rev 8b3ade4) | 38ef2933bd70 |" in first
+    assert "0001-ggml-backend-search-library-dir.patch: applies" in first
+    assert "the binding compiles syntax-only against the new headers: 2 translation units" in first
+    assert "`common_peg_arena::load: removed (was void (const std::string &))`" in first
+    assert "`GGML_BACKEND_API_VERSION 2 -> 3`" in first
+    assert "harness pin llamacpp pypi:xllamacpp==2026.10.11549#thirdparty/llama.cpp" in first
+    assert "harness qualify llamacpp --old-rev 8b3ade4" in first
+    for name in ("qualify.md", "qualify.json"):
+        text = (out / name).read_text()
+        assert cache not in text and home + "/" not in text, name
+        assert "$HARNESS_CACHE/sources/c17ee/tree" in text
