@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -221,7 +221,46 @@ def _stand_in(spec: EngineSpec, tree: Path, dest: Path) -> dict[str, str]:
     return names
 
 
-def _configure(source_dir: Path, artifact: Path, build: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+def _host_runner(argv: list[str], *, env: dict[str, str], cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+
+
+def runner_for(spec: EngineSpec, tree: Path, work: Path, source_dir: Path) -> Runner:
+    """How the check runs CMake and the compiler: on the host for a trusted recipe; in the build sandbox for an
+    untrusted one (its CMakeLists.txt is code, and a unit that ``#include``s a host file would print it in the
+    diagnostics): the patched tree, the binding sources and the Python/pybind11 headers read-only, ``work``
+    writable, nothing else of the home directory or the cache (README "Trust model")."""
+    from harness.engine.trust import is_trusted
+
+    if is_trusted(spec):
+        return _host_runner
+    import sysconfig
+
+    import pybind11
+
+    from harness.build.sandbox import sandbox_for
+    from harness.core import host as hostmod
+
+    shown = {"binding": str(source_dir.resolve()), "shared": str((source_dir.parent.parent / "_shared").resolve()),
+             "python": sys.executable, "pyinc": sysconfig.get_paths()["include"],
+             "pybind11": pybind11.get_include(), "pybind11_cmake": pybind11.get_cmake_dir()}
+    sandbox = sandbox_for(spec, tree=tree.resolve(), build_dir=work, host=hostmod.probe(), env=compile_env(),
+                          plugin_defines={k: v for k, v in shown.items() if os.path.exists(v)})
+
+    def run(argv: list[str], *, env: dict[str, str], cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+        full, full_env = sandbox.command(argv, env)
+        if sandbox.active and cwd:
+            full = [*full[:full.index("--")], "--chdir", cwd, *full[full.index("--"):]]
+        return subprocess.run(full, capture_output=True, text=True, env=full_env, cwd=cwd, check=False)
+
+    return run
+
+
+def _configure(source_dir: Path, artifact: Path, build: Path, env: dict[str, str],
+               run: Runner = _host_runner) -> list[dict[str, Any]]:
     cmake = shutil.which("cmake")
     if cmake is None:
         msg = "cmake is needed to read the binding's compile commands; install the build extra (pip install 'harness[build]')"
@@ -234,7 +273,7 @@ def _configure(source_dir: Path, artifact: Path, build: Path, env: dict[str, str
             f"-DPython_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"]
     if shutil.which("ninja"):
         argv += ["-G", "Ninja"]
-    r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    r = run(argv, env=env)
     if r.returncode:
         raise SubprocessError(argv, r.returncode, r.stdout + r.stderr,
                               hint="the binding's CMake project must configure against a headers-only stand-in "
@@ -275,6 +314,8 @@ class StandIn:
     names: dict[str, str]
     """Path below ``include/`` -> its path in the pinned tree."""
     entries: tuple[dict[str, Any], ...]
+    run: Runner = _host_runner
+    """Runs a command of the check (the sandbox's, for an untrusted recipe)."""
 
 
 def compile_env() -> dict[str, str]:
@@ -291,9 +332,10 @@ def stand_in(spec: EngineSpec, tree: Path, source_dir: Path, *, within: Path | N
     with tempfile.TemporaryDirectory(prefix="stand-in-", dir=parent) as tmp:
         work = Path(tmp)
         names = _stand_in(spec, tree, work / "artifact")
-        entries = _configure(source_dir, work / "artifact", work / "build", compile_env())
+        run = runner_for(spec, tree, work, source_dir)
+        entries = _configure(source_dir, work / "artifact", work / "build", compile_env(), run)
         yield StandIn(artifact=work / "artifact", include=work / "artifact" / "include", names=names,
-                      entries=tuple(entries))
+                      entries=tuple(entries), run=run)
 
 
 def check_binding(spec: EngineSpec, tree: Path, *, source_dir: Path | None = None, force: bool = False) -> BindingCheck | None:
@@ -303,6 +345,7 @@ def check_binding(spec: EngineSpec, tree: Path, *, source_dir: Path | None = Non
     they are the result's ``problems`` (:func:`raise_for` turns them into :class:`BindingSurfaceError`).
     """
     from harness.binding.wheel import binding_source
+    from harness.engine.trust import is_trusted
 
     source_dir = source_dir or binding_source(spec)
     if not (source_dir / "CMakeLists.txt").is_file():
@@ -315,6 +358,7 @@ def check_binding(spec: EngineSpec, tree: Path, *, source_dir: Path | None = Non
     key = hashlib.sha256(json.dumps({
         "v": STAMP_VERSION, "binding": _files_hash(_binding_files(source_dir)), "headers": _files_hash(headers),
         "cxx": _tool_version([compiler, "--version"]), "py": sys.version_info[:2], "pybind11": pybind11.__version__,
+        "sandboxed": not is_trusted(spec),  # what a unit can read differs in the sandbox
     }, sort_keys=True).encode()).hexdigest()
     stamp = paths.cache_root() / "binding-check" / spec.name / f"{key[:32]}.json"
     if stamp.is_file() and not force:
@@ -330,7 +374,7 @@ def check_binding(spec: EngineSpec, tree: Path, *, source_dir: Path | None = Non
         def one(entry: dict[str, Any]) -> tuple[str, list[CompileProblem], str]:
             unit = str(Path(entry.get("directory", ".")) / entry["file"])
             argv = _syntax_argv(entry)
-            r = subprocess.run(argv, capture_output=True, text=True, cwd=entry.get("directory"), env=env, check=False)
+            r = si.run(argv, env=env, cwd=entry.get("directory"))
             found = parse_diagnostics(r.stderr, include=si.include, names=si.names, unit=unit)
             if r.returncode and not found:  # failed without a diagnostic we can read: keep its words
                 found = [CompileProblem(file=_shown(unit), line=0, column=0,

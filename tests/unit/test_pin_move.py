@@ -276,3 +276,29 @@ def test_pin_llamacpp_to_llama_cpp_python_dry_run(capsys: pytest.CaptureFixture[
     assert "build 11268: given (--upstream-build)" in doc["provenance"]
     assert "+  package: llama-cpp-python" in doc["diff"] and not doc["written"]
     assert path.read_text() == before
+
+
+def test_an_untrusted_recipe_s_binding_is_checked_in_the_sandbox(
+        tinypp: tuple[Path, str, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The check configures the binding's CMake project and compiles its units: code of the recipe. For a
+    recipe the user has not trusted, both run in the build sandbox: a unit that includes a host file gets no
+    such file, and its content never reaches the diagnostics."""
+    from harness.build.sandbox import unavailable
+
+    if unavailable():
+        pytest.skip(f"no sandbox here: {unavailable()}")
+    folder, *_ = tinypp
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET_TOKEN_4711 leaked;\n")
+    (folder / "binding" / "src" / "binding.cpp").write_text(f'#include "{secret}"\n' + BINDING_1)
+    monkeypatch.delenv("HARNESS_TRUST")
+    code, out, err = _run(capsys, "abi", "check", "tinypp", "--json")
+    assert code == 7
+    problems = json.loads(out)["binding"]["problems"]
+    assert any("secret.txt" in p["message"] and "No such file" in p["message"] for p in problems), problems
+    assert "SECRET_TOKEN_4711" not in out + err
+    # trusted, the same unit reads the file on the host (the sandbox made the difference)
+    monkeypatch.setenv("HARNESS_TRUST", "tinypp")
+    code, out, err = _run(capsys, "abi", "check", "tinypp", "--json")
+    assert code == 7 and "SECRET_TOKEN_4711" in out
