@@ -25,6 +25,7 @@ from filelock import FileLock
 from harness.build.cmake import MANIFEST, read_manifest
 from harness.core import paths, progress
 from harness.core.errors import BindingError, SubprocessError
+from harness.core.pyexec import python_argv
 from harness.core.types import EngineSpec
 
 IDENTITY = "identity.json"
@@ -190,7 +191,7 @@ def build_binding(engine: EngineSpec, artifact: Path, *, install: bool = True, f
                 _pyproject(engine, variant, package, source_dir, root / "cmake-build", manifest))
             shutil.rmtree(wheels, ignore_errors=True)
             wheels.mkdir(parents=True)
-            argv = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+            argv = [*python_argv("-m", "pip"), "wheel", "--no-build-isolation", "--no-deps",
                     "--disable-pip-version-check", "-w", str(wheels), str(staging)]
             env = dict(os.environ)
             ccache = shutil.which("ccache")
@@ -211,7 +212,7 @@ def build_binding(engine: EngineSpec, artifact: Path, *, install: bool = True, f
             built = True
     installed = False
     if install and (installed_identity(package) or {}).get("key") != key:
-        argv = [sys.executable, "-m", "pip", "install", "--no-deps", "--force-reinstall",
+        argv = [*python_argv("-m", "pip"), "install", "--no-deps", "--force-reinstall",
                 "--disable-pip-version-check", "-q", str(wheel)]
         r = subprocess.run(argv, capture_output=True, text=True, check=False)
         if r.returncode:

@@ -22,6 +22,7 @@ from harness.core import hugepages, paths, progress
 from harness.core.errors import BenchError
 from harness.core.host import default_threads
 from harness.core.jsonvalue import json_value
+from harness.core.pyexec import python_argv
 from harness_plugins.llamacpp.bench_tasks import TASKS, copy_prompt, free_prompt
 
 #: The peer baseline, pinned (moved by hand: a peer is not an engine pin).
@@ -263,7 +264,7 @@ def peer_venv(version: str = XLLAMACPP_VERSION) -> Path:
     with FileLock(str(paths.locks_dir() / f"peer-xllamacpp-{version}.lock")):
         if stamp.is_file():
             return root
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True, capture_output=True)
+        subprocess.run([*python_argv("-m", "venv"), "--clear", str(root)], check=True, capture_output=True)
         py = root / "bin" / "python"
         r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
                             f"xllamacpp=={version}"], capture_output=True, text=True, check=False)
