@@ -1,9 +1,16 @@
-"""A/A on the real binding arm: an arm against itself shows no difference.
+"""A/A on the real binding arm: an arm against itself shows no difference, by either instrument.
 
-It runs on SmolLM2 (HARNESS_MODEL), not the 0.5 MB tiny model: there a measurement is ~1 ms
-(TTFT 0.7 ms, 32 tokens in 2-4 ms), and two worker processes of the same arm differed by a
-steady 15-20% in decode tok/s (scheduling on 2 cores), so the gate failed on timing noise,
-not on the runner. With SmolLM2 at p128/g256 decode is ~1 s per measurement.
+These test the instruments' properties, not this host's noise: every wall-clock A/A interval holds
+1.0, and the simulated A/A ratio lies within the instrument's resolution (its interval holds 1.0).
+How wide a wall-clock interval is on a given host belongs to benchmarks and their reports: a
+20% half-width bound measured 60.5% on a 2-core host with other work running and failed the test
+command after 18 minutes (issue 54).
+
+Wall-clock runs on SmolLM2 (HARNESS_MODEL), not the 0.5 MB tiny model: there a measurement is
+~1 ms (TTFT 0.7 ms, 32 tokens in 2-4 ms), and two worker processes of the same arm differed by a
+steady 15-20% in decode tok/s (scheduling on 2 cores), so the check failed on timing noise, not
+on the runner. With SmolLM2 at p128/g256 decode is ~1 s per measurement. Simulation counts what
+runs, not how long, so it takes the tiny model (HARNESS_TINY_MODEL) and short run lengths.
 """
 
 from __future__ import annotations
@@ -39,13 +46,35 @@ def test_aa_interval_contains_one(variant: str, tmp_path: Path) -> None:
     analysis = analyze(result.samples, aa=True, confidence=0.99)
     intervals = {k: v for k, v in analysis.aa_intervals.items()}
     assert intervals, analysis
-    # the A/A check proper: every interval holds 1.0 (no "nothing beyond 5%" slack any more) ...
+    # the A/A check proper: every interval holds 1.0 (no "nothing beyond 5%" slack), whatever its width
+    # on this host (a 2-core VM: 99% decode half-widths of 13.9% quiet, 60.5% with other work running;
+    # the width is the report's business, issue 54)
     assert all(v.contains(1.0) for v in intervals.values()), intervals
-    # ... and narrow enough that holding 1.0 means something. Between fresh processes SmolLM2's decode
-    # varies by +-5-8% on a 2-core VM (8 blocks on a quiet host: 95% half-widths 4.2% and 5.2%; a CI run
-    # of these 6 blocks: 99% half-width 13.9%): one worker per arm had hidden that spread as a steady
-    # "difference". A tight A/A bound needs more blocks than CI affords on this model (issue 32).
-    decode = intervals["decode_tps@c1"].half_width_pct
-    assert decode is not None and decode <= 20.0, intervals
+    assert all(v.half_width_pct is not None for v in intervals.values()), intervals
     files = write_report(result, out=tmp_path, analysis=analysis, plots=False)
     assert files.results.is_file() and files.markdown.is_file()
+
+
+def test_simulated_aa_is_within_the_resolution(variant: str, tmp_path: Path) -> None:
+    """The same arm twice under cachegrind: each figure's ratio lies within the resolution the
+    instrument reports for it (the interval holds 1.0), and no gate fails."""
+    from harness.bench import simulation
+    from harness.core.errors import HostError
+
+    require_variant(variant)
+    try:
+        simulation.valgrind()
+    except HostError as e:
+        pytest.skip(str(e))
+    model = model_path("HARNESS_TINY_MODEL")
+    level = simulation.level_for_host()
+    opts = {"engine": "llamacpp", "model": str(model), "variant": variant}
+    a = simulation.target_for("in-process", {**opts, "name": "A"}, level=level)
+    b = simulation.target_for("in-process", {**opts, "name": "B"}, level=level)
+    result = simulation.simulate(a, b, simulation.SimPlan(p1=4, p2=12, g1=2, g2=6), tmp_path, gate={"all": 1.0},
+                                 level=level)
+    assert {c.metric for c in result.checks} == {"prefill", "decode"}
+    for check in result.checks:
+        for figure in check.figures:
+            assert figure.resolution_pct >= 0 and figure.lo <= 1.0 <= figure.hi, check.text()
+        assert check.verdict != "FAILED", check.text()
