@@ -13,6 +13,14 @@ line it comes from (nothing of LocalAI's is copied but names, types and those re
 - ``refusals``: every ``return false, fmt.Errorf(...)`` of ModelConfig.Validate();
 - ``backend_options``: per LocalAI backend name, the ``options:`` names its own source parses
   (the backends of ``OPTION_PARSERS``: llama-cpp's backend/cpp/llama-cpp/grpc-server.cpp);
+- ``aliases``: pkg/model's ``Aliases`` map (a legacy name -> the backend LocalAI loads instead) and
+  ``TypeAlias`` (the model type such an alias also sets);
+- ``guess_usecases``: GuessUsecases()'s backend lists, per use case (``known_usecases`` names);
+- ``gallery_metadata``: a gallery entry's descriptive fields (core/gallery Metadata) a model config
+  does not have;
+- ``remote_schemes``: the URI prefixes LocalAI's downloader fetches itself (pkg/downloader);
+- ``history``: every release tag's backend names and aliases, and the commit that removed or
+  renamed each (``scripts/localai_history.py``; needs the checkout's git history and tags);
 - ``anchors``: the lines the harness's rules cite (``harness validate --explain RULE``).
 
 ``--corpus DIR`` writes the differential corpus instead: every YAML block of docs/content and every
@@ -67,6 +75,9 @@ TAG_USECASES: dict[str, tuple[str, ...]] = {
     "3d-animation": ("3d_animation",), "text-to-motion": ("3d_animation",),
 }
 MODEL_CONFIG = "core/config/model_config.go"
+INITIALIZERS = "pkg/model/initializers.go"
+GALLERY_METADATA = ("core/gallery/metadata_type.go", "Metadata")
+DOWNLOADER_URI = "pkg/downloader/uri.go"
 LLAMA_SERVER = "backend/cpp/llama-cpp/grpc-server.cpp"
 #: The lines rules cite: name -> (file, a regular expression its line matches; the first match).
 ANCHORS: dict[str, tuple[str, str]] = {
@@ -104,17 +115,37 @@ ANCHORS: dict[str, tuple[str, str]] = {
     "score_normalization": (MODEL_CONFIG, r"router: unknown score_normalization %q"),
     "alias_artifacts": (MODEL_CONFIG, r"alias model %q cannot declare artifacts"),
     "liquid_audio_default": ("backend/python/liquid-audio/backend.py", r"resolve_model_reference\($"),
+    # backends that load without a model path (localai.yaml's model_optional)
+    "kokoro_no_model": ("backend/python/kokoro/backend.py", r"KPipeline\(lang_code=lang_code\)"),
+    "chatterbox_no_model": ("backend/python/chatterbox/backend.py", r"ChatterboxTTS\.from_pretrained\(device=device\)"),
+    "kitten_tts_default": ("backend/python/kitten-tts/backend.py", r"model_name = request\.Model if request\.Model else"),
+    "pocket_tts_no_model": ("backend/python/pocket-tts/backend.py", r"TTSModel\.load_model\(\)"),
+    "outetts_default": ("backend/python/outetts/backend.py", r'MODELNAME = "OuteAI'),
+    "aliases": (INITIALIZERS, r"^var Aliases\b"),
+    "alias_resolved": (INITIALIZERS, r"if real\w+, exists := Aliases\[\w+\]; exists"),
+    "guess_usecases": (MODEL_CONFIG, r"^func \(c \*ModelConfig\) GuessUsecases\("),
+    "gallery_metadata": (GALLERY_METADATA[0], r"^type Metadata struct"),
+    "remote_schemes": (DOWNLOADER_URI, r"HuggingFacePrefix\s+="),
 }
 #: Backends whose own ``options:`` parser is read: LocalAI backend name -> (its source file, a regular
 #: expression whose group 1 is an option name the parser compares with).
+_STRCMP = r'strcmp\(optname, "([^"]+)"\)'
 OPTION_PARSERS: dict[str, tuple[str, str]] = {
-    "llama-cpp": (LLAMA_SERVER, r'strcmp\(optname, "([^"]+)"\)'),
+    "llama-cpp": (LLAMA_SERVER, _STRCMP),
+    # turboquant builds llama-cpp's grpc-server.cpp against its fork (backend/cpp/turboquant/Makefile)
+    "turboquant": (LLAMA_SERVER, _STRCMP),
+    "ik-llama-cpp": ("backend/cpp/ik-llama-cpp/grpc-server.cpp", _STRCMP),
+    "stablediffusion-ggml": ("backend/go/stablediffusion-ggml/cpp/gosd.cpp", _STRCMP),
+    "whisper": ("backend/go/whisper/gowhisper.go", r'\boo == "([^"]+)"'),
 }
 HEADER = """\
 # LocalAI facts generated from its source at one commit (see `source`), each with the file:line
 # it comes from: backends (backend/index.yaml), config keys and their types (Go struct tags),
 # known_usecases names, Validate()'s refusals, the options: names some backends' own sources
-# parse (per backend name), and the lines the harness's rules cite. Written by
+# parse (per backend name), the lines the harness's rules cite, pkg/model's aliases,
+# GuessUsecases' backend lists, a gallery entry's descriptive fields, the downloader's URI
+# prefixes, and the history of backend names across the release tags before that commit (when
+# each was added, and the commit that removed or renamed it). Written by
 # scripts/refresh_localai_index.py (nox -s refresh_localai_index -- PATH); do not edit by hand.
 """
 
@@ -175,7 +206,9 @@ def _struct(text: str, name: str) -> tuple[int, list[str]] | None:
 def _json_type(go: str, local_kinds: dict[str, str]) -> str:
     go = go.lstrip("*")
     if go.startswith("[]"):
-        return "array"
+        # a list of structs: yaml.v3 refuses a scalar item (``array of object``); other items it decodes
+        item = go[2:].lstrip("*")
+        return "array of object" if item.startswith("map[") or local_kinds.get(item) == "object" else "array"
     if go.startswith("map["):
         return "object"
     if go in _SCALARS:
@@ -190,6 +223,9 @@ def _kinds(text: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for m in re.finditer(r"^type (\w+) (\w+|struct|\[\]\w+|map\[[^\]]+\]\w+)\b", text, re.M):
         out[m.group(1)] = "object" if m.group(2) == "struct" else _json_type(m.group(2), {})
+    # a type that decodes itself (UnmarshalYAML) takes whatever its decoder takes
+    for name in re.findall(r"^func \(\w+ \*?(\w+)\) UnmarshalYAML\(", text, re.M):
+        out[name] = "any"
     return out
 
 
@@ -276,12 +312,82 @@ def backend_options(read: Reader) -> dict[str, dict[str, str]]:
     """LocalAI backend name -> the option names its parser (``OPTION_PARSERS``) compares with -> file:line."""
     found: dict[str, dict[str, str]] = {}
     for backend, (file, pattern) in OPTION_PARSERS.items():
+        text = _optional(read, file)
+        if text is None:
+            continue  # the backend's source is not at this commit: its options are not known
         out: dict[str, str] = {}
-        for n, line in enumerate(read(file).splitlines(), start=1):
+        for n, line in enumerate(text.splitlines(), start=1):
             for name in re.findall(pattern, line):
                 out.setdefault(name, f"{file}:{n}")
         found[backend] = dict(sorted(out.items()))
     return dict(sorted(found.items()))
+
+
+# -- the facts beside the key vocabulary ------------------------------------------------------
+
+
+def _optional(read: Reader, file: str) -> str | None:
+    """A file of the checkout, None when this commit does not have it (its facts are then absent)."""
+    try:
+        return read(file)
+    except SystemExit:
+        return None
+
+
+def guess_usecases(read: Reader) -> dict[str, list[str]]:
+    """GuessUsecases()'s positive backend lists: use case -> the backend names it is guessed for.
+
+    A block ``if (u & FLAG_X) == FLAG_X`` that returns false unless ``c.Backend`` is in a list
+    (``!slices.Contains(list, c.Backend)``) or equals a name (``c.Backend != "name"``) guesses X for
+    those names; a name the block also tests with more conditions (``c.Backend == "diffusers" &&
+    ...``, fields this harness does not type) is left out: it is not guessed from the name alone."""
+    source = read(MODEL_CONFIG)
+    if not re.search(r"^func \(c \*ModelConfig\) GuessUsecases\(", source, re.M):
+        return {}
+    _, body = _function(source, r"^func \(c \*ModelConfig\) GuessUsecases\(")
+    text = "\n".join(body)
+    lists = {m.group(1): re.findall(r'"([^"]+)"', m.group(2))
+             for m in re.finditer(r"(\w+) := \[\]string\{([^}]*)\}", text)}
+    out: dict[str, list[str]] = {}
+    blocks = re.split(r"\n\s*if \(u & (FLAG_\w+)\) == \1 \{", text)
+    for flag, block in zip(blocks[1::2], blocks[2::2], strict=True):
+        names = [n for var in re.findall(r"!slices\.Contains\((\w+), c\.Backend\)", block) for n in lists.get(var, ())]
+        names += re.findall(r'c\.Backend != "([^"]+)"', block)
+        conditional = set(re.findall(r'c\.Backend == "([^"]+)" &&', block))
+        kept = [n for n in dict.fromkeys(names) if n not in conditional]
+        if kept:
+            out[flag.removeprefix("FLAG_").lower()] = kept
+    return out
+
+
+def gallery_metadata(read: Reader, config: dict[str, Any]) -> list[str]:
+    """A gallery entry's descriptive fields (core/gallery's Metadata) that ModelConfig does not have."""
+    found: dict[str, dict[str, list[Any]]] = {}
+    if _optional(read, GALLERY_METADATA[0]) is None:
+        return []
+    struct_keys(read, GALLERY_METADATA[0], GALLERY_METADATA[1], found, "metadata", {})
+    return sorted(k for k in found.get("metadata", {}) if k not in config)
+
+
+def remote_schemes(read: Reader) -> list[str]:
+    """The URI prefixes of pkg/downloader's const block (what LocalAI downloads itself)."""
+    text = _optional(read, DOWNLOADER_URI)
+    if text is None:
+        return []
+    at = text.find("HuggingFacePrefix")
+    m = re.search(r"^const \(\n(.*?)^\)", text[max(at - 200, 0):], re.M | re.S) if at >= 0 else None
+    if m is None:
+        msg = f"the URI prefixes' const block is not in {DOWNLOADER_URI}"
+        raise SystemExit(msg)
+    return re.findall(r'^\s*\w+\s*=\s*"([^"]+)"', m.group(1), re.M)
+
+
+def aliases(read: Reader) -> dict[str, list[str]]:
+    """pkg/model's Aliases: legacy name -> [the backend LocalAI loads, the model type TypeAlias sets or ""]."""
+    from localai_history import snapshot
+
+    _, found, types = snapshot(lambda path: _optional(read, path) if path == INITIALIZERS else None)
+    return {name: [target, types.get(name, "")] for name, target in sorted(found.items())}
 
 
 def anchors(read: Reader) -> dict[str, str]:
@@ -320,6 +426,20 @@ def render(facts: dict[str, Any], repository: str, commit: str) -> str:
     for section, keys in facts["keys"].items():
         lines.append(f"  {section}:")
         lines += [f"    {k}: [{t}, {where}]" for k, (t, where) in keys.items()]
+    lines.append("aliases:")
+    lines += [f"  {k}: {_flow(v)}" for k, v in facts["aliases"].items()]
+    lines.append("guess_usecases:")
+    lines += [f"  {k}: {_flow(v)}" for k, v in facts["guess_usecases"].items()]
+    lines.append(f"gallery_metadata: {_flow(facts['gallery_metadata'])}")
+    lines.append(f"remote_schemes: {_flow(facts['remote_schemes'])}")
+    history = facts.get("history")
+    if history:
+        lines.append("history:")
+        lines.append("  releases:")
+        lines += [f"    {tag}: {commit}" for tag, commit in history["releases"].items()]
+        for part in ("backends", "aliases"):
+            lines.append(f"  {part}:")
+            lines += [f"    {name}: {_flow(spans)}" for name, spans in history[part].items()]
     return "\n".join(lines) + "\n"
 
 
@@ -405,11 +525,21 @@ def corpus(root: Path, dest: Path, commit: str, repository: str) -> int:
     return len(found)
 
 
-def collect(root: Path) -> dict[str, Any]:
+def collect(root: Path, *, history: bool = True) -> dict[str, Any]:
     read = reader(root)
-    return {"backends": meta_backends(read("backend/index.yaml")), "keys": config_keys(read),
-            "usecases": usecases(read), "refusals": refusals(read),
-            "backend_options": backend_options(read), "anchors": anchors(read)}
+    keys = config_keys(read)
+    facts: dict[str, Any] = {
+        "backends": meta_backends(read("backend/index.yaml")), "keys": keys,
+        "usecases": usecases(read), "refusals": refusals(read),
+        "backend_options": backend_options(read), "anchors": anchors(read),
+        "aliases": aliases(read), "guess_usecases": guess_usecases(read),
+        "gallery_metadata": gallery_metadata(read, keys.get("config", {})),
+        "remote_schemes": remote_schemes(read)}
+    if history:
+        from localai_history import collect as collect_history
+
+        facts["history"] = collect_history(root)
+    return facts
 
 
 def main(argv: list[str] | None = None) -> int:

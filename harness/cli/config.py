@@ -294,7 +294,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     from harness.config.select import select_engine
     loaded = load_config_file(args.file, name=args.name, models_dir=args.models_dir, template=args.template)
     validated, diags, models_dir = loaded.validated, list(loaded.diagnostics), loaded.models_dir
-    failed = _report(diags, as_json=args.json)
+    # what validate reports that this harness's engines refuse at load is select's refusal too
+    failed = _report(diags, as_json=args.json) or loaded.failed
     if validated is None or validated.config is None:
         if args.json:
             print_json({"ok": False, "diagnostics": [d.to_json() for d in diags]})

@@ -105,9 +105,8 @@ def _load(args: argparse.Namespace) -> tuple[ConfigFile, VideoTarget | None]:
         if args.json:
             print_json({"ok": False, "diagnostics": [d.to_json() for d in loaded.diagnostics]})
         else:
-            errors = sum(d.severity == "error" for d in loaded.diagnostics)
-            progress.info(f"{args.config}: {errors} error(s) in the model config; nothing is "
-                          "planned or rendered from an invalid config (see harness validate)")
+            progress.info(f"{args.config}: {len(loaded.refusals)} refusal(s) of the model config; nothing is "
+                          "planned or rendered from it (harness validate reports each in the same words)")
     return loaded, target
 
 

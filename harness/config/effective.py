@@ -307,8 +307,17 @@ class ConfigFile:
     models_dir: Path | None
 
     @property
+    def refusals(self) -> tuple[Diagnostic, ...]:
+        """Why this harness does not load the config: LocalAI's errors, and the findings this harness's
+        engines refuse at load though LocalAI loads the config (warnings of ``harness validate``,
+        :func:`harness.config.refs.refused_here`), each in the words ``validate`` prints."""
+        from harness.config.refs import refused_here
+
+        return tuple(d for d in self.diagnostics if d.severity == "error" or refused_here(d.code))
+
+    @property
     def failed(self) -> bool:
-        return any(d.severity == "error" for d in self.diagnostics)
+        return bool(self.refusals)
 
     def resolve(self) -> Effective | None:
         """Its effective parameters (what ``config show`` prints); None when nothing resolves."""

@@ -1,9 +1,10 @@
-"""LocalAI's model-config vocabulary and backend names (``localai.yaml``), read once.
+"""LocalAI's model-config vocabulary and backend names, read once.
 
-The data says, for every key LocalAI's loader accepts, whether the harness uses it
-(and which parameter it feeds) or accepts it without using it; which backend names
-LocalAI has; which model references are remote URIs LocalAI downloads itself. The code
-here only answers questions about that table. Which harness engine serves a LocalAI
+Two data files: ``localai_index.yaml``, LocalAI's facts generated from one LocalAI commit (keys and
+their types, backend names and aliases, GuessUsecases, a gallery entry's fields, the downloader's
+URI prefixes, the history of backend names across its releases); ``localai.yaml``, what the harness
+does with them (which keys it reads, per backend how its engine spells speculative decoding, ...).
+The code here only answers questions about that data. Which harness engine serves a LocalAI
 backend is the engine's to say (``localai_backends`` on its registered object).
 """
 
@@ -24,7 +25,7 @@ DATA_FILE = "localai.yaml"
 #: LocalAI's backend index (backend/index.yaml) at a pinned commit: scripts/refresh_localai_index.py.
 INDEX_FILE = "localai_index.yaml"
 #: LocalAI's ModelConfig.Validate(): a backend name of other characters is refused (the config is
-#: not loaded); core/config/model_config.go at 8f5f7d6ca9f8523bc524bd6501993fcb7a69a601.
+#: not loaded; the index's ``backend_name`` anchor).
 BACKEND_NAME = re.compile(r"^[a-zA-Z0-9\-_]+$")
 #: Sections of the vocabulary: the top level and the two nested mappings the harness types.
 SECTIONS = ("config", "parameters", "template")
@@ -45,6 +46,9 @@ class Backend:
 
     name: str
     alias_of: str | None = None
+    """The backend LocalAI loads for this legacy name (pkg/model's Aliases)."""
+    alias_type: str = ""
+    """The model type the alias also sets (pkg/model's TypeAlias), "" when none."""
     options: frozenset[str] = frozenset()
     """Its own ``options:`` keys: accepted, not used by this harness."""
     speculative: str | None = None
@@ -58,6 +62,76 @@ class Backend:
     open_options: str = ""
     """The index anchor of the line where the backend passes any ``options:`` key through: no
     option key of its configs is unknown."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Span:
+    """The releases one backend name (or alias) was in, and how it left."""
+
+    since: str
+    """The first release tag it was in (or the pinned commit's short hash, when it came after the
+    last release)."""
+    until: str | None = None
+    """The last release it was in; None when the pinned commit still has it."""
+    commit: str = ""
+    """The commit that removed it (or made it an alias)."""
+    subject: str = ""
+    """That commit's subject: what LocalAI said when it dropped the name."""
+    became_alias_of: str = ""
+    added_with_it: tuple[str, ...] = ()
+    """Names the same commit added (what replaced it, when anything did)."""
+    target: str = ""
+    """An alias's target (the backend LocalAI loads for it)."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class History:
+    """LocalAI's backend names across its releases (generated from its git history)."""
+
+    releases: dict[str, str] = field(default_factory=dict)
+    """Release tag -> commit, oldest first."""
+    backends: dict[str, tuple[Span, ...]] = field(default_factory=dict)
+    aliases: dict[str, tuple[Span, ...]] = field(default_factory=dict)
+
+    def release(self, ref: str) -> str | None:
+        """The release tag ``ref`` names (a tag, with or without its ``v``, or a commit prefix of one)."""
+        if ref in self.releases:
+            return ref
+        if f"v{ref}" in self.releases:
+            return f"v{ref}"
+        low = ref.lower()
+        if len(low) >= 7:
+            return next((tag for tag, commit in self.releases.items() if commit.startswith(low)), None)
+        return None
+
+    def _order(self, label: str) -> int:
+        tags = list(self.releases)
+        return tags.index(label) if label in tags else len(tags)
+
+    def covers(self, span: Span, tag: str) -> bool:
+        """``span`` includes release ``tag``."""
+        n = self._order(tag)
+        return self._order(span.since) <= n and (span.until is None or n <= self._order(span.until))
+
+    def names_at(self, tag: str) -> frozenset[str]:
+        """The backend names release ``tag`` had (aliases apart)."""
+        return frozenset(n for n, spans in self.backends.items() if any(self.covers(s, tag) for s in spans))
+
+    def aliases_at(self, tag: str) -> dict[str, str]:
+        """Release ``tag``'s aliases -> the backend it loaded for each."""
+        return {n: s.target for n, spans in self.aliases.items() for s in spans if self.covers(s, tag)}
+
+    def removal(self, name: str) -> Span | None:
+        """How a name the pinned commit no longer has left (its last span), None when it never had it
+        or still has it."""
+        spans = (*self.backends.get(name, ()), *self.aliases.get(name, ()))
+        if not spans or any(s.until is None for s in spans):
+            return None
+        return max(spans, key=lambda s: self._order(str(s.until)))
+
+    def was_backend(self, name: str) -> Span | None:
+        """The span in which ``name``, now an alias, was a backend of its own (None: it never was)."""
+        return next((s for s in self.backends.get(name, ()) if s.until is not None), None)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -84,6 +158,8 @@ class Vocabulary:
     """Generated: section -> YAML key -> (JSON type, file:line of its Go struct tag)."""
     refusals: tuple[tuple[str, str], ...] = ()
     """Generated: ModelConfig.Validate()'s refusals, (file:line, message format)."""
+    history: History = field(default_factory=History)
+    """Generated: LocalAI's backend names across its releases."""
 
     def unused(self, section: str) -> dict[str, str]:
         """Keys of ``section`` accepted and not used, with the JSON type LocalAI decodes them into."""
@@ -110,52 +186,81 @@ def _split(vocab: Vocabulary, section: str) -> tuple[dict[str, str], dict[str, s
             {k.name: k.unused for k in keys if k.unused is not None})
 
 
+def _spans(raw: Any) -> tuple[Span, ...]:
+    return tuple(Span(since=str(s["since"]), until=s.get("until"), commit=str(s.get("commit") or ""),
+                      subject=str(s.get("subject") or ""), became_alias_of=str(s.get("became_alias_of") or ""),
+                      added_with_it=tuple(map(str, s.get("added_with_it") or ())), target=str(s.get("target") or ""))
+                 for s in raw or ())
+
+
+def _history(raw: Any) -> History:
+    raw = raw or {}
+    return History(releases={str(k): str(v) for k, v in (raw.get("releases") or {}).items()},
+                   backends={str(k): _spans(v) for k, v in (raw.get("backends") or {}).items()},
+                   aliases={str(k): _spans(v) for k, v in (raw.get("aliases") or {}).items()})
+
+
+def _read(name: str) -> Any:
+    return load_yaml(resources.files("harness.config").joinpath(name).read_text(encoding="utf-8"))
+
+
 @functools.cache
 def vocabulary() -> Vocabulary:
     """The vocabulary shipped with the harness."""
-    raw = load_yaml(resources.files("harness.config").joinpath(DATA_FILE).read_text(encoding="utf-8"))
-    keys = {section: {name: Key(name=name, use=spec.get("use"), unused=spec.get("unused"))
-                      for name, spec in raw["keys"][section].items()}
+    raw = _read(DATA_FILE)
+    index = _read(INDEX_FILE)
+    keys = {section: {name: Key(name=name, use=spec.get("use"))
+                      for name, spec in (raw["keys"].get(section) or {}).items()}
             for section in SECTIONS}
-    index = load_yaml(resources.files("harness.config").joinpath(INDEX_FILE).read_text(encoding="utf-8"))
-    cases = {str(k): tuple(v or ()) for k, v in index["backends"].items()}
-    generated = {str(section): {str(k): (str(v[0]), str(v[1])) for k, v in keys.items()}
-                 for section, keys in (index.get("keys") or {}).items()}
-    # Keys LocalAI's struct tags have that this table does not map: accepted, not used (typed as Go decodes).
+    generated = {str(section): {str(k): (str(v[0]), str(v[1])) for k, v in found.items()}
+                 for section, found in (index.get("keys") or {}).items()}
+    # Every other key of LocalAI's struct tags: accepted, not used (typed as yaml.v3 decodes it).
     for section, found in generated.items():
         if section in keys:
             for name, (kind, _) in found.items():
                 keys[section].setdefault(name, Key(name=name, unused=kind))
     parsed = {str(name): {str(k): str(v) for k, v in (opts or {}).items()}
               for name, opts in (index.get("backend_options") or {}).items()}
-    backends = {
-        name: Backend(name=name, alias_of=spec.get("alias_of"), options=frozenset(spec.get("options") or ()),
-                      speculative=spec.get("speculative"), video_family=spec.get("video_family"),
-                      usecases=cases.get(name, ()), model_optional=str(spec.get("model_optional") or ""),
-                      open_options=str(spec.get("open_options") or ""))
-        for name, spec in raw["backends"].items()
-    }
-    for name, usecases in cases.items():  # the index's names this table has nothing more about
-        backends.setdefault(name, Backend(name=name, usecases=usecases))
-    # A backend whose own options parser the index read takes every option it parses beside the table's own.
-    for name, opts in parsed.items():
-        entry = backends.get(name) or Backend(name=name)
-        backends[name] = dataclasses.replace(entry, options=entry.options | frozenset(opts))
+    cases = {str(k): tuple(v or ()) for k, v in index["backends"].items()}
+    backends = {name: Backend(name=name, usecases=usecases, options=frozenset(parsed.get(name, ())))
+                for name, usecases in cases.items()}
+    for alias, (target, kind) in (index.get("aliases") or {}).items():
+        backends[str(alias)] = Backend(name=str(alias), alias_of=str(target), alias_type=str(kind or ""))
+    for name, spec in (raw.get("backends") or {}).items():
+        entry = backends.get(name)
+        if entry is None:
+            msg = f"{DATA_FILE}: backend {name!r} is not in LocalAI's generated index ({INDEX_FILE})"
+            raise ValueError(msg)
+        optional = spec.get("model_optional") or {}
+        backends[name] = dataclasses.replace(
+            entry, speculative=spec.get("speculative"), video_family=spec.get("video_family"),
+            model_optional=_model_optional_text(index, optional), open_options=str(spec.get("open_options") or ""))
     return Vocabulary(
-        source=dict(raw["source"]), keys=keys,
+        source=dict(index["source"]), keys=keys,
         harness_keys={k: frozenset(v) for k, v in (raw.get("harness") or {}).items()},
         # GetAllModelConfigUsecases()'s names (generated), lower-cased as this harness spells them
         usecases=tuple(str(k).removeprefix("FLAG_").lower() for k in index.get("usecases") or ()),
-        remote_schemes=tuple(raw["remote_schemes"]), backends=backends,
+        remote_schemes=tuple(map(str, index.get("remote_schemes") or ())), backends=backends,
         speculative_spellings=dict(raw.get("speculative_spellings") or {}),
         index_source=dict(index["source"]),
-        guess_usecases={str(k): tuple(str(b) for b in v) for k, v in (raw.get("guess_usecases") or {}).items()},
-        gallery_metadata=frozenset(str(k) for k in raw.get("gallery_metadata") or ()),
+        guess_usecases={str(k): tuple(str(b) for b in v) for k, v in (index.get("guess_usecases") or {}).items()},
+        gallery_metadata=frozenset(str(k) for k in index.get("gallery_metadata") or ()),
         anchors={str(k): str(v) for k, v in (index.get("anchors") or {}).items()},
         usecase_flags={str(k): str(v) for k, v in (index.get("usecases") or {}).items()},
         backend_options=parsed, generated_keys=generated,
         refusals=tuple((str(w), str(m)) for w, m in index.get("refusals") or ()),
+        history=_history(index.get("history")),
     )
+
+
+def _model_optional_text(index: dict[str, Any], spec: dict[str, Any]) -> str:
+    """``repository@commit file:line: what it shows`` for a model_optional entry, "" when none (or
+    when the index has no such anchor: the claim has nothing to back it)."""
+    where = (index.get("anchors") or {}).get(str(spec.get("anchor") or ""))
+    if not where:
+        return ""
+    source = index["source"]
+    return f"{source.get('repository', 'mudler/LocalAI')}@{str(source.get('commit', ''))[:12]} {where}: {spec.get('shows', '')}"
 
 
 def remote_scheme(ref: str) -> str | None:
@@ -169,12 +274,19 @@ class BackendVerdict:
     """What a config's ``backend:`` means here."""
 
     name: str
-    kind: Literal["engine", "localai", "unknown", "refused"]
+    kind: Literal["engine", "localai", "unknown", "refused", "removed"]
     """engine: a registered engine serves it; localai: a LocalAI backend this harness does not
     build; unknown: neither (LocalAI loads the config and looks the name up in its galleries);
-    refused: a name LocalAI's Validate() refuses."""
+    refused: a name LocalAI's Validate() refuses; removed: a name LocalAI had and dropped (the
+    backend fails at load)."""
     engine: str | None = None
     message: str = ""
+    alias_of: str | None = None
+    """The backend LocalAI loads for this legacy alias (None: not an alias)."""
+    span: Span | None = None
+    """removed: the span that ended with its removal."""
+    release: str | None = None
+    """The LocalAI release the verdict is for (None: the pinned commit)."""
 
 
 def served_by() -> dict[str, str]:
@@ -188,33 +300,86 @@ def served_by() -> dict[str, str]:
     return {backend: impl.name for impl in found.values() for backend in impl.localai_backends}
 
 
-def resolve_backend(name: str, engines: Collection[str]) -> BackendVerdict:
+def localai_label(release: str | None = None) -> str:
+    """``LocalAI v2.20.0`` or, for the pinned commit, ``LocalAI 82c191afadf5``."""
+    if release is not None:
+        return f"LocalAI {release}"
+    return f"LocalAI {str(vocabulary().index_source.get('commit', ''))[:12]}"
+
+
+@functools.cache
+def _names(release: str | None) -> tuple[frozenset[str], dict[str, str]]:
+    """(backend names, alias -> target) of ``release`` (None: the pinned commit)."""
+    v = vocabulary()
+    if release is not None:
+        return v.history.names_at(release), v.history.aliases_at(release)
+    aliases = {b.name: b.alias_of for b in v.backends.values() if b.alias_of}
+    return frozenset(b.name for b in v.backends.values() if not b.alias_of), aliases
+
+
+def _removed(name: str, release: str | None) -> Span | None:
+    """The span that ended with ``name``'s removal before ``release`` (None: the pinned commit)."""
+    h = vocabulary().history
+    if release is None:
+        return h.removal(name)
+    tags = list(h.releases)
+    order = tags.index(release)
+    ended = [s for s in (*h.backends.get(name, ()), *h.aliases.get(name, ()))
+             if s.until in tags and tags.index(s.until) < order]
+    return max(ended, key=lambda s: tags.index(str(s.until))) if ended else None
+
+
+def removal_text(name: str, span: Span) -> str:
+    """What LocalAI's history says about a dropped name: the commit, its subject, what came with it."""
+    replaced = ""
+    if span.became_alias_of:
+        replaced = f"; it became an alias of {span.became_alias_of!r}"
+    elif span.added_with_it:
+        added = ", ".join(span.added_with_it[:4]) + (", ..." if len(span.added_with_it) > 4 else "")
+        replaced = f"; the same commit added {added}"
+    return (f"backend {name!r} was removed from LocalAI by {span.commit[:12]} ({span.subject!r}; last in "
+            f"{span.until}){replaced}")
+
+
+def resolve_backend(name: str, engines: Collection[str], *, release: str | None = None) -> BackendVerdict:
     """Resolve a ``backend:`` value against the known ``engines`` and LocalAI's names.
 
     A name that is itself a known engine is that engine; a LocalAI name (or alias) that a
     registered engine serves is that engine's (when it is in ``engines``); another LocalAI name
-    is valid for LocalAI but not built here; anything else is unknown (with a did-you-mean).
+    is valid for LocalAI but not built here; a name LocalAI dropped is removed (its history says
+    when and why); anything else is unknown (with a did-you-mean).
+
+    :param release: judge by the backend names of this LocalAI release (a tag of the generated
+        history); None: the pinned commit's.
     """
     if name in engines:
-        return BackendVerdict(name=name, kind="engine", engine=name)
-    v = vocabulary()
-    entry = v.backend(name)
-    engine = served_by().get(entry.name) if entry is not None else None
-    if engine is not None and engine in engines:
-        return BackendVerdict(name=name, kind="engine", engine=engine)
-    if entry is not None:
-        return BackendVerdict(name=name, kind="localai", message=(
+        return BackendVerdict(name=name, kind="engine", engine=name, release=release)
+    names, aliases = _names(release)
+    alias_of = aliases.get(name) or aliases.get(name.lower())
+    target = alias_of or name
+    if target in names:
+        engine = served_by().get(target)
+        if engine is not None and engine in engines:
+            return BackendVerdict(name=name, kind="engine", engine=engine, alias_of=alias_of, release=release)
+        return BackendVerdict(name=name, kind="localai", alias_of=alias_of, release=release, message=(
             f"backend {name!r} is a LocalAI backend this harness does not build "
             "(only LocalAI's shared rules are checked)"))
     known = sorted(engines)
-    candidates = [*known, *v.backends]
+    candidates = [*known, *sorted(names), *sorted(aliases)]
     if not BACKEND_NAME.match(name):
-        return BackendVerdict(name=name, kind="refused", message=(
+        return BackendVerdict(name=name, kind="refused", release=release, message=(
             f"backend {name!r}: LocalAI refuses a backend name with characters other than letters, "
             f"digits, '-' and '_' (ModelConfig.Validate){did_you_mean(name, candidates)}"))
-    commit = str(v.index_source.get("commit", ""))[:12]
-    return BackendVerdict(name=name, kind="unknown", message=(
-        f"backend {name!r} is neither an engine here nor in LocalAI's backend index (at {commit})"
+    span = _removed(name, release)
+    if span is not None:
+        return BackendVerdict(name=name, kind="removed", span=span, release=release, message=(
+            f"{removal_text(name, span)}: {localai_label(release)} has no backend {name!r} and fails to "
+            f"load the config{did_you_mean(name, candidates)}"))
+    h = vocabulary().history
+    later = h.backends.get(name) or h.aliases.get(name)
+    since = f" (it was added in {later[0].since})" if release is not None and later else ""
+    return BackendVerdict(name=name, kind="unknown", release=release, message=(
+        f"backend {name!r} is neither an engine here nor in {localai_label(release)}'s backend names{since}"
         f"{did_you_mean(name, candidates)}: LocalAI loads the config and fails only when no gallery "
         f"has that backend; engines here: {', '.join(known) or 'none'}"))
 

@@ -3,7 +3,9 @@ line that makes it true (``harness validate --explain CODE``).
 
 A rule's severity is what LocalAI does: error, LocalAI refuses the file or the backend fails at
 load; warning, LocalAI loads it but drops or changes the value; note, coverage of this harness
-only. Each reference is one of:
+only. A rule of this harness's own (``HRN``) is never an error: LocalAI loads what it finds; where
+this harness's engine refuses such a config at load, the rule says so (``refused_here``) and the
+commands that load a config (``video check``, ``select``, ``serve``) refuse it in the same words. Each reference is one of:
 
 - an anchor of the generated ``localai_index.yaml`` (``nox -s refresh_localai_index``), so it moves
   with the LocalAI pin: ``LAI`` codes;
@@ -35,14 +37,17 @@ class Rule:
     """Or a reference given as text: an engine's pinned ``repository@commit path:line``."""
     harness: str = ""
     """Or this harness's own function that refuses the value at load (``module:function``)."""
+    refused_here: bool = False
+    """This harness's engine (or ``video check``, ``select``, ``serve``) refuses a config with this
+    finding, though LocalAI loads it: a warning of ``harness validate``, a refusal of those commands."""
 
 
 def _lai(code: str, severity: Severity, anchor: str, summary: str) -> Rule:
     return Rule(code=code, severity=severity, anchor=anchor, summary=summary)
 
 
-def _hrn(code: str, severity: Severity, summary: str, harness: str = "") -> Rule:
-    return Rule(code=code, severity=severity, summary=summary, harness=harness)
+def _hrn(code: str, severity: Severity, summary: str, harness: str = "", *, refused_here: bool = False) -> Rule:
+    return Rule(code=code, severity=severity, summary=summary, harness=harness, refused_here=refused_here)
 
 
 _RULES = (
@@ -99,6 +104,14 @@ _RULES = (
     _lai("LAI023", "error", "score_normalization",
          "router.score_normalization other than raw or mean: Validate() refuses it"),
     _lai("LAI024", "error", "alias_artifacts", "an alias that declares artifacts: Validate() refuses it"),
+    _lai("LAI025", "error", "unknown_backend",
+         "a backend LocalAI had and removed (its generated history names the commit and what came with it): "
+         "no gallery has it any more, and the config fails to load"),
+    _lai("LAI026", "note", "alias_resolved",
+         "a legacy backend name LocalAI still maps (pkg/model's Aliases) to its current name"),
+    _lai("LAI027", "warning", "alias_resolved",
+         "a legacy name that was a backend of its own and now loads another backend, with a parameters.model "
+         "written for the old one (a directory of its assets, not a model file)"),
     _hrn("HRN001", "note", "NaN or infinity: yaml.v3 decodes it and LocalAI passes it on; this harness "
                            "refuses it as a setting"),
     _hrn("HRN002", "note", "a value outside this harness's bounds or choices for a LocalAI key (LocalAI "
@@ -106,27 +119,30 @@ _RULES = (
     _hrn("HRN003", "note", "a LocalAI backend this harness does not build: only LocalAI's shared rules apply"),
     _hrn("HRN004", "note", "a remote model reference: LocalAI fetches it, this harness does not check it"),
     _hrn("HRN005", "note", "an options: key of a backend whose parser this harness has not read"),
-    _hrn("HRN006", "error", "an option of this harness's engines with a value its engine refuses at load",
-         harness="harness.config.options:convert"),
+    _hrn("HRN006", "warning", "an option of this harness's engines with a value its engine refuses at load "
+                              "(LocalAI passes it on)", harness="harness.config.options:convert", refused_here=True),
     _hrn("HRN007", "warning", "an option given twice: the later value wins",
          harness="harness.config.options:_Resolver.set"),
     _hrn("HRN008", "note", "a gallery body: name and parameters.model come from its gallery entry"),
     _hrn("HRN009", "note", "LocalAI keys this harness accepts without using"),
     _hrn("HRN010", "note", "a gallery entry's descriptive field in a model config: LocalAI ignores it"),
     _hrn("HRN011", "note", "spec_type of LocalAI's that this harness's engine does not run"),
-    _hrn("HRN012", "error", "speculative decoding set up so this harness's engine refuses it at load",
-         harness="harness.config.rules:Rules.draft"),
-    _hrn("HRN013", "error", "a video option this harness's video engine refuses at load",
-         harness="harness.config.video_rules:check_video"),
+    _hrn("HRN012", "warning", "speculative decoding set up so this harness's engine refuses it at load "
+                              "(LocalAI loads the config)", harness="harness.config.rules:Rules.draft", refused_here=True),
+    _hrn("HRN013", "warning", "a video option this harness's video engine refuses at load (LocalAI loads the config)",
+         harness="harness.config.video_rules:check_video", refused_here=True),
     _hrn("HRN014", "warning", "a video option this harness's video engine changes or does not use",
          harness="harness.config.video_rules:check_video"),
-    _hrn("HRN015", "error", "an engine's config check failed: the config was not checked by it",
+    _hrn("HRN015", "warning", "an engine's config check failed: the config was not checked by it",
          harness="harness.config.validate:Validator._plugin_checks"),
     _hrn("HRN016", "error", "a file that cannot be read (no such file, not a regular file, too large)",
          harness="harness.core.inputs:read_bytes"),
     _hrn("HRN017", "note", "an engine's finding that names no rule of its own"),
     _hrn("HRN018", "warning", "a spec_type that does not use the draft_model the config gives",
          harness="harness.config.rules:Rules.draft"),
+    _hrn("HRN019", "warning", "the engine the backend names cannot render the config's video family: video check, "
+                              "select and serve refuse it", harness="harness.families.table:render_refusal",
+         refused_here=True),
 )
 RULES: dict[str, Rule] = {r.code: r for r in _RULES}
 
@@ -211,8 +227,16 @@ def severity(code: str) -> Severity:
     return rule.severity
 
 
+def refused_here(code: str) -> bool:
+    """A finding of this rule is a refusal of this harness's commands that load the config (``video
+    check``, ``select``, ``serve``), though LocalAI loads it (:attr:`Rule.refused_here`)."""
+    rule = RULES.get(code)
+    return rule is not None and rule.refused_here
+
+
 def explain(code: str) -> str:
     """What ``harness validate --explain CODE`` prints."""
     rule = RULES[code.upper()]
     ref = reference(rule.code) or "none (coverage of this harness: reported as a note)"
-    return f"{rule.code} ({severity(rule.code)}): {rule.summary}\n  reference: {ref}"
+    here = "; refused by video check, select and serve" if rule.refused_here else ""
+    return f"{rule.code} ({severity(rule.code)}{here}): {rule.summary}\n  reference: {ref}"

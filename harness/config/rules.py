@@ -25,9 +25,12 @@ from harness.config import refs
 from harness.config.kinds import config_kind
 from harness.config.loader import Diagnostic, Document, Path_, dotted
 from harness.config.localai import (
+    BackendVerdict,
+    localai_label,
     model_optional,
     remote_scheme,
     resolve_backend,
+    served_by,
     usecase_flag,
     vocabulary,
 )
@@ -49,6 +52,9 @@ class Context:
     """A gallery template body: ``name`` and ``parameters.model`` come from the gallery entry."""
     non_finite: tuple[tuple[Path_, float], ...] | None = None
     """The document's NaNs and infinities when the caller has them already (else found here)."""
+    localai: str | None = None
+    """The LocalAI release whose backend names judge the config (a tag of the generated history);
+    None: the pinned commit's."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,7 +190,7 @@ class Rules:
         backend = str_at(self.data, "backend")
         if backend is None:
             return
-        verdict = resolve_backend(backend, self.ctx.engines)
+        verdict = resolve_backend(backend, self.ctx.engines, release=self.ctx.localai)
         if verdict.kind == "refused":
             if backend.startswith("/") or ".." in backend:
                 # Validate() checks the backend among the file paths first: refused there
@@ -193,12 +199,36 @@ class Rules:
             else:
                 self.rule("LAI003", ("backend",), verdict.message)
             return
-        if verdict.kind == "unknown" and config_kind(self.data).kind == "pattern":
+        if verdict.kind in ("unknown", "removed") and config_kind(self.data).kind == "pattern":
             # IsPatternDetector: matched in-process, no backend is looked up or loaded
             return
-        code = {"localai": "HRN003", "unknown": "LAI016"}.get(verdict.kind)
+        if verdict.alias_of:
+            self.legacy_alias(verdict)
+        code = {"localai": "HRN003", "unknown": "LAI016", "removed": "LAI025"}.get(verdict.kind)
         if code is not None:
             self.rule(code, ("backend",), verdict.message)
+
+    def legacy_alias(self, verdict: BackendVerdict) -> None:
+        """A legacy name LocalAI maps to its current one: a note naming it; a warning when the name was
+        a backend of its own and the config's model is the old backend's asset directory."""
+        name, target = verdict.name, str(verdict.alias_of)
+        entry = vocabulary().backends.get(name)
+        kind = f" and type: {entry.alias_type}" if entry is not None and entry.alias_type else ""
+        self.rule("LAI026", ("backend",), f"backend {name!r} is a legacy alias {localai_label(verdict.release)} "
+                                          f"maps to {target!r}: write backend: {target}{kind} "
+                                          "(harness config migrate does)")
+        was = vocabulary().history.was_backend(name)
+        model = str_at(self.data, "parameters", "model")
+        # only where an engine here loads the target (one model file): a transformers target takes a
+        # Hugging Face id without a suffix, which is no old asset directory
+        if was is None or served_by().get(target) is None or not model or remote_scheme(model) \
+                or posixpath.splitext(model.rstrip("/"))[1]:
+            return
+        self.rule("LAI027", ("parameters", "model"),
+                  f"parameters.model {model!r} names no model file (the asset directory of the old "
+                  f"{name!r} backend?): {name!r} was a backend of its own until {was.commit[:12]} "
+                  f"({was.subject!r}); LocalAI now loads {target!r} for it, which loads one model file and "
+                  "fails at load on a directory")
 
     def alias(self) -> None:
         if config_kind(self.data).kind != "alias":
@@ -340,7 +370,8 @@ class Rules:
 
     def draft(self) -> None:
         refs: list[tuple[Path_, str]] = []
-        top = str_at(self.data, "draft_model")
+        # an empty draft_model is LocalAI's default (no draft model), not a reference
+        top = str_at(self.data, "draft_model") or None
         if top is not None:
             refs.append((("draft_model",), top))
         spec = self.opts.values.get("speculative_config")

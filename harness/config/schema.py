@@ -136,6 +136,8 @@ def _option_examples() -> list[str]:
 #: Where LocalAI's unused keys of each vocabulary section go in the schema.
 _SECTION_CLASSES = {"config": model.ModelConfig, "parameters": model.Parameters, "template": model.Template}
 UNUSED_DESCRIPTION = "LocalAI key: accepted, not used by this harness."
+#: The generated type of a list of Go structs (localai_index.yaml).
+OBJECT_ARRAY = "array of object"
 
 
 def _localai_unused(root: dict[str, Any], defs: dict[str, Any]) -> None:
@@ -145,7 +147,9 @@ def _localai_unused(root: dict[str, Any], defs: dict[str, Any]) -> None:
         target = root if cls is model.ModelConfig else defs[cls.__name__]
         for key, kind in sorted(vocab.unused(section).items()):
             prop: dict[str, Any] = {"description": UNUSED_DESCRIPTION}
-            if kind != "any":
+            if kind == OBJECT_ARRAY:  # a list of structs: yaml.v3 refuses a scalar item
+                prop = {"type": ["array", "null"], "items": {"type": "object"}, **prop}
+            elif kind != "any":
                 prop = {"type": [kind, "null"], **prop}
             target["properties"].setdefault(key, prop)
 

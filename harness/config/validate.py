@@ -626,11 +626,14 @@ class Validator:
         is recognised on its own (:func:`is_gallery_body`).
     :param ignore: rule codes silenced everywhere (``--ignore``); a ``# harness: ignore[CODE]``
         comment silences one on its own line.
+    :param localai: judge backend names by this LocalAI release (a tag of the generated history,
+        :meth:`~harness.config.localai.History.release`); None: the pinned commit's.
     """
 
     def __init__(self, *, engines: Collection[str] | None = None, models_dir: Path | None = None,
                  pm: pluggy.PluginManager | None = None, template: bool | None = None,
-                 ignore: Collection[str] = ()) -> None:
+                 ignore: Collection[str] = (), localai: str | None = None) -> None:
+        self.localai = localai
         self._engines = frozenset(engines) if engines is not None else None
         self.ignore = frozenset(c.upper() for c in ignore)
         self.models_dir = models_dir
@@ -663,7 +666,7 @@ class Validator:
         schema = _schema(doc, template=template)
         diags = list(schema.diagnostics)
         backend = str_at(doc.data, "backend")
-        verdict = resolve_backend(backend, self.engines) if backend is not None else None
+        verdict = resolve_backend(backend, self.engines, release=self.localai) if backend is not None else None
         engine = verdict.engine if verdict is not None else None
         # A backend no engine here serves gets only the shared schema: its options are its own; so
         # does one that passes any option key through (diffusers).
@@ -672,8 +675,11 @@ class Validator:
                                      parsed=options_parsed(backend)))
         diags += opts.diagnostics
         numbers = tuple(non_finite(doc.data))
-        ctx = Context(engines=self.engines, models_dir=self.models_dir, template=template, non_finite=numbers)
+        ctx = Context(engines=self.engines, models_dir=self.models_dir, template=template, non_finite=numbers,
+                      localai=self.localai)
         diags += check(doc, opts, ctx)
+        if engine is not None:
+            diags += self._render_refusal(doc, opts, engine)
         bad = schema.bad + [p for p, _ in numbers]
         config = _as_localai_reads(best_effort(doc.data, bad))
         check_ctx = CheckContext(document=doc, options=opts, engines=self.engines,
@@ -683,6 +689,26 @@ class Validator:
         unused = _unused_keys(doc) + [(f"options {k}", p) for k, p in opts.localai.items()]
         return Validated(document=doc, options=opts, diagnostics=coded, config=config,
                          engine=engine, template=template, unused=tuple(unused))
+
+    def _render_refusal(self, doc: Document, opts: ResolvedOptions, engine: str) -> list[Diagnostic]:
+        """What ``video check``, ``select`` and ``serve`` refuse about a video config itself: an engine
+        that cannot render its family, in their words."""
+        from harness.config.video_rules import family_refusal
+
+        if not opts.video_engaged:
+            return []
+        if self._pm is None and not self._use_default_pm:
+            return []  # a caller's own engine list and no plugins: no engine to ask
+        declared = opts.get("video_family")
+        try:
+            why = family_refusal(engine, declared if isinstance(declared, str) else None, self._pm)
+        except Exception:  # a broken plugin must not hide config errors
+            return []
+        if why is None:
+            return []
+        given = opts.values.get("video_family")
+        path = given.path if given is not None and given.path is not None else ("backend",)
+        return [doc.diag(path, "warning", why, code="HRN019")]
 
     def _plugin_checks(self, doc: Document, config: ModelConfig, context: CheckContext) -> list[Diagnostic]:
         if context.engine is None or (self._pm is None and not self._use_default_pm):

@@ -70,7 +70,7 @@ def _resolve_config(path: Path, name: str | None, models_dir: str | Path | None)
     from harness.core.errors import ConfigError
 
     loaded = load_config_file(path, name=name, models_dir=Path(models_dir) if models_dir is not None else None)
-    errors = [str(d) for d in loaded.diagnostics if d.severity == "error"]
+    errors = [str(d) for d in loaded.refusals]
     effective = loaded.resolve()
     if errors or effective is None or loaded.validated is None:
         found = "\n".join(errors) if errors else "nothing in it resolves to a model config"

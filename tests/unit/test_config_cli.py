@@ -42,8 +42,7 @@ def cli(*argv: str | Path) -> int:
 
 def test_examples_have_the_schema_comment() -> None:
     files = sorted(EXAMPLES.glob("*.yaml"))
-    assert [f.name for f in files] == ["minilm-embed.yaml", "minimax-h3-video.yaml", "smollm2-chat.yaml",
-                                       "wan-video.yaml"]
+    assert [f.name for f in files] == ["minilm-embed.yaml", "smollm2-chat.yaml", "wan-video.yaml"]
     for f in files:
         first = f.read_text().splitlines()[0]
         assert first == "# yaml-language-server: $schema=../../harness/schemas/model-config.schema.json"
@@ -68,7 +67,7 @@ def test_examples_validate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().out == ""
     assert cli("validate", "--json", "--strict", EXAMPLES) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report == {"ok": True, "files": 4, "configs": 4, "errors": 0, "warnings": 0, "notes": 0,
+    assert report == {"ok": True, "files": 3, "configs": 3, "errors": 0, "warnings": 0, "notes": 0,
                       "diagnostics": []}
 
 

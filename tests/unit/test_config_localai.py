@@ -21,7 +21,7 @@ import harness.cli.config as config_cli
 import harness.config
 import harness.config.validate as validate
 import harness.engine.plugin
-from harness.config import loader, model, schema
+from harness.config import loader, model, refs, schema
 from harness.config.localai import SECTIONS, resolve_backend, vocabulary
 from harness.config.validate import Validated, Validator
 from harness.core.types import GpuInfo, HostInfo, MatchResult
@@ -160,13 +160,16 @@ def test_vocabulary_matches_the_typed_model_and_schema() -> None:
     # known_usecases takes any string (LocalAI drops unknown values: a rule warns); the names are generated
     assert generated["properties"]["known_usecases"]["items"] == {"type": "string"}
     assert {"vision", "3d", "sound_classification", "realtime_audio", "llm"} <= set(vocab.usecases)
-    assert vocab.source["files"]["core/config/model_config.go"] == "0083d95dfa3cd20640309b2fd2485c9c1fdbd8ca"
+    # every LocalAI fact is the generated index's, at its one commit; the harness's table maps only keys it has
+    assert vocab.source == vocab.index_source and set(vocab.source) == {"repository", "commit"}
+    for section in SECTIONS:
+        assert set(vocab.used(section)) - {"parameters"} <= set(vocab.generated_keys[section]), section
 
 
 # -- backend names ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["llama-cpp", "llama", "llama.cpp", "go-llama", "llamacpp"])
+@pytest.mark.parametrize("name", ["llama-cpp", "llama", "go-llama", "llamacpp"])
 def test_llama_cpp_names_resolve_to_the_engine(name: str) -> None:
     assert resolve_backend(name, ENGINES).engine == "llamacpp"
     # the engine's own rules apply (its options are key:value: a note, LocalAI reads a bare name as
@@ -254,13 +257,20 @@ def test_tiny_wan_config_validates(tmp_path: Path) -> None:
     assert report.diagnostics == [] and report.configs == 1
 
 
-def test_minimax_h3_example_still_needs_its_audio_vae(tmp_path: Path) -> None:
-    text = (EXAMPLES / "minimax-h3-video.yaml").read_text()
+def test_llama_dot_cpp_is_a_name_localai_refuses() -> None:
+    # GuessUsecases lists "llama.cpp", but Validate() refuses a backend name with a dot
+    assert resolve_backend("llama.cpp", ENGINES).kind == "refused"
+
+
+def test_minimax_h3_config_still_needs_its_audio_vae(tmp_path: Path) -> None:
+    text = (CORPUS / "video-minimax-h3-sdcpp.yaml").read_text()
     assert errors(text) == []
     without = "\n".join(line for line in text.splitlines() if "audio_vae" not in line) + "\n"
-    assert errors(without) == [
-        "m.yaml:14:1: error: video options need audio_vae (the minimax-h3 family): both the video and the "
+    # this harness's video engine refuses it at load; LocalAI loads it: a warning that says so
+    assert [o for o in run(without) if "audio_vae" in o] == [
+        "m.yaml:14:1: warning: video options need audio_vae (the minimax-h3 family): both the video and the "
         "audio VAE are required"]
+    assert refs.refused_here("HRN013") and refs.severity("HRN013") == "warning"
     assert any("17n+5" in o for o in run(text.replace("video_num_frames:124", "video_num_frames:100")))
 
 

@@ -151,8 +151,8 @@ def test_select_first_accepting_or_declared() -> None:
     assert sel.chosen is None
     assert sel.reason == "backend 'cu' rejects this model: requires Linux with a CUDA device"
     sel = select_engine(config("x.gguf", backend="nope"), HOST, pm=pm)
-    assert sel.reason == ("backend 'nope' is neither an engine here nor in LocalAI's backend index (at "
-                          "82c191afadf5): LocalAI loads the config and fails only when no gallery has that "
+    assert sel.reason == ("backend 'nope' is neither an engine here nor in LocalAI 82c191afadf5's backend "
+                          "names: LocalAI loads the config and fails only when no gallery has that "
                           "backend; engines here: cu, gg, silent")
     assert sel.to_json()["chosen"] is None
 

@@ -48,14 +48,14 @@ def test_bad_values_are_located() -> None:
         "m.yaml:6:5: note: option spec_type 'ngram': LocalAI passes it through to the backend's engine "
         f"({anchor('spec_type_passthrough')}); this harness's engine runs none, ngram-simple, draft-simple",
         "m.yaml:6:5: note: LocalAI keys this harness does not use: options spec_type"]
-    assert run(BASE + "options:\n  - spec_n_max:65\n") == ["m.yaml:6:5: error: option spec_n_max must be <= 64, found 65"]
+    assert run(BASE + "options:\n  - spec_n_max:65\n") == ["m.yaml:6:5: warning: option spec_n_max must be <= 64, found 65"]
     assert run(BASE + "engine_args:\n  spec_min_acceptance: 1.5\n") == [
-        "m.yaml:6:24: error: engine_args.spec_min_acceptance: must be <= 1, found 1.5"]
+        "m.yaml:6:24: warning: engine_args.spec_min_acceptance: must be <= 1, found 1.5"]
     # n_draft is LocalAI's key, passed on: this harness's bound is a note
     assert run(BASE + "n_draft: 100\n") == ["m.yaml:5:10: note: n_draft: must be <= 64, found 100 (this harness's bound: "
                                                "LocalAI passes the value on)"]
     assert run(BASE + "options:\n  - spec_type:draft-simple\n") == [
-        "m.yaml:6:5: error: spec_type draft-simple needs a draft model: set draft_model (or spec_type "
+        "m.yaml:6:5: warning: spec_type draft-simple needs a draft model: set draft_model (or spec_type "
         "ngram-simple to draft from the sequence itself)"]
 
 

@@ -191,8 +191,8 @@ def test_null_scalar_means_unset() -> None:
 def test_backend_must_be_known() -> None:
     out = run(BASE.replace("backend: llamacpp", "backend: lama-cpp"))
     assert out == [
-        "m.yaml:2:10: warning: backend 'lama-cpp' is neither an engine here nor in LocalAI's backend index (at "
-        "82c191afadf5) (did you mean 'llama-cpp'?): LocalAI loads the config and fails only when no gallery "
+        "m.yaml:2:10: warning: backend 'lama-cpp' is neither an engine here nor in LocalAI 82c191afadf5's backend "
+        "names (did you mean 'llama-cpp'?): LocalAI loads the config and fails only when no gallery "
         "has that backend; engines here: llamacpp, sdcpp"
     ]
 
@@ -281,21 +281,21 @@ def test_option_typed_values() -> None:
     out = run(with_options("block_size:big", "num_blocks:0", "enable_prefix_caching:maybe",
                            "threads:1.5", "n_parallel:-2"))
     assert out == [
-        "m.yaml:6:5: error: option block_size expects an integer, found 'big'",
-        "m.yaml:7:5: error: option num_blocks must be a positive integer, found 0",
-        "m.yaml:8:5: error: option enable_prefix_caching expects true or false, found 'maybe'",
-        "m.yaml:9:5: error: option threads expects an integer, found '1.5'",
-        "m.yaml:10:5: error: option n_parallel must be a positive integer, found -2",
+        "m.yaml:6:5: warning: option block_size expects an integer, found 'big'",
+        "m.yaml:7:5: warning: option num_blocks must be a positive integer, found 0",
+        "m.yaml:8:5: warning: option enable_prefix_caching expects true or false, found 'maybe'",
+        "m.yaml:9:5: warning: option threads expects an integer, found '1.5'",
+        "m.yaml:10:5: warning: option n_parallel must be a positive integer, found -2",
     ]
 
 
 def test_scheduling_policy() -> None:
     assert run(with_options("scheduling_policy:priority")) == []
     assert run(with_options("scheduling_policy:fifo")) == [
-        "m.yaml:6:5: error: option scheduling_policy must be one of fcfs, priority, lpm, found 'fifo'"
+        "m.yaml:6:5: warning: option scheduling_policy must be one of fcfs, priority, lpm, found 'fifo'"
     ]
     assert run(BASE + "engine_args: {scheduling_policy: lmp}\n") == [
-        "m.yaml:5:34: error: engine_args.scheduling_policy: expected one of fcfs, priority, lpm, "
+        "m.yaml:5:34: warning: engine_args.scheduling_policy: expected one of fcfs, priority, lpm, "
         "found string 'lmp' (did you mean 'lpm'?)"
     ]
 
@@ -304,10 +304,10 @@ def test_json_options_must_parse() -> None:
     assert run(with_options('speculative_config:{"method":"mtp","num_speculative_tokens":2}',
                             'kv_transfer_config:{"kv_connector":"LMCacheConnectorV1"}')) == []
     assert run(with_options('speculative_config:{"method":mtp}')) == [
-        "m.yaml:6:5: error: option speculative_config is not valid JSON: Expecting value at column 11"
+        "m.yaml:6:5: warning: option speculative_config is not valid JSON: Expecting value at column 11"
     ]
     assert run(with_options("kv_transfer_config:[1]")) == [
-        "m.yaml:6:5: error: option kv_transfer_config must be a JSON object, found list"
+        "m.yaml:6:5: warning: option kv_transfer_config must be a JSON object, found list"
     ]
 
 
@@ -317,7 +317,7 @@ def test_dotted_nested_keys() -> None:
         "m.yaml:6:5: warning: unknown option key 'sampling.topk': ignored (did you mean 'sampling.top_k'?)"
     ]
     assert run(with_options("sampling.top_k:many")) == [
-        "m.yaml:6:5: error: option sampling.top_k expects an integer, found 'many'"
+        "m.yaml:6:5: warning: option sampling.top_k expects an integer, found 'many'"
     ]
 
 
@@ -329,7 +329,7 @@ def test_option_given_twice_warns() -> None:
 
 def test_video_device_auto_refused() -> None:
     [msg] = [m for m in run(with_options("video_device:auto")) if "video_device" in m]
-    assert msg == ("m.yaml:6:5: error: option video_device must be one of cpu, cuda, gpu, found "
+    assert msg == ("m.yaml:6:5: warning: option video_device must be one of cpu, cuda, gpu, found "
                    "'auto'; there is no automatic choice")
 
 
@@ -368,7 +368,20 @@ VIDEO = [
 
 
 def video(*items: str) -> list[str]:
-    return run(with_options(*items, base=VIDEO_BASE))
+    """The family's findings (the sdcpp engine renders wan only: a minimax-h3 set also gets HRN019, below)."""
+    return [o for o in run(with_options(*items, base=VIDEO_BASE)) if "engine renders the wan family, not" not in o]
+
+
+def test_a_family_the_engine_cannot_render_is_reported_in_video_checks_words() -> None:
+    from harness.config import refs
+    from harness.families.table import get_family, render_refusal
+
+    [item] = Validator(engines=ENGINES, pm=PM).validate_text(with_options(*VIDEO, base=VIDEO_BASE), "m.yaml")
+    assert isinstance(item, Validated)
+    [d] = [d for d in item.diagnostics if d.code == "HRN019"]
+    # the words video check, select and serve refuse it with; a warning (LocalAI loads it), a refusal here
+    assert d.message == render_refusal("sdcpp", get_family("minimax-h3"), PM)
+    assert (d.severity, d.line) == ("warning", 6) and refs.refused_here("HRN019")
 
 
 def test_video_full_set_is_clean() -> None:
@@ -377,14 +390,14 @@ def test_video_full_set_is_clean() -> None:
 
 def test_video_needs_both_vaes() -> None:
     out = video(*[o for o in VIDEO if not o.startswith("audio_vae")])
-    assert out == ["m.yaml:5:1: error: video options need audio_vae (the minimax-h3 family): both the "
+    assert out == ["m.yaml:5:1: warning: video options need audio_vae (the minimax-h3 family): both the "
                    "video and the audio VAE are required"]
 
 
 def test_video_needs_encoder_or_embeds() -> None:
     opts = [o for o in VIDEO if not o.startswith(("video_encoder", "video_tokenizer"))]
     assert video(*opts) == [
-        "m.yaml:5:1: error: video options need video_encoder or video_prompt_embeds to condition on a "
+        "m.yaml:5:1: warning: video options need video_encoder or video_prompt_embeds to condition on a "
         "prompt (the minimax-h3 family)"
     ]
     assert video(*opts, "video_prompt_embeds:h3/embeds.bin") == []
@@ -392,7 +405,7 @@ def test_video_needs_encoder_or_embeds() -> None:
 
 def test_video_encoder_needs_tokenizer() -> None:
     out = video(*[o for o in VIDEO if not o.startswith("video_tokenizer")])
-    assert out == ["m.yaml:7:5: error: video_encoder needs video_tokenizer (the encoder's tokenizer.json)"]
+    assert out == ["m.yaml:7:5: warning: video_encoder needs video_tokenizer (the encoder's tokenizer.json)"]
 
 
 def test_video_partition_undeclared_warns() -> None:
@@ -400,7 +413,7 @@ def test_video_partition_undeclared_warns() -> None:
     assert out == ["m.yaml:5:1: warning: video_partition is not declared; assuming fl2va (the FL2VA and "
                    "Ref2VA checkpoints cannot be told apart: declare video_partition:fl2va or ref2va)"]
     assert video(*VIDEO[:-1], "video_partition:t2vx")[0].endswith(
-        "error: option video_partition must be one of t2va, fl2va, ref2va, found 't2vx' "
+        "warning: option video_partition must be one of t2va, fl2va, ref2va, found 't2vx' "
         "(did you mean 't2va'?)")
 
 
@@ -429,20 +442,22 @@ def test_wan_family_is_the_engines_default() -> None:
         "m.yaml:9:5: warning: video_width 100 is not on the wan family's 16-pixel grid; the engine will use 112",
     ]
     assert video("video_encoder:wan/umt5.gguf") == [
-        "m.yaml:5:1: error: video options need video_vae (the wan family): it is required"]
+        "m.yaml:5:1: warning: video options need video_vae (the wan family): it is required"]
     assert video("video_vae:v.gguf", "video_partition:ref2va") == [
-        "m.yaml:7:5: error: video_partition ref2va is not one of the wan family's: t2va, fl2va"]
+        "m.yaml:7:5: warning: video_partition ref2va is not one of the wan family's: t2va, fl2va"]
 
 
 def test_unknown_video_family() -> None:
     [msg] = video(*VIDEO[1:], "video_family:minimax")  # no family: no family rules
-    assert msg == ("m.yaml:11:5: error: option video_family must be one of minimax-h3, wan, found "
+    assert msg == ("m.yaml:11:5: warning: option video_family must be one of minimax-h3, wan, found "
                    "'minimax' (did you mean 'minimax-h3'?)")
 
 
 def test_video_rules_are_the_video_engines_only() -> None:
-    """A text engine's config with video_* keys gets no video family rules (only typing)."""
-    assert run(with_options("video_vae:v.gguf")) == []
+    """A text engine's config with video_* keys gets no video family rules (only typing), and the
+    refusal select makes of it (the engine renders no video family), in select's words."""
+    assert run(with_options("video_vae:v.gguf")) == [
+        "m.yaml:2:10: warning: the llamacpp engine renders no video family (its plugin states none)"]
 
 
 def test_grid_helpers() -> None:
@@ -458,14 +473,14 @@ def test_video_vae_config_defaults_beside_weights(tmp_path: Path) -> None:
     for f in files:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_bytes(b"x")
-    assert run(with_options(*VIDEO, base=VIDEO_BASE), tmp_path) == [
-        f"m.yaml:9:5: error: video_vae_config is not set and there is no config.json beside video_vae "
+    assert [o for o in run(with_options(*VIDEO, base=VIDEO_BASE), tmp_path) if "renders the wan" not in o] == [
+        f"m.yaml:9:5: warning: video_vae_config is not set and there is no config.json beside video_vae "
         f"(looked at {tmp_path / 'h3/config.json'})",
-        f"m.yaml:10:5: error: audio_vae_config is not set and there is no config.json beside audio_vae "
+        f"m.yaml:10:5: warning: audio_vae_config is not set and there is no config.json beside audio_vae "
         f"(looked at {tmp_path / 'h3/config.json'})",
     ]
     (tmp_path / "h3" / "config.json").write_text("{}")
-    assert run(with_options(*VIDEO, base=VIDEO_BASE), tmp_path) == []
+    assert [o for o in run(with_options(*VIDEO, base=VIDEO_BASE), tmp_path) if "renders the wan" not in o] == []
 
 
 def test_video_paths_refused_outside_models_dir() -> None:
@@ -600,6 +615,6 @@ def test_plugin_config_checks_add_located_diagnostics() -> None:
     [item] = v.validate_text(BASE, "m.yaml")
     assert isinstance(item, Validated)
     assert [str(d) for d in item.diagnostics] == [
-        "m.yaml:1:1: error: the llamacpp plugin's config check failed with RuntimeError: boom; the config was "
+        "m.yaml:1:1: warning: the llamacpp plugin's config check failed with RuntimeError: boom; the config was "
         "not checked by it. Fix what the error names (a model file it could not read) or report the plugin bug"
     ]

@@ -26,7 +26,7 @@ NOT_SCANNED = ("harness/config/localai_index.yaml",)
 #: The LocalAI vocabulary and model-config modules: there a bare "backend(s)" is LocalAI's (a
 #: config's ``backend:`` and LocalAI's backend names, their source paths ``backend/python/...``).
 LOCALAI_MODULES = ("harness/config/*", "harness/video/*", "harness/families/*", "harness/schemas/model-config.schema.json",
-                   "scripts/refresh_localai_index.py")
+                   "scripts/refresh_localai_index.py", "scripts/localai_history.py")
 
 WORD = re.compile("backend", re.IGNORECASE)
 
@@ -59,7 +59,7 @@ ALLOWED: tuple[tuple[tuple[str, ...], str, str], ...] = (
     # LocalAI: the vocabulary modules' own words (config.backend, Backend, resolve_backend, backend_options, ...)
     (LOCALAI_MODULES, r"\b[Bb]ackends?\b|\b(?:BackendVerdict|resolve_backend|backend_options|STORE_BACKENDS|"
      r"BACKEND_NAME|store_backend|unknown_backend|backend_name|backend_family|meta_backends|params_backend|"
-     r"IsCloudProxyBackendPassthrough)\b", "LocalAI"),
+     r"IsCloudProxyBackendPassthrough|EXTERNAL_GRPC_BACKENDS|was_backend)\b", "LocalAI"),
     # PEP 517: the build-backend key of the pyproject the binding stage writes for scikit-build-core
     (("harness/binding/wheel.py",), r"\bbuild-backend = ", "PEP 517"),
 )
