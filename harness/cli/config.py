@@ -1,4 +1,4 @@
-"""Subcommands for model configs: ``validate``, ``config show``, ``config schema``, ``select``.
+"""Subcommands for model configs: ``validate``, ``config show``, ``config migrate``, ``config schema``, ``select``.
 
 Wire with ``harness.cli.config.register(subparsers)``. Diagnostics go to stdout
 one per line (``file:line:col: CODE error|warning|note: message``), like ruff's, or as
@@ -48,6 +48,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--explain", metavar="CODE", nargs="?", const="ALL",
                    help="print a rule's meaning and the source line that makes it true (no CODE, or ALL: "
                         "every rule), and exit")
+    p.add_argument("--localai", metavar="REF",
+                   help="judge LocalAI backend names as this LocalAI release had them (a release tag, or a commit of "
+                        "one, that the generated history covers); default: the pinned LocalAI commit")
     _template_flags(p)
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="text (file:line:col, default), json, or github (workflow annotations)")
@@ -68,6 +71,17 @@ def register(subparsers: Any) -> None:
     _models_dir_flag(show, "default: the config file's directory (files not required there)")
     add_json_flag(show)
     show.set_defaults(func=cmd_config_show)
+
+    mig = csub.add_parser(
+        "migrate", help="rewrite configs written for an older LocalAI for the pinned one (a diff by default)",
+        description="Mechanical changes only: a legacy LocalAI backend alias to its current name, keys moved to where "
+                    "LocalAI reads them (parameters: or the top level), download_files URLs into {filename, uri}. "
+                    "Comments and layout are kept. What has no mechanical successor (a removed LocalAI backend, a "
+                    "conflicting value) is left for a person and listed on stderr with the reason. Prints a "
+                    "unified diff; --write rewrites the files. Exit 1 when something is left for a person.")
+    mig.add_argument("files", nargs="+", metavar="FILE", type=Path, help="model config YAML file")
+    mig.add_argument("--write", action="store_true", help="rewrite the files in place instead of printing the diff")
+    mig.set_defaults(func=cmd_config_migrate)
 
     schema = csub.add_parser("schema", help="the model-config JSON Schema, for editors",
                              description="Print the JSON Schema (draft 2020-12) model configs are "
@@ -137,7 +151,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         return 2
     fmt = args.format or ("json" if args.json else "text")
     ignore = [c.strip() for item in args.ignore for c in item.split(",") if c.strip()]
-    validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template, ignore=ignore)
+    release = _localai_release(args.localai) if args.localai else None
+    validator = Validator(models_dir=named_models_dir(args.models_dir), template=args.template, ignore=ignore,
+                          localai=release)
     report = validator.validate_paths([p for p in args.paths if p != STDIN])
     if STDIN in args.paths:
         _validate_stdin(validator, report)
@@ -150,6 +166,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     progress.info(f"{report.files} files, {report.configs} configs: {report.errors} errors, "
                   f"{report.warnings} warnings, {report.notes} notes ({verdict})")
     return code
+
+
+def _localai_release(ref: str) -> str:
+    """The release tag of the generated history ``ref`` names (said on stderr), else a usage error."""
+    from harness.config.localai import vocabulary
+    from harness.core import progress
+    from harness.core.errors import UsageError
+
+    history = vocabulary().history
+    tag = history.release(ref)
+    if tag is None:
+        tags = list(history.releases)
+        span = f"{tags[0]} .. {tags[-1]}" if tags else "none"
+        msg = (f"--localai {ref}: not a LocalAI release the generated history covers (releases {span}; "
+               "refresh it with nox -s refresh_localai_index for a newer one)")
+        raise UsageError(msg)
+    progress.info(f"LocalAI backend names as LocalAI {tag} ({history.releases[tag][:12]}) had them; keys and "
+                  "Validate()'s refusals are the pinned LocalAI commit's")
+    return tag
 
 
 def _validate_stdin(validator: Validator, report: Report) -> None:
@@ -246,6 +281,27 @@ def cmd_config_show(args: argparse.Namespace) -> int:
     for note in eff.notes:
         progress.info(f"note: {note}")
     return INVALID if failed else 0
+
+
+def cmd_config_migrate(args: argparse.Namespace) -> int:
+    from harness.config.migrate import migrate_text
+    from harness.core import progress
+    from harness.core.inputs import read_bytes
+
+    left = 0
+    for path in args.files:
+        text = read_bytes(path, kind="config", error=ConfigError).decode("utf-8-sig")
+        m = migrate_text(text, str(path))
+        if args.write and m.changed:
+            path.write_text(m.after, encoding="utf-8")
+        elif not args.write:
+            print(m.diff(), end="")
+        for item in m.left:
+            progress.info(f"{path}:{item.line}: left for a person: {item.what}: {item.why}")
+        left += len(m.left)
+        done = "rewritten" if args.write and m.changed else "would change" if m.changed else "unchanged"
+        progress.info(f"{path}: {len(m.changes)} change(s) {done}, {len(m.left)} left for a person")
+    return 1 if left else 0
 
 
 def cmd_config_schema(args: argparse.Namespace) -> int:

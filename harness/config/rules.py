@@ -188,8 +188,8 @@ class Rules:
 
     def backend(self) -> None:
         backend = str_at(self.data, "backend")
-        if backend is None:
-            return
+        if not backend:
+            return  # Validate() checks a backend name only when one is given; "" is none
         verdict = resolve_backend(backend, self.ctx.engines, release=self.ctx.localai)
         if verdict.kind == "refused":
             if backend.startswith("/") or ".." in backend:

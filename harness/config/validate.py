@@ -666,7 +666,7 @@ class Validator:
         schema = _schema(doc, template=template)
         diags = list(schema.diagnostics)
         backend = str_at(doc.data, "backend")
-        verdict = resolve_backend(backend, self.engines, release=self.localai) if backend is not None else None
+        verdict = resolve_backend(backend, self.engines, release=self.localai) if backend else None
         engine = verdict.engine if verdict is not None else None
         # A backend no engine here serves gets only the shared schema: its options are its own; so
         # does one that passes any option key through (diffusers).

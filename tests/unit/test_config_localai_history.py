@@ -4,10 +4,14 @@ history into localai_index.yaml), errors that stay LocalAI's, and the shapes yam
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
+
+import pytest
 
 from harness.config import refs
 from harness.config.localai import resolve_backend, vocabulary
 from harness.config.validate import Validated, Validator
+from harness.core.errors import UsageError
 from harness.engine.plugin import make_manager
 
 ENGINES = frozenset({"llamacpp", "sdcpp"})
@@ -140,3 +144,16 @@ def test_an_older_release_gets_its_own_verdicts() -> None:
     assert verdict.kind == "unknown" and "added in" in verdict.message
     # removed before the release: an error for it too
     assert resolve_backend("redpajama", ENGINES, release="v2.0.0").kind == "removed"
+
+
+def test_validate_localai_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import harness.cli
+
+    f = tmp_path / "g.yaml"
+    f.write_text("name: g\nbackend: gpt4all-j\nparameters: {model: ggml-gpt4all-j.bin}\n")
+    assert harness.cli.main(["validate", str(f)]) == 3
+    assert "LAI025 error" in capsys.readouterr().out
+    assert harness.cli.main(["validate", "--localai", "v2.0.0", str(f)]) == 0
+    assert "as LocalAI v2.0.0" in " ".join(capsys.readouterr().err.split())
+    assert harness.cli.main(["validate", "--localai", "v0.0.1", str(f)]) == UsageError.exit_code
+    assert "not a LocalAI release the generated history covers" in " ".join(capsys.readouterr().err.split())
