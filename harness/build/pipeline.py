@@ -61,17 +61,14 @@ def fetch(engine: EngineSpec | str, pm: pluggy.PluginManager | None = None, *,
 
 
 def archive_dirs() -> list[Path]:
-    """Where the harness's own recipes keep local archives (the folders their ``source.path`` name)."""
-    from harness.engine.descriptor import descriptor_path, engine_names
-    from harness.engine.trust import is_builtin_folder
+    """Where the harness's own recipes keep local archives (the folders their ``source.path`` name),
+    whether or not a folder on ``$HARNESS_ENGINES_PATH`` shadows them."""
+    from harness.engine.descriptor import DESCRIPTOR, engines_dir, parse_engine
 
     out = []
-    for name in engine_names():
-        path = descriptor_path(name)
-        if path is None or not is_builtin_folder(path.parent):
-            continue
+    for path in sorted(engines_dir().glob(f"*/{DESCRIPTOR}")):
         try:
-            spec = load_engine(name)
+            spec = parse_engine(path)
         except HarnessError:
             continue
         if spec.source.path:

@@ -66,6 +66,9 @@ def test_second_build_with_a_cleared_local_cache_hits_redis(tmp_path: Path, monk
     (proj / "engines" / "tiny" / "engine.yaml").write_text(DESCRIPTOR.format(url=bare.as_uri(), commit=one))
     (proj / "engines" / "tiny" / "patches" / "0001-tiny-clamp-negative-scale.patch").write_text(PATCH)
     monkeypatch.setenv("HARNESS_ENGINES_PATH", str(proj / "engines"))
+    # writing the shared cache is a trusted build's privilege (an untrusted one reads it read-only:
+    # tests/unit/test_recipe_sandbox.py); its sandbox keeps the network for ccache's remote
+    monkeypatch.setenv("HARNESS_TRUST", "tiny")
     monkeypatch.setenv("HARNESS_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HARNESS_NO_PROGRESS", "1")
     monkeypatch.delenv("HARNESS_DIST", raising=False)
