@@ -107,12 +107,13 @@ def _renamed(config: Any, edit: _Edit) -> None:
     v = vocabulary()
     entry = v.backends.get(name)
     if entry is not None and entry.alias_of:
+        if _asset_directory(config, name, entry.alias_of, edit):
+            return  # renamed, the config would hide that its model is the old backend's (LAI027 says so)
         config["backend"] = entry.alias_of
         edit.changes.append(f"backend: {name} -> {entry.alias_of} (a legacy alias {localai_label()} maps)")
         if entry.alias_type and "type" not in config:
             _insert_after(config, "backend", "type", entry.alias_type)
             edit.changes.append(f"type: {entry.alias_type} (what the alias {name!r} selected)")
-        _asset_directory(config, name, entry.alias_of, edit)
         return
     span = v.history.removal(name)
     if span is not None:
@@ -121,17 +122,19 @@ def _renamed(config: Any, edit: _Edit) -> None:
                                   "backend's format, and which current backend loads them is a choice"))
 
 
-def _asset_directory(config: Any, old: str, new: str, edit: _Edit) -> None:
+def _asset_directory(config: Any, old: str, new: str, edit: _Edit) -> bool:
+    """The config's model is the old backend's (no model file for ``new``): left for a person, True."""
     params = config.get("parameters")
     model = params.get("model") if isinstance(params, dict) else None
     was = vocabulary().history.was_backend(old)
     if was is None or served_by().get(new) is None or not isinstance(model, str) or not model \
             or remote_scheme(model) or posixpath.splitext(model.rstrip("/"))[1]:
-        return
-    edit.left.append(Left(line=_line(params, "model"), what=f"parameters.model {model!r}",
+        return False
+    edit.left.append(Left(line=_line(params, "model"), what=f"parameters.model {model!r} (and backend {old!r})",
                           why=f"{old!r} was a backend of its own until {was.commit[:12]} ({was.subject!r}); "
                               f"{new!r} loads one model file, and this names none (the old backend's model or "
-                              "asset directory?): name the file it should load"))
+                              f"asset directory?): name the file it should load, then write backend: {new}"))
+    return True
 
 
 def _move(source: Any, target: Any, key: str, where: str, edit: _Edit, after: str = "parameters") -> None:
