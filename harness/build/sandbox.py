@@ -276,6 +276,10 @@ def sandbox_for(engine: EngineSpec, *, tree: Path, build_dir: Path, host: HostIn
             args += ["--ro-bind", host_path, host_path]
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", HOME]
     args += _etc_files(work)
+    for hidden in dict.fromkeys([str(Path.home().resolve()), str(paths.cache_root())]):
+        # a $HOME or cache under a directory shown read-only (HARNESS_CACHE=/opt/...) is covered again
+        if _visible_under(hidden, ["/" + d for d in SYSTEM_DIRS]) and hidden not in ("/", "/usr"):
+            args += ["--tmpfs", hidden]
     for d in _tool_dirs(host, _plugin_paths(plugin_defines)):
         args += ["--ro-bind", d, d]
     ccache = cc_env.get("CCACHE_DIR")
