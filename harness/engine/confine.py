@@ -82,10 +82,10 @@ def relative_parts(value: str) -> tuple[str, ...] | None:
     return parts
 
 
-def check_relative(value: str, *, where: str, what: str) -> str:
+def check_relative(value: str, *, where: str, what: str, inside: str = "the tree") -> str:
     """``value`` when it is a relative path (or glob) that stays below where it is taken from."""
     if relative_parts(value) is None:
-        msg = (f"{where}: {value[:120]!r} is not allowed: {what} is a relative path inside the tree "
+        msg = (f"{where}: {value[:120]!r} is not allowed: {what} is a relative path inside {inside} "
                "(no '..', not absolute, no '\\' or control characters)")
         raise ConfigError(msg)
     return value
@@ -133,5 +133,5 @@ def check_descriptor(path: Path, data: Mapping[str, Any]) -> None:
         check_relative(pattern, where=where, what="a header glob (DIR:GLOB, relative to DIR or the tree)")
     smoke = dict(data.get("smoke") or {})
     if smoke.get("argv"):
-        check_relative(str(smoke["argv"][0]), where=f"{path}:smoke.argv[0]",
-                       what="the program a smoke check runs (a file inside the artifact, e.g. bin/tool)")
+        check_relative(str(smoke["argv"][0]), where=f"{path}:smoke.argv[0]", inside="the artifact",
+                       what="the program a smoke check runs (e.g. bin/tool)")

@@ -207,8 +207,8 @@ def _fixture(name: str, raw: Any, where: Path) -> Fixture:
     if "members" in values:
         values["members"] = {str(k): str(v) for k, v in dict(values["members"]).items()}
         for rel in values["members"]:
-            confine.check_relative(rel, where=f"{where}:fixtures.{name}.members",
-                                   what="a member of a model directory (relative to its dest)")
+            confine.check_relative(rel, where=f"{where}:fixtures.{name}.members", inside="the model directory",
+                                   what="a member of a model directory")
     if "engines" in values:
         if not isinstance(values["engines"], list):
             msg = f"{where}: fixture {name!r}: engines must be a list of engine names, found {values['engines']!r}"

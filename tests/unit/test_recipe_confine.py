@@ -75,7 +75,7 @@ REFUSED: dict[str, tuple[Callable[[dict[str, Any]], None], str, str]] = {
     "define name that is CMake code": (_set("cmake", "base", CODE_NAME, value="1"),
                                        "engine.yaml:cmake.base", "is not a CMake variable name"),
     "smoke argv absolute": (_set("smoke", value={"argv": ["/usr/bin/id"]}), "engine.yaml:smoke.argv[0]",
-                            "a file inside the artifact"),
+                            "a relative path inside the artifact"),
     "smoke argv climbing": (_set("smoke", value={"argv": ["bin/../../../../usr/bin/id"]}),
                             "engine.yaml:smoke.argv[0]", "no '..'"),
 }
