@@ -252,33 +252,28 @@ def merge_used(a: Mapping[str, Any], b: Mapping[str, Any]) -> Record:
                      "enums": {k: sorted(v) for k, v in sorted(enums.items())}}}
 
 
+def _diff_named(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``name: removed/added/old -> new`` for each name whose declarations (a list of spellings) differ."""
+    lines = []
+    for name in sorted(set(a) | set(b)):
+        if name not in b:
+            lines.append(f"{prefix}{name}: removed (was {' | '.join(a[name])})")
+        elif name not in a:
+            lines.append(f"{prefix}{name}: added ({' | '.join(b[name])})")
+        elif a[name] != b[name]:
+            lines.append(f"{prefix}{name}: {' | '.join(a[name])} -> {' | '.join(b[name])}")
+    return lines
+
+
 def diff_records(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """One line per used C++ declaration that differs between two resolved records."""
-    lines: list[str] = []
-    fa, fb = dict(a.get("functions", {})), dict(b.get("functions", {}))
-    for name in sorted(set(fa) | set(fb)):
-        if name not in fb:
-            lines.append(f"{name}: removed (was {' | '.join(fa[name])})")
-        elif name not in fa:
-            lines.append(f"{name}: added ({' | '.join(fb[name])})")
-        elif fa[name] != fb[name]:
-            lines.append(f"{name}: {' | '.join(fa[name])} -> {' | '.join(fb[name])}")
+    lines = _diff_named(dict(a.get("functions", {})), dict(b.get("functions", {})))
     ca, cb = dict(a.get("classes", {})), dict(b.get("classes", {}))
     for cls in sorted(set(ca) | set(cb)):
-        if cls not in cb:
-            lines.append(f"{cls}: class removed")
+        if cls not in cb or cls not in ca:
+            lines.append(f"{cls}: class {'removed' if cls not in cb else 'added'}")
             continue
-        if cls not in ca:
-            lines.append(f"{cls}: class added")
-            continue
-        ma, mb = dict(ca[cls]), dict(cb[cls])
-        for m in sorted(set(ma) | set(mb)):
-            if m not in mb:
-                lines.append(f"{cls}::{m}: removed (was {' | '.join(ma[m])})")
-            elif m not in ma:
-                lines.append(f"{cls}::{m}: added ({' | '.join(mb[m])})")
-            elif ma[m] != mb[m]:
-                lines.append(f"{cls}::{m}: {' | '.join(ma[m])} -> {' | '.join(mb[m])}")
+        lines += _diff_named(dict(ca[cls]), dict(cb[cls]), prefix=f"{cls}::")
     ea, eb = dict(a.get("enums", {})), dict(b.get("enums", {}))
     for enum in sorted(set(ea) | set(eb)):
         xa, xb = dict(ea.get(enum, {})), dict(eb.get(enum, {}))

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import subprocess
@@ -82,14 +81,6 @@ def resolve_git(url: str, rev: str) -> tuple[str, int]:
     return commit, count
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def parse_archive(text: str) -> tuple[Path, str, str | None]:
     body = text.removeprefix("archive:")
     where, _, frag = body.partition("#")
@@ -143,7 +134,9 @@ def resolve(text: str, *, old: Mapping[str, Any], headers: Sequence[str], commit
         path, sha, sub = parse_archive(text)
         if not path.is_file():
             raise _usage(text, f"no such file {path}")
-        actual = _sha256(path)
+        from harness.source.manifest import sha256_file
+
+        actual = sha256_file(path)
         if actual != sha:
             msg = f"{path}: sha256 is {actual}, not the {sha} SOURCE pins; check where the file came from"
             raise SourceError(msg)

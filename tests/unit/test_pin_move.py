@@ -14,13 +14,12 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
-from tests.unit.test_third_engine import CMAKELISTS, HEADER, SOURCE
+from tests.unit.test_third_engine import CMAKELISTS, HEADER, SOURCE, _git
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(t) for t in ("git", "cmake", "c++", "cc")),
@@ -99,12 +98,6 @@ abi:
   include_dirs: [include]
   targets: [x86_64-linux-gnu]
 """
-
-
-def _git(*args: str, cwd: Path) -> str:
-    r = subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=cwd, check=True,
-                       capture_output=True, text=True)
-    return r.stdout.strip()
 
 
 def _upstream(tmp: Path) -> tuple[Path, str, str]:
