@@ -295,3 +295,24 @@ def test_an_untrusted_recipe_s_binding_is_checked_in_the_sandbox(
     monkeypatch.setenv("HARNESS_TRUST", "tinypp")
     code, out, err = _run(capsys, "abi", "check", "tinypp", "--json")
     assert code == 7 and "SECRET_TOKEN_4711" in out
+
+
+def test_cpp_records_differ_by_name_signature_member_and_enumerator() -> None:
+    from harness.abi.cpp import diff_records, merge_used
+
+    a = {"functions": {"f": ["int (int)"], "g": ["void ()"]}, "classes": {"C": {"x": ["int"], "y": ["bool"]}, "D": {}},
+         "enums": {"E": {"A": 1}}}
+    b = {"functions": {"f": ["int (long)"], "h": ["void ()"]}, "classes": {"C": {"x": ["long"]}},
+         "enums": {"E": {"A": 2, "B": 3}}}
+    assert diff_records(a, b) == ["f: int (int) -> int (long)", "g: removed (was void ())", "h: added (void ())",
+                                  "C::x: int -> long", "C::y: removed (was bool)", "D: class removed",
+                                  "E::A: 1 -> 2", "E::B: absent -> 3"]
+    assert diff_records(a, a) == []
+    # what either binding used: the old binding's members stay in view after the new one stopped using them
+    old = {"headers": ["common/chat.h"], "include_dirs": ["include"],
+           "used": {"functions": ["f"], "members": {"C": ["load"]}, "enums": {}}}
+    new = {"headers": ["common/peg.h"], "include_dirs": ["include", "include/common"],
+           "used": {"functions": ["g"], "members": {"C": ["parse"]}, "enums": {"E": ["A"]}}}
+    both = merge_used(new, old)
+    assert both["used"] == {"functions": ["f", "g"], "members": {"C": ["load", "parse"]}, "enums": {"E": ["A"]}}
+    assert both["headers"] == ["common/chat.h", "common/peg.h"] and both["include_dirs"] == ["include", "include/common"]
