@@ -7,7 +7,7 @@ weeks and are where pin moves break. This check answers "does the binding still 
 1. a *stand-in artifact* is laid out from the pin's patched tree exactly as the build would collect
    it (the descriptor's ``artifacts.include`` entries, ``DIR:GLOB`` keeping paths below ``DIR``), with
    links instead of copies and no libraries;
-2. the binding's own CMake project is configured against it (``HARNESS_HEADERS_ONLY=ON``: no library
+2. the binding's own CMake project is configured against it (``HEADERS_ONLY=ON``: no library
    is looked for) with ``CMAKE_EXPORT_COMPILE_COMMANDS``, so the include dirs, defines and language
    standard are the binding's own, not a copy of them;
 3. each translation unit of ``compile_commands.json`` is compiled with ``-fsyntax-only`` (in
@@ -38,7 +38,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.core import paths, progress
-from harness.core.errors import BindingSurfaceError, ConfigError, HostError, SubprocessError
+from harness.core.errors import (
+    AbiError,
+    BindingSurfaceError,
+    ConfigError,
+    HostError,
+    SubprocessError,
+)
+from harness.core.inputs import read_bytes
 
 if TYPE_CHECKING:
     from harness.core.types import EngineSpec
@@ -120,7 +127,7 @@ def include_members(spec: EngineSpec, tree: Path) -> Iterator[tuple[Path, Path]]
 def _files_hash(files: list[tuple[Path, str]]) -> str:
     h = hashlib.sha256()
     for path, name in sorted(files, key=lambda x: x[1]):
-        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        h.update(name.encode() + b"\0" + read_bytes(path, kind="source", error=AbiError) + b"\0")
     return h.hexdigest()
 
 
@@ -153,8 +160,8 @@ def _declaration_of(name: str, include: Path, names: dict[str, str]) -> str | No
     for rel, shown in sorted(names.items()):
         path = include / rel
         try:
-            text = path.read_text(errors="replace")
-        except OSError:
+            text = read_bytes(path, kind="source", error=AbiError).decode(errors="replace")
+        except (OSError, AbiError):
             continue
         for n, line in enumerate(text.splitlines(), 1):
             if pattern.match(line):
@@ -207,7 +214,7 @@ def _stand_in(spec: EngineSpec, tree: Path, dest: Path) -> dict[str, str]:
         target.symlink_to(os.path.realpath(src))
         names[rel.as_posix()] = src.relative_to(tree).as_posix()
     # Empty stand-ins for the libraries a binding's CMake project looks for: a recipe from history predates
-    # HARNESS_HEADERS_ONLY and still calls find_library (which only needs the name); nothing is linked.
+    # HEADERS_ONLY and still calls find_library (which only needs the name); nothing is linked.
     lib = dest / "lib"
     lib.mkdir()
     stubs = {f"lib{t}.so" for t in spec.targets}
@@ -268,7 +275,7 @@ def _configure(source_dir: Path, artifact: Path, build: Path, env: dict[str, str
     import pybind11
 
     argv = [cmake, "-S", str(source_dir), "-B", str(build), f"-DHARNESS_ARTIFACT={artifact}",
-            "-DHARNESS_PACKAGE=harness_syntax_check", "-DHARNESS_HEADERS_ONLY=ON",
+            "-DHARNESS_PACKAGE=harness_syntax_check", "-DHEADERS_ONLY=ON",
             "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
             f"-DPython_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release"]
     if shutil.which("ninja"):
@@ -277,7 +284,7 @@ def _configure(source_dir: Path, artifact: Path, build: Path, env: dict[str, str
     if r.returncode:
         raise SubprocessError(argv, r.returncode, r.stdout + r.stderr,
                               hint="the binding's CMake project must configure against a headers-only stand-in "
-                              "(HARNESS_HEADERS_ONLY=ON: skip find_library and linking)")
+                              "(HEADERS_ONLY=ON: skip find_library and linking)")
     commands = build / "compile_commands.json"
     if not commands.is_file():
         msg = f"CMake wrote no {commands.name} for {source_dir}; the binding has no compiled sources"

@@ -38,11 +38,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = asub.add_parser("check", help="fail when the pinned headers disagree with the committed surface, or the "
                         "binding does not compile against them",
                         description="Runs before any build; seconds, not minutes. Two halves: the C surface "
-                        "(libclang: functions, struct layouts, enums and version constants against "
-                        "engines/<engine>/abi/surface.json; a difference is accepted with `harness abi snapshot`), "
-                        "and the binding's whole compile surface (every translation unit of engines/<engine>/binding "
+                        "(libclang: functions, struct layouts, enums and version constants against the engine's "
+                        "committed ABI surface; a difference is accepted with `harness abi snapshot`), "
+                        "and the binding's whole compile surface (every translation unit of the engine's binding/ "
                         "compiled with -fsyntax-only, its own include dirs and defines, against the pin's patched "
-                        "headers, C and C++ such as llama.cpp's common/: an error there means the binding must "
+                        "headers, C and the C++ APIs it calls: an error there means the binding must "
                         "change). With --pin or --rev, the "
                         "recipe of another pin from git history (its descriptor, patches, ABI surface and "
                         "binding source: what `harness build --pin` builds) instead of the working tree's.")

@@ -16,12 +16,12 @@ if TYPE_CHECKING:
 
 DESCRIPTION = """\
 Move an engine's pin: resolve SOURCE, derive the upstream build and commit from what the source carries,
-rewrite engines/ENGINE/engine.yaml (comments, order and quoting kept; pinned_on bumped), then check the move
+rewrite the engine's engine.yaml (comments, order and quoting kept; pinned_on bumped), then check the move
 before any build, stopping at the first failure with what to do:
 
   fetch          download and verify the new source (its sha256 from the index, the file or the commit)
   patch --check  every patch of the series: applies / already upstream (retire it) / conflicts (the hunk)
-  abi check      the C surface against engines/ENGINE/abi/surface.json (differences: review with
+  abi check      the C surface against the engine's committed ABI surface (differences: review with
                  `harness abi diff --used`, accept with `harness abi snapshot`), and the binding's
                  translation units compiled syntax-only against the new headers (errors: the binding
                  must change)
@@ -34,10 +34,10 @@ SOURCE is one of:
   archive:PATH#sha256=HEX[&subdir=SUBDIR]   a local archive (local-archive kind; give --upstream-commit)
 
 examples:
-  harness pin llamacpp pypi:xllamacpp==2026.10.11549 --dry-run
-  harness pin llamacpp pypi:llama-cpp-python==0.3.36 --upstream-build 11312 --upstream-commit 0c1e570
-  harness pin llamacpp git:https://github.com/ggml-org/llama.cpp@b11549
-  harness pin llamacpp pypi:xllamacpp==2026.10.11549 --qualify   # then qualify against the old descriptor
+  harness pin ENGINE pypi:PACKAGE==VERSION --dry-run        the descriptor diff and the derived provenance
+  harness pin ENGINE pypi:PACKAGE==VERSION --upstream-build N --upstream-commit SHA
+  harness pin ENGINE git:https://github.com/OWNER/REPO@TAG
+  harness pin ENGINE pypi:PACKAGE==VERSION --qualify        then qualify against the previous descriptor
 """
 
 

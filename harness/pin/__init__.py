@@ -80,7 +80,9 @@ def plan(engine_dir: Path, resolved: Resolved, *, build: int | None = None, comm
          today: datetime.date | None = None) -> PinPlan:
     """The new descriptor text for ``resolved``, with provenance derived and checked against what was given."""
     path = engine_dir / DESCRIPTOR
-    before = path.read_text()
+    from harness.core.inputs import read_text
+
+    before = read_text(path, kind="descriptor", error=ConfigError)
     y = _yaml()
     doc = y.load(before)
     if not isinstance(doc, dict) or "source" not in doc:

@@ -13,7 +13,8 @@ from typing import Any
 from harness.qualify.runner import Qualification
 
 BENCH_TITLES = {"bench": "Benchmark on {model}: our cpu build (B) vs the peer baseline (A)",
-                "old-pin-bench": "Benchmark: this pin (B) vs the old pin (A), each artifact's own benchmark tool"}
+                "old-pin-bench": "Benchmark on {model}: this pin (B) vs the old pin (A), each artifact's own benchmark "
+                                 "tool"}
 
 #: Sections of a bench report that qualify.md shows; the others go into a collapsed block.
 SHOWN_SECTIONS = ("Headline", "System state", "Findings")
@@ -105,8 +106,9 @@ def pin_move_block(doc: Mapping[str, Any]) -> list[str]:
     lines += ["", "**Binding and ABI** (what the binding uses first):", ""]
     if binding:
         ok = "compiles" if binding.get("ok") else f"does NOT compile ({len(binding.get('problems') or [])} errors)"
+        when = " (stamped by an earlier identical check)" if binding.get("cached") else ""
         lines.append(f"- the binding {ok} syntax-only against the new headers: {len(binding.get('units') or [])} "
-                     f"translation units, {float(binding.get('seconds') or 0):.1f} s")
+                     f"translation units, {float(binding.get('seconds') or 0):.1f} s{when}")
     elif abi_check:
         lines.append(f"- abi-check: {abi_check.get('status')}: {(abi_check.get('summary') or '').splitlines()[0:1]}")
     diff = _stage(doc, "old-pin-abi")
@@ -279,13 +281,14 @@ def _ceiling(name: str, d: Mapping[str, Any]) -> list[str]:
 
 
 def _bench(name: str, data: Mapping[str, Any]) -> list[str]:
-    if not (name in BENCH_TITLES or name.startswith("bench")) or not data.get("markdown"):
+    if not (name in BENCH_TITLES or name.startswith(("bench", "old-pin-bench"))) or not data.get("markdown"):
         return []
     if name.startswith("bench-vs-"):
         title = (f"Benchmark: {data.get('engine', '?')} (B) vs {data.get('peer', '?')} (A), the same weights "
                  f"({data.get('model', '?')} and {Path(str(data.get('peer_model', '?'))).name}), both in-process bindings")
     else:
-        title = BENCH_TITLES.get(name, BENCH_TITLES["bench"]).format(model=data.get("model", "?"))
+        key = "old-pin-bench" if name.startswith("old-pin-bench") else name
+        title = BENCH_TITLES.get(key, BENCH_TITLES["bench"]).format(model=data.get("model", "?"))
     return bench_section(title, data)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,9 @@ def test_the_pin_move_adds_the_agreement_table(tmp_path: Path, toy_agree: list[d
     [call] = toy_agree
     # the old pin is the reference (A): its recipe's build and binding, this pin's at the same level (B)
     assert call["a"] == "in-process:variant=cpu,engine=llamacpp,pin=0.3.35,name=llamacpp 0.3.35"
-    assert call["b"] == "in-process:variant=cpu,engine=llamacpp,name=llamacpp 0.3.36"
+    from harness.engine.descriptor import load_engine
+
+    assert call["b"] == f"in-process:variant=cpu,engine=llamacpp,name=llamacpp {load_engine('llamacpp').pin}"
     assert (call["kind"], call["window"], call["max_tokens"], call["threads"]) == ("pin", 512, 2048, 2)
     assert call["model"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf") and call["threshold"].gate is False
     # the toy B is far outside the pin limits: reported for the PR, not gated (the descriptor says so)
@@ -121,8 +124,11 @@ def test_without_an_old_pin_or_configuration_the_stage_is_skipped(tmp_path: Path
 def test_qualification_runs_the_stage_after_the_old_pin_bench(tmp_path: Path) -> None:
     from harness.qualify.stages import stages_for
 
-    names = [s.name for s in stages_for(_context(tmp_path))]
-    assert names[-3:] == ["old-pin-abi", "old-pin-bench", "old-pin-agreement"]
+    ctx = _context(tmp_path)
+    names = [s.name for s in stages_for(ctx)]
+    # one old-pin bench per bench model: the first simulated where it has run lengths, the others wall-clock
+    benches = ["old-pin-bench"] + [f"old-pin-bench-{m}" for m in ctx.plan.models[1:]]
+    assert names[-(len(benches) + 2):] == ["old-pin-abi", *benches, "old-pin-agreement"]
     stage = next(s for s in stages_for(_context(tmp_path)) if s.name == "old-pin-agreement")
     assert set(stage.needs) == {"binding", "models"}
 
@@ -154,7 +160,7 @@ def test_another_recipes_binding_is_unpacked_and_found_first(tmp_path: Path, cac
     shutil.copytree(paths.project_root() / "engines/llamacpp", root / "engines/llamacpp",
                     ignore=shutil.ignore_patterns("__pycache__"))
     desc = root / "engines/llamacpp/engine.yaml"
-    desc.write_text(desc.read_text().replace('version: "0.3.36"', 'version: "0.3.35"', 1))
+    desc.write_text(re.sub(r'version: "[^"]+"', 'version: "0.3.35"', desc.read_text(), count=1))
     surface = root / "engines/llamacpp/abi/surface.json"
     data = json.loads(surface.read_text())
     data["fingerprint"] = "f" * 64

@@ -23,7 +23,7 @@ FLOORS: dict[str, int] = {
     # below config and video, which both read it
     "harness.families": 2,
     **{f"harness.{p}": 3 for p in ("source", "abi", "build", "binding", "audit", "models", "config", "runtime",
-                                   "video", "bench", "agree", "serve")},
+                                   "video", "bench", "agree", "serve", "pin")},
     "harness.qualify": 4,
     "harness.cli": 5, "harness.__main__": 5,
     # the plugins stand on the core: any harness module that imports one climbs

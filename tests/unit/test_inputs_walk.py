@@ -34,8 +34,11 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # package data, shipped inside the wheel
     ("engines/vllmcpp/plugin/__init__.py", "_writer_version", "(Path(__file__).parent / 'random_hf.py').read_bytes"): "the random-weight writer's own source, hashed as its version",
     ("harness/cli/config.py", "cmd_config_schema", "SCHEMA_PATH.read_text"): "the model-config schema shipped in the package",
-    ("harness/config/localai.py", "vocabulary", "resources.files('harness.config').joinpath(DATA_FILE).read_text"): "package data (localai.yaml)",
-    ("harness/config/localai.py", "vocabulary", "resources.files('harness.config').joinpath(INDEX_FILE).read_text"): "package data (localai_index.yaml)",
+    ("harness/config/localai.py", "_read", "resources.files('harness.config').joinpath(name).read_text"): "package data (localai.yaml, localai_index.yaml)",
+    # the binding's compile-surface check: CMake's compile_commands.json and the check's own stamp
+    ("harness/abi/binding.py", "_configure", "commands.read_text"): "compile_commands.json, written by the CMake configure the check just ran",
+    ("harness/abi/binding.py", "check_binding", "stamp.read_text"): "the check's own stamp under the harness cache",
+    ("harness/abi/revisions.py", "dir_label", "stamp.read_text"): "a cached source tree's stamp, written by the source cache",
     ("harness/config/schema.py", "committed", "SCHEMA_PATH.read_text"): "the schema shipped in the package",
     ("harness/config/schema.py", "write", "path.read_text"): "the schema file the generator writes, compared before it is rewritten",
     ("harness/config/schema.py", "main", "args.output.read_text"): "nox -s generate_schema's own output file, compared before writing",

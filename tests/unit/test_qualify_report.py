@@ -34,7 +34,7 @@ def test_pin_move_sections() -> None:
     ]))
     assert "| old-pin-abi | passed | 1.0 | 0.3.35 -> 0.3.36: 3 differences |" in md
     assert "## ABI/API changes: llamacpp 0.3.35 -> llamacpp 0.3.36" in md and "### Structs" in md
-    assert "## Benchmark: this pin (B) vs the old pin (A), each artifact's own benchmark tool" in md
+    assert "this pin (B) vs the old pin (A), each artifact's own benchmark tool" in md
     assert "[bench-old-pin/x/report.md](bench-old-pin/x/report.md)" in md
     # Plot links are rewritten relative to the qualification dir; the bench report's title is dropped.
     assert "![ratios](bench-old-pin/x/ratios.png)" in md and "# old-pin-0.3.35-vs-0.3.36" not in md

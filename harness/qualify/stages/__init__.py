@@ -46,7 +46,7 @@ def stages_for(ctx: QualifyContext) -> list[Stage]:
         *bench_stages(ctx),
         *cross_engine.stages(ctx),
         Stage(name="old-pin-abi", run=abi.old_pin, needs=("patch",)),
-        Stage(name="old-pin-bench", run=bench.old_pin, needs=("build", "models")),
+        *old_pin_bench_stages(ctx),
         Stage(name="old-pin-agreement", run=agreement.old_pin, needs=("binding", "models")),
     ]
 
@@ -62,3 +62,13 @@ def bench_stages(ctx: QualifyContext) -> list[Stage]:
                 Stage(name=stage_name(fixture, n), run=functools.partial(bench.peer, fixture=fixture),
                       needs=("binding", "models"))]
     return out
+
+
+def old_pin_bench_stages(ctx: QualifyContext) -> list[Stage]:
+    """Per bench model, the old pin (A) against this one (B): ``old-pin-bench`` on the first (simulated where the
+    descriptor gives run lengths: the old-vs-new code path decided deterministically), ``old-pin-bench-<fixture>``
+    on the others (the bandwidth-bound model: wall-clock)."""
+    models = ctx.plan.models or (None,)
+    return [Stage(name="old-pin-" + (stage_name(f, n) if f else "bench"),
+                  run=functools.partial(bench.old_pin, fixture=f), needs=("build", "models"))
+            for n, f in enumerate(models)]

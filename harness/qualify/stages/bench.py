@@ -39,8 +39,11 @@ def peer(ctx: QualifyContext, *, fixture: str) -> StageResult:
                       host=hostmod.as_dict(ctx.host), host_measure=measure_host())
 
 
-def old_pin(ctx: QualifyContext) -> StageResult:
-    """This pin (B) against the old one (A), each cpu artifact through the engine's own benchmark tool."""
+def old_pin(ctx: QualifyContext, fixture: str | None = None) -> StageResult:
+    """This pin (B) against the old one (A), each cpu artifact through the engine's own benchmark tool, on one
+    bench model (``fixture``; None: the last, the bandwidth-bound one where the descriptor lists it): wall-clock
+    ABBA, and the simulation instrument where the model has run lengths (``qualify.bench.simulation``), so a
+    code-path change of the move is decided on a noisy host too."""
     opts = ctx.options
     if not (opts.old_pin or opts.old_rev):
         raise SkippedStage(NO_OLD_PIN)
@@ -55,13 +58,15 @@ def old_pin(ctx: QualifyContext) -> StageResult:
     from harness.core import host as hostmod
 
     models = ctx.product("models", Models)
-    # the last bench model: the bandwidth-bound one where the descriptor lists it, where kernels show
-    fixture = next((v for v in reversed(ctx.plan.models) if models.path(v)), None)
+    if fixture is None:  # the last bench model: the bandwidth-bound one where the descriptor lists it
+        fixture = next((v for v in reversed(ctx.plan.models) if models.path(v)), None)
     model = models.path(fixture) if fixture else None
     if model is None or fixture is None:
         raise SkippedStage(f"none of the bench models ({', '.join(ctx.plan.models)}) is in place")
+    first = not ctx.plan.models or fixture == ctx.plan.models[0]
     return old_pin_bench(ctx.engine, old, artifact_dir(ctx.engine, get_variant("cpu")), model,
-                         ctx.report / "bench-old-pin", host=hostmod.as_dict(ctx.host), plan=ctx.plan.for_model(fixture),
+                         ctx.report / ("bench-old-pin" if first else f"bench-old-pin-{fixture}"),
+                         host=hostmod.as_dict(ctx.host), plan=ctx.plan.for_model(fixture),
                          host_measure=measure_host(), fixture=fixture)
 
 
