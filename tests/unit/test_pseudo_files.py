@@ -90,7 +90,7 @@ def test_validate_refuses_a_model_linked_into_proc(tmp_path: Path, target: str) 
     assert repr(ENVIRON_HEAD) not in out and "Errno 5" not in out and "warning: a plugin" not in out
 
 
-def test_a_plugin_check_that_raises_oserror_is_an_error(tmp_path: Path) -> None:
+def test_a_plugin_check_that_raises_oserror_is_a_warning_that_says_so(tmp_path: Path) -> None:
     from harness.config.validate import Validated, Validator
     from harness.engine import hookspec
     from harness.engine.interface import EngineImpl
@@ -111,4 +111,6 @@ def test_a_plugin_check_that_raises_oserror_is_an_error(tmp_path: Path) -> None:
         "name: m\nbackend: llamacpp\nparameters:\n  model: m.gguf\n", "m.yaml")
     assert isinstance(item, Validated)
     [diag] = item.diagnostics
-    assert diag.severity == "error" and "OSError" in diag.message
+    # LocalAI loads this config: a harness check that could not run is a warning (issue 55: errors stay
+    # LocalAI's), and it says the check did not run
+    assert diag.severity == "warning" and "OSError" in diag.message and "not checked" in diag.message
