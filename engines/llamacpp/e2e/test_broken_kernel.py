@@ -61,6 +61,9 @@ def build_with_patch(patch: Path, recipe: Path, dist: Path) -> Path:
     spec = parse_engine(recipe / "engines" / ENGINE / "engine.yaml")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HARNESS_DIST", str(dist))
+        # the copy is this checkout's own recipe plus the test's patch: trusted, so it shares the engine's
+        # compiler cache (an untrusted recipe gets a cache of its own: a cold build of every level)
+        mp.setenv("HARNESS_TRUST", ENGINE)
         return build_row(prepare_build(spec), get_variant("cpu")).artifact
 
 
