@@ -196,3 +196,15 @@ def test_verdict_simulation_alone_decides_with_gate_percents() -> None:
     d = verdict.decide(None, _result(4e6, 4e6), gate_pcts={"prefill": 3, "decode": 3})
     assert [(x.gate, x.status, x.instrument) for x in d] == [("prefill @ c=1", "passed", "simulation"),
                                                            ("decode @ c=1", "passed", "simulation")]
+
+
+def test_a_figure_below_its_own_noise_decides_nothing() -> None:
+    """An A/A on a tiny model's 8-token spans measured prefill 0.0955x +-745% (interval [-0.62, 0.81]): a
+    resolution of 100% or more is no measurement of the ratio, so it can neither fail nor pass a gate."""
+    from harness.bench.simulation import UNRESOLVED_PCT, _figure
+
+    noisy = _figure("estimated cycles", 45958.75, 481416.625, 745.1)
+    assert noisy.hi < 0.99 and noisy.verdict(0.99) == "undecided"
+    assert _figure("instructions", 100.0, 120.0, 1.0).verdict(0.99) == "FAILED"
+    assert _figure("instructions", 100.0, 100.1, 0.5).verdict(0.99) == "passed"
+    assert _figure("instructions", 100.0, 120.0, UNRESOLVED_PCT).verdict(0.99) == "undecided"
