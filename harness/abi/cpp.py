@@ -227,7 +227,10 @@ def at_tree(spec: EngineSpec, tree: Path, committed: Mapping[str, Any]) -> Recor
 
     with tempfile.TemporaryDirectory(prefix="harness-cpp-pin-") as tmp:
         names = _stand_in(spec, tree, Path(tmp) / "artifact")
-        return declarations(Path(tmp) / "artifact" / "include", list(committed.get("include_dirs") or ["include"]),
+        # the record comes from a recipe's surface.json: only directories inside the stand-in artifact
+        dirs = [str(d) for d in committed.get("include_dirs") or ["include"]
+                if not Path(str(d)).is_absolute() and ".." not in Path(str(d)).parts] or ["include"]
+        return declarations(Path(tmp) / "artifact" / "include", dirs,
                             committed.get("headers") or (), names, dict(committed.get("used") or {}))
 
 
