@@ -123,7 +123,7 @@ def load_runs(d: Path, plan: Any) -> dict[str, Any]:
     from harness.core.errors import BenchError
 
     runs: dict[str, list[simulation.SimRun]] = {}
-    pat = re.compile(r"^(?P<name>.+)-(?P<role>base|prompt|generation|repeat)-p(?P<pn>\d+)-g(?P<gn>\d+)\.cachegrind\.out$")
+    pat = re.compile(r"^(?P<name>.+)-(?P<role>(?:base|prompt|generation)\d*)-p(?P<pn>\d+)-g(?P<gn>\d+)\.cachegrind\.out$")
     for f in sorted(d.glob("*.cachegrind.out")):
         m = pat.match(f.name)
         if m:
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", default="8,24,2,10",
                    help="simulation run lengths P1,P2,G1,G2 (default 8,24,2,10: qualify's for SmolLM2)")
     p.add_argument("--repeat-run", action="store_true",
-                   help="also run each arm's base shape twice per repetition (the gate's resolution); by "
+                   help="also run each arm's shapes twice per repetition (the gate's resolution); by "
                    "default the repetitions themselves show the spread, and each ratio is compared as a point")
     p.add_argument("--binding-pct", type=float, default=2.0, help="injected binding work, percent of decode (default 2)")
     p.add_argument("--out", type=Path, default=None, help="report dir (default reports/<stamp>-sim-error-rates)")
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     from harness.bench import simulation
     from harness.core import paths, progress
 
-    plan = dataclasses.replace(simulation.SimPlan.parse(args.shape), repeat=args.repeat_run)
+    plan = dataclasses.replace(simulation.SimPlan.parse(args.shape), repeats=1 if args.repeat_run else 0)
     level = simulation.level_for_host()
     out = args.out or paths.reports_dir() / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-sim-error-rates"
     out.mkdir(parents=True, exist_ok=True)
@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "sim-error-rates.json").write_text(json.dumps(doc, indent=2) + "\n")
     md = [f"# Simulation gate error rates ({len(rows)} repetitions, gate {args.gate:g}%)", "",
           f"Model {Path(args.model).name}, CPU level {level}, one thread, runs P{plan.p1}/G{plan.g1}, "
-          f"P{plan.p2}/G{plan.g1}, P{plan.p1}/G{plan.g2}{' and the first again' if plan.repeat else ''} per arm and "
+          f"P{plan.p2}/G{plan.g1}, P{plan.p1}/G{plan.g2}{' each twice, the least per event' if plan.repeats else ''} per arm and "
           f"repetition, each in a fresh process, one random environment size per repetition; {doc['valgrind']}; "
           f"{doc['seconds'] / 60:.1f} min. Speed B/A per token (> 1: B costs less), estimated cycles and instructions; "
           "a verdict fails when either figure lies below the floor.", "",

@@ -14,9 +14,22 @@ start-up, model load and whatever a process does once cancel out. Every run of o
 both arms, sees the same environment size (random per measurement, 0-4 KiB): the stack's place moves
 a whole run's simulated misses by up to ~12 M estimated cycles, and sharing it keeps that out of the
 differences (measured 2026-12-04, binding, SmolLM2 at P8/P40, G2/G10, three sizes: per-token figures
-within 0.26%). A fourth run repeats the first unchanged: what two identical runs still differ by
-(allocator and hashing paths, ~0.15 M instructions and ~1 M estimated cycles) is the instrument's
-resolution, reported beside each ratio and folded into its interval.
+within 0.26%). Identical runs still differ, and not symmetrically. Most of the time by ~0.3 M
+instructions: glibc's allocator takes other paths as the engine's threads interleave (cg_diff of two
+identical tiny-model runs, 2026-12-06: 82% of it in ``_int_malloc``, ``unlink_chunk`` and realloc's
+copies; a fixed hash seed, one malloc arena, no tcache, fair scheduling and no ASLR each left it at
+0.25-0.54 M). Sometimes by 3-5 M more: Python's type-attribute cache, indexed by object addresses,
+misses more when the heap lands elsewhere (``_Py_dict_lookup``, ``find_name_in_mro``). A run never
+executes less than its luckiest layout, so every shape runs ``1 + repeats`` times
+(:attr:`SimPlan.repeats`, default 1) and each shape's figure is its minimum per event. The jitter is
+read from the differences between runs of one shape, pooled over both arms, by their median (an
+outlier moves a standard deviation, not a median: one 4 M run among twelve widened an A/A interval from
+a few percent to +-37%): sigma = median |difference| / (0.6745 sqrt 2). A ratio's interval is Student's t
+at the confidence asked (99%; as many degrees of freedom as differences) on that sigma over both arms'
+spans. Measured on synthetic Gaussian jitter: 99% intervals miss 1.0 in <= 1% of A/A draws; with one run
+in ten 13 sigma out, two runs per shape cover 97% and three runs 99.7% (a shape whose runs are all
+outliers keeps one). Spans must dwarf the outliers: on the 0.5 MB tiny model's 8-token spans (1.7 M
+instructions) an A/A once read 2.87x; SmolLM2's per-token figures are ~10^8 instructions.
 
 A gate is decided on two figures per token, each with its own resolution: the estimated cycles and
 the instructions. Whichever resolves below the floor fails it; it passes when both resolve at or above
@@ -75,6 +88,27 @@ EVENTS: tuple[str, ...] = ("Ir", "I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1
 X86_LEVEL = "haswell"
 #: Seconds one simulated run may take before it is stopped.
 RUN_TIMEOUT_S = 3600.0
+#: The most repeats of each shape a plan takes.
+MAX_REPEATS = 16
+#: The confidence of a simulated ratio's interval (Student's t on the pooled run-to-run jitter).
+#: The median of |N(0, 2 sigma^2)| is this many sigma.
+_MEDIAN_ABS_DIFF = 0.6744897501960817 * 2**0.5
+CONFIDENCE = 0.99
+
+
+#: The three shapes of a plan, by role.
+SHAPES: tuple[str, ...] = ("base", "prompt", "generation")
+
+
+def shape_of(role: str) -> str:
+    """The shape a run's role belongs to: ``prompt3`` (the third run of the prompt shape) -> ``prompt``."""
+    return role.rstrip("0123456789")
+
+
+def _t(confidence: float, dof: int) -> float:
+    from scipy.stats import t as student
+
+    return float(student.ppf(1.0 - (1.0 - confidence) / 2.0, dof))
 
 
 def level_for_host() -> str | None:
@@ -188,30 +222,37 @@ class SimPlan:
     p2: int = 96
     g1: int = 4
     g2: int = 20
-    repeat: bool = True
-    """Run the base shape a second time for the resolution; False (a study that repeats whole
-    measurements instead) leaves the resolution at 0: each ratio is then a point."""
+    repeats: int = 1
+    """More runs of every shape, for the run-to-run jitter (the resolution) and the minimum each figure
+    takes; 0 (a study that repeats whole measurements instead) leaves the resolution at 0: each ratio
+    is then a point."""
 
     def __post_init__(self) -> None:
-        if not (0 < self.p1 < self.p2 and 0 < self.g1 < self.g2):
-            msg = (f"expected simulation shapes 0 < P1 < P2 and 0 < G1 < G2, found P1={self.p1} P2={self.p2} "
-                   f"G1={self.g1} G2={self.g2}; e.g. --sim-shape 32,96,4,20")
+        if not (0 < self.p1 < self.p2 and 0 < self.g1 < self.g2) or not 0 <= self.repeats <= MAX_REPEATS:
+            msg = (f"expected simulation shapes 0 < P1 < P2 and 0 < G1 < G2 and 0-{MAX_REPEATS} repeats, found "
+                   f"P1={self.p1} P2={self.p2} G1={self.g1} G2={self.g2} repeats={self.repeats}; "
+                   f"e.g. --sim-shape 32,96,4,20 (or 32,96,4,20,2: every shape three times)")
             raise BenchError(msg)
 
     @classmethod
     def parse(cls, text: str) -> SimPlan:
-        """``P1,P2,G1,G2``."""
+        """``P1,P2,G1,G2[,REPEATS]``."""
         try:
-            p1, p2, g1, g2 = (int(x) for x in text.split(","))
+            nums = [int(x) for x in text.split(",")]
+            if len(nums) not in (4, 5):
+                raise ValueError(text)
         except ValueError:
-            msg = f"expected --sim-shape P1,P2,G1,G2 (four integers), found {text!r}; e.g. 32,96,4,20"
+            msg = (f"expected --sim-shape P1,P2,G1,G2[,REPEATS] (four or five integers), found {text!r}; "
+                   f"e.g. 32,96,4,20")
             raise BenchError(msg) from None
-        return cls(p1=p1, p2=p2, g1=g1, g2=g2)
+        p1, p2, g1, g2 = nums[:4]
+        return cls(p1=p1, p2=p2, g1=g1, g2=g2, repeats=nums[4] if len(nums) == 5 else 1)
 
     def shapes(self) -> list[tuple[str, int, int]]:
-        """(role, pn, gn): the base run, the longer prompt, the longer generation, the base again."""
+        """(role, pn, gn): the base run, the longer prompt, the longer generation; then each again
+        ``repeats`` times (``base2``, ``prompt2``, ``generation2``, ``base3``, ...)."""
         shapes = [("base", self.p1, self.g1), ("prompt", self.p2, self.g1), ("generation", self.p1, self.g2)]
-        return [*shapes, ("repeat", self.p1, self.g1)] if self.repeat else shapes
+        return [(role if n == 1 else f"{role}{n}", pn, gn) for n in range(1, self.repeats + 2) for role, pn, gn in shapes]
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -240,10 +281,17 @@ class ArmFigures:
     prefill: Counts
     decode: Counts
     resolution_pct: Mapping[str, float]
-    """Metric -> the repeat run's difference in estimated cycles as a share of that metric's span, percent."""
+    """Metric -> this arm's own per-token half-width in estimated cycles at :data:`CONFIDENCE`, percent
+    (Student's t on the spread within its shapes; 0 without repeats)."""
     ir_resolution_pct: Mapping[str, float] = field(default_factory=dict)
     """The same for instructions."""
     describe: Mapping[str, Any] = field(default_factory=dict)
+    jitter: Mapping[str, float] = field(default_factory=dict)
+    """``cycles`` / ``Ir`` -> the run-to-run standard deviation, from the median difference within shapes."""
+    diffs: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    """``cycles`` / ``Ir`` -> every |difference| between two runs of one shape (what the jitter is read from)."""
+    spans: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    """Metric -> ``cycles`` / ``Ir`` -> the whole difference between the longer shape and the base shape."""
 
     def per_token(self, metric: str) -> Counts:
         return self.prefill if metric == "prefill" else self.decode
@@ -251,34 +299,80 @@ class ArmFigures:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "runs": [r.as_dict() for r in self.runs], "prefill": self.prefill.as_dict(),
                 "decode": self.decode.as_dict(), "resolution_pct": dict(self.resolution_pct),
-                "ir_resolution_pct": dict(self.ir_resolution_pct), "describe": dict(self.describe)}
+                "ir_resolution_pct": dict(self.ir_resolution_pct), "describe": dict(self.describe),
+                "jitter": dict(self.jitter), "diffs": {k: list(v) for k, v in self.diffs.items()},
+                "spans": {k: dict(v) for k, v in self.spans.items()}}
 
 
 def figures_from_runs(name: str, plan: SimPlan, runs: Sequence[SimRun],
                       describe: Mapping[str, Any] | None = None, *, prompt_passes: int = 1) -> ArmFigures:
     """Per-token prefill and decode from the plan's four runs (see the module docstring);
     ``prompt_passes``: how often a run processes its prompt (a tool that cannot skip its warm-up: 2)."""
-    by = {r.role: r for r in runs}
-    missing = [role for role, _, _ in plan.shapes() if role not in by]
+    roles = {role for role, _, _ in plan.shapes()}
+    by: dict[str, list[Counts]] = {shape: [] for shape in SHAPES}
+    for r in runs:
+        if r.role in roles:
+            by[shape_of(r.role)].append(r.counts)
+    missing = sorted(roles - {r.role for r in runs})
     if missing:
         raise BenchError(f"simulation of {name}: runs {', '.join(missing)} are missing")
-    base, prompt, gen = by["base"].counts, by["prompt"].counts, by["generation"].counts
-    rep = by["repeat"].counts if "repeat" in by else base
+    # each shape's figure: its luckiest run, per event (a run never executes less than that layout's)
+    base, prompt, gen = (_least(by[shape]) for shape in SHAPES)
+    diffs = {"cycles": _diffs([[c.cycles for c in v] for v in by.values()]),
+             "Ir": _diffs([[c["Ir"] for c in v] for v in by.values()])}
+    jitter = {k: _sigma(v) for k, v in diffs.items()}
+    dof = len(diffs["Ir"])
     prefill = prompt.minus(base).scaled(1.0 / ((plan.p2 - plan.p1) * prompt_passes))
     decode = gen.minus(base).scaled(1.0 / (plan.g2 - plan.g1))
     res: dict[str, float] = {}
     ir_res: dict[str, float] = {}
+    spans: dict[str, dict[str, float]] = {}
+    t = _t(CONFIDENCE, dof) if dof else 0.0
     for metric, longer in (("prefill", prompt), ("decode", gen)):
         span, ir_span = longer.cycles - base.cycles, longer["Ir"] - base["Ir"]
         if span <= 0 or ir_span <= 0:
             msg = (f"simulation of {name}: the longer {metric} run executed no more than the base run "
                    f"({ir_span:+.0f} instructions); does the target run the lengths it is given?")
             raise BenchError(msg)
-        # each per-token figure is a difference of two runs, each off by up to the run-to-run jitter
-        res[metric] = 100.0 * 2.0 * abs(rep.cycles - base.cycles) / span
-        ir_res[metric] = 100.0 * 2.0 * abs(rep["Ir"] - base["Ir"]) / ir_span
+        spans[metric] = {"cycles": span, "Ir": ir_span}
+        # a per-token figure is a difference of two shapes, each off by the run-to-run jitter: sd sqrt(2) jitter
+        res[metric] = 100.0 * t * 2**0.5 * jitter["cycles"] / span
+        ir_res[metric] = 100.0 * t * 2**0.5 * jitter["Ir"] / ir_span
     return ArmFigures(name=name, runs=tuple(runs), prefill=prefill, decode=decode, resolution_pct=res,
-                      ir_resolution_pct=ir_res, describe=dict(describe or {}))
+                      ir_resolution_pct=ir_res, describe=dict(describe or {}), jitter=jitter, diffs=diffs,
+                      spans=spans)
+
+
+def _least(counts: Sequence[Counts]) -> Counts:
+    return Counts({event: min(c[event] for c in counts) for event in EVENTS})
+
+
+def _diffs(groups: Sequence[Sequence[float]]) -> tuple[float, ...]:
+    """Every |difference| between two values of one group."""
+    return tuple(abs(g[i] - g[j]) for g in groups for i in range(len(g)) for j in range(i + 1, len(g)))
+
+
+def _sigma(diffs: Sequence[float]) -> float:
+    """The run-to-run standard deviation from |differences| of identical runs, by their median."""
+    if not diffs:
+        return 0.0
+    ordered = sorted(diffs)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+    return median / _MEDIAN_ABS_DIFF
+
+
+def _pooled_halfwidth_pct(a: ArmFigures, b: ArmFigures, metric: str, event: str, confidence: float) -> float:
+    """The half-width, percent, of the ratio of A's and B's per-token ``event`` (``cycles`` or ``Ir``):
+    Student's t at ``confidence`` on the jitter read from both arms' differences within shapes, over both spans
+    (each per-token figure is a difference of two shapes). 0 when neither arm repeated its shapes."""
+    pooled = (*a.diffs.get(event, ()), *b.diffs.get(event, ()))
+    if not pooled:
+        return 0.0
+    var = _sigma(pooled) ** 2
+    dof = len(pooled)
+    sa, sb = a.spans[metric][event], b.spans[metric][event]
+    return float(100.0 * _t(confidence, dof) * (2.0 * var / sa**2 + 2.0 * var / sb**2) ** 0.5)
 
 
 # ---------------------------------------------------------------------------
@@ -323,13 +417,43 @@ def run_one(target: SimTarget, role: str, pn: int, gn: int, workdir: Path, *, en
                   env_pad=env_pad)
 
 
+def warm_up(target: SimTarget, plan: SimPlan, workdir: Path, *, env_pad: int, timeout: float = RUN_TIMEOUT_S) -> float:
+    """The target's base shape once, natively, before anything is counted: whatever a first run does
+    once on a host (caches the page cache, the CPU-level directories, the loader) is done, and a target
+    that cannot run fails here in seconds, not after a run under Valgrind. Without it the first counted
+    run of a measurement executed 3-6 M instructions more than its repeats (2026-12-06, tiny model, two
+    measurements of two). Returns its seconds."""
+    cmd = target.command(plan.p1, plan.g1)
+    log = workdir / f"{_slug(target.name)}-warm-up.log"
+    t0 = time.perf_counter()
+    with log.open("w") as fh:
+        fh.write(" ".join(cmd.argv) + "\n")
+        fh.flush()
+        try:
+            r = subprocess.run(list(cmd.argv), env={**cmd.env, "HARNESS_BENCH_ENV_PAD": "x" * env_pad,
+                                                    "PYTHONHASHSEED": "0"},
+                               stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"simulation of {target.name}: its native warm-up ran over {timeout:.0f} s; log: {log}") from None
+    if r.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        msg = (f"simulation of {target.name}: its native warm-up (pn={plan.p1} gn={plan.g1}) exited {r.returncode}; "
+               f"nothing was simulated; last lines of {log}:\n{tail}")
+        raise BenchError(msg)
+    return time.perf_counter() - t0
+
+
 def measure(targets: Sequence[SimTarget], plan: SimPlan, workdir: Path, *, jobs: int | None = None,
             env_pad: int | None = None) -> list[ArmFigures]:
     """Every target through every run of ``plan``, ``jobs`` runs at once (default: the CPUs here;
     counts do not depend on what else runs), all in one environment size (``env_pad`` bytes; default:
-    random, 0-4 KiB). Progress: a line per finished run."""
+    random, 0-4 KiB). Each target first runs its base shape once natively (:func:`warm_up`).
+    Progress: a line per finished run."""
     workdir.mkdir(parents=True, exist_ok=True)
     pad = _pad() if env_pad is None else env_pad
+    for t in targets:
+        warm_up(t, plan, workdir, env_pad=pad)
     work = [(t, role, pn, gn) for t in targets for role, pn, gn in plan.shapes()]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
     runs: dict[str, list[SimRun]] = {t.name: [] for t in targets}
@@ -429,11 +553,13 @@ class SimCheck:
         return f"{self.metric} {figs}{gate}"
 
 
-def compare(a: ArmFigures, b: ArmFigures, gate: Mapping[str, float] | None = None) -> list[SimCheck]:
+def compare(a: ArmFigures, b: ArmFigures, gate: Mapping[str, float] | None = None, *,
+            confidence: float = CONFIDENCE) -> list[SimCheck]:
     """Prefill and decode: A's estimated cycles per token over B's; ``gate`` maps ``prefill`` / ``decode``
-    (or ``all``) to the percent B may be slower. The interval is the ratio widened by both arms'
-    resolutions, for estimated cycles and for instructions each: failed when either lies wholly below the
-    floor, passed when both lie wholly at or above it."""
+    (or ``all``) to the percent B may be slower. The interval is the ratio widened by the run-to-run
+    jitter pooled over both arms (Student's t at ``confidence``), for estimated cycles and for
+    instructions each: failed when either lies wholly below the floor, passed when both lie wholly at
+    or above it."""
     out = []
     for metric in ("prefill", "decode"):
         ac, bc = a.per_token(metric), b.per_token(metric)
@@ -442,10 +568,8 @@ def compare(a: ArmFigures, b: ArmFigures, gate: Mapping[str, float] | None = Non
                    f"instructions; B {bc.cycles:.0f}, {bc['Ir']:.0f})")
             raise BenchError(msg)
         figs = (_figure("estimated cycles", ac.cycles, bc.cycles,
-                        a.resolution_pct[metric] + b.resolution_pct[metric]),
-                _figure("instructions", ac["Ir"], bc["Ir"],
-                        a.ir_resolution_pct.get(metric, a.resolution_pct[metric])
-                        + b.ir_resolution_pct.get(metric, b.resolution_pct[metric])))
+                        _pooled_halfwidth_pct(a, b, metric, "cycles", confidence)),
+                _figure("instructions", ac["Ir"], bc["Ir"], _pooled_halfwidth_pct(a, b, metric, "Ir", confidence)))
         pct = None if gate is None else gate.get(metric, gate.get("all"))
         floor = None if pct is None else 1.0 - float(pct) / 100.0
         verdicts = [f.verdict(floor) for f in figs]
@@ -472,6 +596,7 @@ class SimResult:
     level: str | None
     valgrind: str
     seconds: float
+    confidence: float = CONFIDENCE
 
     @property
     def failed(self) -> bool:
@@ -490,6 +615,7 @@ class SimResult:
     def as_dict(self) -> dict[str, Any]:
         return {"instrument": "simulation", "formula": FORMULA, "cache": {k: list(v) for k, v in CACHE.items()},
                 "level": self.level, "valgrind": self.valgrind, "plan": self.plan.as_dict(),
+                "confidence": self.confidence,
                 "seconds": round(self.seconds, 1), "a": self.a.as_dict(), "b": self.b.as_dict(),
                 "checks": [c.as_dict() for c in self.checks]}
 
@@ -498,7 +624,9 @@ class SimResult:
                  f"One request per run, one thread, CPU level {self.level or 'the engine pick under Valgrind'}"
                  f"{' (Valgrind executes no AVX-512 or AMX: the level is forced)' if self.level else ''}; "
                  f"{self.valgrind}; runs P{self.plan.p1}/G{self.plan.g1}, P{self.plan.p2}/G{self.plan.g1}, "
-                 f"P{self.plan.p1}/G{self.plan.g2} and the first again; per token = difference of two run lengths.",
+                 f"P{self.plan.p1}/G{self.plan.g2}, each {self.plan.repeats + 1} time(s), the least per event; per token = "
+                 f"difference of two run lengths; intervals: Student's t ({self.confidence:.1%}) on the spread of "
+                 f"identical runs, pooled.",
                  f"{FORMULA}; caches pinned: " + ", ".join(f"{k} {s // 1024} KiB {w}-way" for k, (s, w, _) in CACHE.items())
                  + ".", "",
                  "A gate fails when either figure resolves below its floor and passes when both resolve at or above it.",
@@ -517,12 +645,14 @@ class SimResult:
 
 
 def simulate(a: SimTarget, b: SimTarget, plan: SimPlan, workdir: Path, *, gate: Mapping[str, float] | None = None,
-             level: str | None = None, jobs: int | None = None) -> SimResult:
-    """Both targets through ``plan`` and the comparison; ``level`` is what the targets were asked to run."""
+             level: str | None = None, jobs: int | None = None, confidence: float = CONFIDENCE) -> SimResult:
+    """Both targets through ``plan`` and the comparison (intervals at ``confidence``); ``level`` is what
+    the targets were asked to run."""
     t0 = time.perf_counter()
     fa, fb = measure([a, b], plan, workdir, jobs=jobs)
-    return SimResult(a=fa, b=fb, checks=tuple(compare(fa, fb, gate)), plan=plan, level=level,
-                     valgrind=valgrind_version(), seconds=time.perf_counter() - t0)
+    return SimResult(a=fa, b=fb, checks=tuple(compare(fa, fb, gate, confidence=confidence)), plan=plan,
+                     level=level, valgrind=valgrind_version(), seconds=time.perf_counter() - t0,
+                     confidence=confidence)
 
 
 def target_for(kind: str, options: Mapping[str, Any], *, level: str | None) -> SimTarget:

@@ -114,9 +114,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    "simulated cache misses per token, deterministic on a noisy host; needs valgrind), counters "
                    "(hardware instructions and cycles through perf_event_open, where the host exposes them); "
                    "several give their ratios side by side and each gate says which decided it")
-    p.add_argument("--sim-shape", metavar="P1,P2,G1,G2", default=None,
+    p.add_argument("--sim-shape", metavar="P1,P2,G1,G2[,R]", default=None,
                    help="simulation run lengths: per-token prefill from prompts P1 and P2, decode from G1 and G2 "
-                   "generated tokens (default: 32,96,4,20)")
+                   "generated tokens; every shape runs 1+R times (default R=1), each figure takes its least run "
+                   "(outliers only add work) and the spread within shapes sets the 99%% interval "
+                   "(default: 32,96,4,20,1; R=2 narrows it and survives more outliers)")
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     add_json_flag(p)
     p.set_defaults(func=cmd_bench, extras=('bench',))

@@ -51,6 +51,8 @@ class SimShape:
     p2: int
     g1: int
     g2: int
+    repeats: int = 1
+    """More runs of the first shape (the run-to-run jitter)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,7 +109,8 @@ def qualify_settings(engine: EngineSpec) -> QualifySettings:
         budget_s=float(b.get("budget_s", BUDGET_S)) or None,
         instruments=tuple(str(i) for i in b.get("instruments") or INSTRUMENTS),
         simulation=None if sims is None else {
-            str(k): SimShape(p1=int(v["p1"]), p2=int(v["p2"]), g1=int(v["g1"]), g2=int(v["g2"]))
+            str(k): SimShape(p1=int(v["p1"]), p2=int(v["p2"]), g1=int(v["g1"]), g2=int(v["g2"]),
+                              repeats=int(v.get("repeats", 1)))
             for k, v in sims.items()},
         shapes={str(k): BenchShape(pn=int(v.get("pn", BENCH_SHAPE.pn)), gn=int(v.get("gn", BENCH_SHAPE.gn)))
                 for k, v in (b.get("shapes") or {}).items()},

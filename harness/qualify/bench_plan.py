@@ -107,7 +107,7 @@ def bench_plan(engine: EngineSpec, *, blocks: int | None = None, pn: int | None 
     if raw.simulation is None:  # a descriptor that says nothing: the first bench model
         sims = {models[0]: SIM_DEFAULT} if models else {}
     else:
-        sims = {k: SimPlan(p1=v.p1, p2=v.p2, g1=v.g1, g2=v.g2) for k, v in raw.simulation.items()}
+        sims = {k: SimPlan(p1=v.p1, p2=v.p2, g1=v.g1, g2=v.g2, repeats=v.repeats) for k, v in raw.simulation.items()}
     shapes = {} if pn is not None or gn is not None else dict(raw.shapes)
     return BenchPlan(instruments=chosen, sim=sims, shapes=shapes,
                      blocks=blocks or raw.blocks, pn=qs.BENCH_SHAPE.pn if pn is None else pn,

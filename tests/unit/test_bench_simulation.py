@@ -7,7 +7,11 @@ per-function lines, and a ``summary:`` line with the totals)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
+import scipy.stats
 
 from harness.bench import verdict
 from harness.bench.gate import GateCheck, GateResult
@@ -63,7 +67,7 @@ def _runs(start: float, per_prompt: float, per_gen: float, plan: SimPlan, jitter
         return start + per_prompt * pn + per_gen * gn
 
     return [SimRun(role=role, pn=pn, gn=gn, seconds=1.0, env_pad=0,
-                   counts=_counts(total(pn, gn) + (jitter if role == "repeat" else 0.0)))
+                   counts=_counts(total(pn, gn) + (jitter if role.endswith("2") else 0.0)))
             for role, pn, gn in plan.shapes()]
 
 
@@ -71,12 +75,38 @@ def test_per_token_figures_cancel_start_up_and_report_the_repeat_as_resolution()
     plan = SimPlan(p1=8, p2=24, g1=2, g2=6)
     f = figures_from_runs("x", plan, _runs(5e9, 1e6, 4e6, plan, jitter=320.0))
     assert f.prefill["Ir"] == pytest.approx(1e6) and f.decode["Ir"] == pytest.approx(4e6)
-    # resolution: twice the repeat's difference over the span of the difference
-    assert f.resolution_pct["prefill"] == pytest.approx(100 * 2 * 320 / (16 * 1e6))
-    assert f.resolution_pct["decode"] == pytest.approx(100 * 2 * 320 / (4 * 4e6))
+    # resolution: every shape ran twice, each second run 320 higher: each shape takes its least run (the
+    # jitter does not move the figures); sigma is the median difference over 0.6745 sqrt 2; the half-width
+    # is t(3 differences) at 99% times sqrt 2 (a figure is a difference of two shapes) over the span
+    t3 = scipy.stats.t.ppf(0.995, 3)
+    sd = 320 / (0.6744897501960817 * 2**0.5)
+    assert f.jitter["Ir"] == pytest.approx(sd) and f.diffs["Ir"] == (320.0, 320.0, 320.0)
+    assert f.resolution_pct["prefill"] == pytest.approx(100 * t3 * 2**0.5 * sd / (16 * 1e6))
+    assert f.resolution_pct["decode"] == pytest.approx(100 * t3 * 2**0.5 * sd / (4 * 4e6))
+    # one outlier among the differences moves the median, not much: sigma stays of the order of the others
+    runs = _runs(5e9, 1e6, 4e6, plan, jitter=320.0)
+    runs[3] = dataclasses.replace(runs[3], counts=_counts(runs[3].counts["Ir"] + 4e6))  # base2, 4 M out
+    assert figures_from_runs("z", plan, runs).jitter["Ir"] == pytest.approx(sd)
     # a tool that processes its prompt twice (a warm-up it cannot skip) halves the prefill figure
     twice = figures_from_runs("y", plan, _runs(5e9, 2e6, 4e6, plan), prompt_passes=2)
     assert twice.prefill["Ir"] == pytest.approx(1e6)
+
+
+def test_a_target_that_cannot_run_fails_at_its_native_warm_up(tmp_path) -> None:
+    from harness.bench import simulation
+
+    class Broken:
+        name = "broken arm"
+
+        def command(self, pn: int, gn: int) -> simulation.SimCommand:
+            return simulation.SimCommand(argv=("sh", "-c", f"echo no such model for {pn}/{gn} >&2; exit 3"),
+                                         env={"PATH": "/usr/bin:/bin"})
+
+        def describe(self) -> dict[str, str]:
+            return {}
+
+    with pytest.raises(BenchError, match=r"(?s)warm-up \(pn=8 gn=2\) exited 3; nothing was simulated.*no such model for 8/2"):
+        simulation.measure([Broken()], SimPlan(p1=8, p2=24, g1=2, g2=6), tmp_path)
 
 
 def test_a_target_that_ignores_the_lengths_is_refused() -> None:
@@ -88,9 +118,50 @@ def test_a_target_that_ignores_the_lengths_is_refused() -> None:
 def test_plan_shapes_are_checked() -> None:
     with pytest.raises(BenchError, match="P1 < P2"):
         SimPlan(p1=32, p2=32)
-    assert SimPlan.parse("8,24,2,6") == SimPlan(p1=8, p2=24, g1=2, g2=6)
-    with pytest.raises(BenchError, match="four integers"):
+    assert SimPlan.parse("8,24,2,6") == SimPlan(p1=8, p2=24, g1=2, g2=6, repeats=1)
+    assert [r for r, _, _ in SimPlan.parse("8,24,2,6,2").shapes()] == [
+        "base", "prompt", "generation", "base2", "prompt2", "generation2", "base3", "prompt3", "generation3"]
+    with pytest.raises(BenchError, match="four or five integers"):
         SimPlan.parse("8,24")
+    with pytest.raises(BenchError, match="repeats=-1"):
+        SimPlan(repeats=-1)
+
+
+def _aa_runs(rng: np.random.Generator, plan: SimPlan, sigma: float, outlier: float = 0.0) -> list[SimRun]:
+    """One arm's runs: 5e9 + 2e5 per prompt token + 2e5 per generated token, each run off by a Gaussian
+    jitter of ``sigma`` instructions (the tiny model's: ~0.3 M) and, one run in ten, by ``outlier`` more
+    (its occasional 3-5 M)."""
+    return [SimRun(role=role, pn=pn, gn=gn, seconds=1.0, env_pad=0,
+                   counts=Counts({"Ir": 5e9 + 2e5 * pn + 2e5 * gn + rng.normal(0.0, sigma)
+                                  + (outlier if rng.random() < 0.1 else 0.0)}))
+            for role, pn, gn in plan.shapes()]
+
+
+@pytest.mark.parametrize(("repeats", "outlier", "coverage"), [(1, 0.0, 0.985), (1, 4e6, 0.96), (2, 4e6, 0.985)])
+def test_an_aa_interval_misses_one_no_more_often_than_its_confidence_says(repeats: int, outlier: float,
+                                                                          coverage: float) -> None:
+    """A/A comparisons on synthetic runs with Gaussian jitter and, one run in ten, a 13-sigma outlier,
+    over spans of 64 tokens: the 99% interval holds 1.0 in 98.5% of 1000 draws without outliers; with
+    them, in 96% when every shape runs twice (both runs of a shape out: the least is out too) and in
+    98.5% when it runs three times. The rule it replaces (twice each arm's single base-repeat difference,
+    summed over the arms, no minimum) missed in 11% of draws without outliers; CI met one such miss."""
+    rng = np.random.default_rng(20261206)
+    plan = SimPlan(p1=4, p2=68, g1=2, g2=66, repeats=repeats)
+    misses = 0
+    draws = 1000
+    widths = []
+    for _ in range(draws):
+        fa = figures_from_runs("A", plan, _aa_runs(rng, plan, 3e5, outlier))
+        fb = figures_from_runs("B", plan, _aa_runs(rng, plan, 3e5, outlier))
+        for check in compare(fa, fb, {"all": 1.0}):
+            ir = next(f for f in check.figures if f.name == "instructions")
+            misses += not ir.lo <= 1.0 <= ir.hi
+            widths.append(ir.resolution_pct)
+    assert 1 - misses / (2 * draws) >= coverage, misses
+    if not outlier:
+        # the width is t(6) = 3.7 on the jitter: 2 sigma over the 64-token span (12.8 M), 4.7%
+        expected = scipy.stats.t.ppf(0.995, 6) * 100 * 2 * 3e5 / 12.8e6
+        assert 0.7 * expected <= float(np.median(widths)) <= 1.3 * expected
 
 
 def _result(a_dec: float, b_dec: float, *, a_pre: float = 1e6, b_pre: float = 1e6, jitter: float = 0.0) -> SimResult:
@@ -147,9 +218,12 @@ def test_every_run_of_a_measurement_shares_one_environment_size(monkeypatch: pyt
         def describe(self) -> dict[str, str]:
             return {}
 
+    warmed: list[tuple[str, int]] = []
     monkeypatch.setattr(simulation, "run_one", fake_run)
+    monkeypatch.setattr(simulation, "warm_up", lambda t, plan, workdir, *, env_pad: warmed.append((t.name, env_pad)))
     simulation.measure([T("a"), T("b")], SimPlan(p1=8, p2=24, g1=2, g2=6), tmp_path, jobs=1)
-    assert len(pads) == 8 and len(set(pads)) == 1 and 0 <= pads[0] <= 4096
+    assert [name for name, _ in warmed] == ["a", "b"]  # each target once, natively, before any counted run
+    assert len(pads) == 12 and len(set(pads)) == 1 and 0 <= pads[0] <= 4096  # 2 arms x 3 shapes x 2 runs
 
 
 def test_resolution_widens_the_interval_until_the_gate_cannot_be_told() -> None:

@@ -10,7 +10,8 @@ Wall-clock runs on SmolLM2 (HARNESS_MODEL), not the 0.5 MB tiny model: there a m
 ~1 ms (TTFT 0.7 ms, 32 tokens in 2-4 ms), and two worker processes of the same arm differed by a
 steady 15-20% in decode tok/s (scheduling on 2 cores), so the check failed on timing noise, not
 on the runner. With SmolLM2 at p128/g256 decode is ~1 s per measurement. Simulation counts what
-runs, not how long, so it takes the tiny model (HARNESS_TINY_MODEL) and short run lengths.
+runs, not how long, so it takes the tiny model (HARNESS_TINY_MODEL) and run lengths whose differences
+dwarf the run-to-run jitter.
 """
 
 from __future__ import annotations
@@ -71,14 +72,21 @@ def test_simulated_aa_is_within_the_resolution(variant: str, tmp_path: Path) -> 
     opts = {"engine": "llamacpp", "model": str(model), "variant": variant}
     a = simulation.target_for("in-process", {**opts, "name": "A"}, level=level)
     b = simulation.target_for("in-process", {**opts, "name": "B"}, level=level)
-    result = simulation.simulate(a, b, simulation.SimPlan(p1=4, p2=12, g1=2, g2=6), tmp_path, gate={"all": 1.0},
-                                 level=level)
+    # spans of 192 prompt and 64 generated tokens (~25-40 M instructions each on the tiny model) against a
+    # run-to-run jitter of ~0.3 M and, one run in ten or so, 3-6 M more: each shape runs three times and
+    # keeps its least. The 8-token spans this test once used (1.7 M) were within one outlier: an A/A read
+    # 2.87x inside a claimed +-44% (CI, 2026-12-06). On synthetic jitter of that shape, a 99% interval
+    # from three runs per shape holds 1.0 in 99.3% of draws; at 99.9% per figure the four figures
+    # rarely miss together.
+    plan = simulation.SimPlan(p1=4, p2=196, g1=2, g2=66, repeats=2)
+    result = simulation.simulate(a, b, plan, tmp_path, gate={"all": 1.0}, level=level, confidence=0.999)
     assert {c.metric for c in result.checks} == {"prefill", "decode"}
     for check in result.checks:
         for figure in check.figures:
-            # within its resolution: where the instrument claims one (below 100%), the A/A interval holds 1.0;
-            # a figure at 100% or more decides nothing (its verdict is undecided, never a failure)
+            # the A/A interval holds 1.0
             assert figure.resolution_pct >= 0, check.text()
-            assert abs(figure.speed - 1.0) * 100 <= figure.resolution_pct, check.text()
-            assert figure.resolution_pct >= simulation.UNRESOLVED_PCT or figure.lo <= 1.0 <= figure.hi, check.text()
+            assert figure.lo <= 1.0 <= figure.hi, check.text()
+        # and measures something: instructions resolve (an interval of 100% or more holds anything)
+        instructions = next(f for f in check.figures if f.name == "instructions")
+        assert instructions.resolution_pct < simulation.UNRESOLVED_PCT, check.text()
         assert check.verdict != "FAILED", check.text()
