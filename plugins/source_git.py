@@ -11,12 +11,14 @@ manifest and checked at every use (:func:`harness.source.cache.ensure_tree`).
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from harness.core.errors import SourceError, SubprocessError
 from harness.core.types import SourceSpec, SourceTree
+from harness.engine.confine import GIT_PROTOCOLS, check_git_url
 from harness.engine.plugin import hookimpl
 
 KIND = "git"
@@ -25,7 +27,10 @@ REMOTE = "origin"
 
 def _git(*args: str, cwd: Path | None = None) -> str:
     argv = ["git", *args]
-    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    # git's own allow-list, whatever the user's config says: no remote helpers (ext::, fd::), no
+    # protocol a descriptor's URL could smuggle in (harness.engine.confine.check_git_url checks it first)
+    env = {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(GIT_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
+    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
     if r.returncode:
         raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
     return r.stdout.strip()
@@ -46,12 +51,12 @@ def _checkout(spec: SourceSpec, tree: Path) -> None:
     fetch = ["fetch", "-q", "--depth=1"]
     if spec.filter:
         # A partial clone needs a named promisor remote: checkout fetches the missing blobs from it.
-        _git("remote", "add", REMOTE, spec.url, cwd=tree)
+        _git("remote", "add", "--", REMOTE, spec.url, cwd=tree)
         _git("config", f"remote.{REMOTE}.promisor", "true", cwd=tree)
         _git("config", f"remote.{REMOTE}.partialclonefilter", spec.filter, cwd=tree)
-        fetch += [f"--filter={spec.filter}", REMOTE, spec.commit]
+        fetch += [f"--filter={spec.filter}", "--", REMOTE, spec.commit]
     else:
-        fetch += [spec.url, spec.commit]
+        fetch += ["--", spec.url, spec.commit]
     _git(*fetch, cwd=tree)
     if spec.sparse:
         # Non-cone patterns anchored at the root: each path is a file or a whole directory.
@@ -79,6 +84,7 @@ def harness_source_fetch(engine: str, spec: SourceSpec, cache_dir: Path) -> Sour
     from harness.source.cache import ensure_tree, tree_subdir
     if spec.kind != KIND:
         return None
+    check_git_url(spec.url or "", where=f"the {engine} engine's source.url")
     if len(spec.commit) != 40:
         msg = f"git source for {engine} must pin a full 40-hex commit, found {spec.commit!r}"
         raise SourceError(msg)

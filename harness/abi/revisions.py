@@ -10,6 +10,7 @@ the source cache (``sources/git-<commit>``) with its manifest like the engine's 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -83,9 +84,13 @@ def choose_engine(pins: list[str], specs: list[EngineSpec], default: Callable[[]
 
 
 def _ls_remote(url: str, rev: str) -> list[tuple[str, str]]:
-    argv = ["git", "ls-remote", url, rev, f"{rev}^{{}}"]  # the second pattern lists a peeled annotated tag
+    from harness.engine.confine import GIT_PROTOCOLS, check_git_url
+
+    check_git_url(url, where="source.url")
+    argv = ["git", "ls-remote", "--", url, rev, f"{rev}^{{}}"]  # the second pattern lists a peeled annotated tag
+    env = {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(GIT_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+        r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120, env=env)
     except (OSError, subprocess.TimeoutExpired) as e:
         msg = f"git ls-remote {url} {rev} failed: {e}"
         raise SourceError(msg) from e

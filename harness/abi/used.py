@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.core.errors import HostError, SubprocessError, UsageError
 from harness.core.inputs import open_input, read_bytes
+from harness.engine.confine import recipe_regex
 
 #: Every C identifier: the default ``abi.used_pattern``; the surface's own names filter the result.
 #: An engine with prefixed names may narrow it in its descriptor (fewer names to intersect).
@@ -51,7 +52,7 @@ def source_identifiers(paths: Iterable[Path], pattern: str | None = None) -> set
     :param pattern: regex of identifiers to collect (the descriptor's ``abi.used_pattern``);
         default :data:`SOURCE_IDENT`, every identifier.
     """
-    ident = re.compile(pattern) if pattern else SOURCE_IDENT
+    ident = recipe_regex(pattern, where="abi.used_pattern") if pattern else SOURCE_IDENT
     names: set[str] = set()
     for p in paths:
         files = sorted(f for f in p.rglob("*") if f.suffix in SOURCE_SUFFIXES) if p.is_dir() else [p]

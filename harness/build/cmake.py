@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -22,7 +21,7 @@ from harness.core import paths, progress
 from harness.core.errors import BuildError, HostError, UsageError
 from harness.core.types import EngineSpec, HostInfo, PatchedTree, Variant
 from harness.engine import trust
-from harness.engine.confine import DEFINE_NAME
+from harness.engine.confine import DEFINE_NAME, recipe_regex
 from harness.engine.descriptor import with_current_build_data
 
 BUILD_STAMP = ".harness-build.json"
@@ -337,7 +336,8 @@ def smoke_cpu_level(engine: EngineSpec, variant: Variant, artifact: Path) -> str
     except (OSError, subprocess.TimeoutExpired):
         return None
     pattern = spec.get("cpu_level")
-    m = re.search(str(pattern), r.stdout + r.stderr) if pattern else None
+    m = recipe_regex(str(pattern), where=f"{engine.root / 'engine.yaml'}:smoke.cpu_level").search(
+        r.stdout + r.stderr) if pattern else None
     return m.group(1) if m else None
 
 

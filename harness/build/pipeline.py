@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
+from urllib.parse import unquote, urlparse
 
 import pluggy
 
@@ -79,17 +80,33 @@ def archive_dirs() -> list[Path]:
 def check_source_path(spec: EngineSpec) -> None:
     """An untrusted recipe's ``source.path`` is read only inside its own project (the folder holding
     its ``engines/``), the downloads cache, or a folder the harness's own recipes keep archives in:
-    any other file (``/etc/shadow``) is refused before it is opened, hashed or named by its sha256."""
+    any other file (``/etc/shadow``) is refused before it is opened, hashed or named by its sha256. Its
+    git ``source.url`` names a server, or a repository in those same places (``file://``, a path)."""
+    from harness.engine.confine import git_url_is_local
     from harness.engine.trust import is_trusted, untrusted_hint
 
-    if not spec.source.path or is_trusted(spec):
+    if is_trusted(spec):
         return
-    real = os.path.realpath(spec.source.path)
     allowed = [spec.root.parent.parent, paths.downloads_dir(), *archive_dirs()]
-    if any(real.startswith(os.path.realpath(a).rstrip(os.sep) + os.sep) for a in allowed):
+    places = ", ".join(str(a) for a in dict.fromkeys(allowed))
+
+    def inside(path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(real.startswith(os.path.realpath(a).rstrip(os.sep) + os.sep) for a in allowed)
+
+    url = spec.source.url or ""
+    if spec.source.kind == "git" and url and git_url_is_local(url):
+        local = unquote(urlparse(url).path) if url.lower().startswith("file:") else url
+        if not inside(local):
+            msg = (f"{spec.root / 'engine.yaml'}:source.url: {url} is a repository on this host outside the places an "
+                   f"untrusted recipe's sources are read from ({places}); it is not fetched. Name a server "
+                   f"(https://, ssh://, git://), put the repository inside the recipe's project "
+                   f"({spec.root.parent.parent}), or {untrusted_hint(spec.name)}")
+            raise ConfigError(msg)
+    if not spec.source.path or inside(spec.source.path):
         return
     msg = (f"{spec.root / 'engine.yaml'}:source.path: {spec.source.path} is outside the places an untrusted recipe's "
-           f"archive is read from ({', '.join(str(a) for a in dict.fromkeys(allowed))}); it is not opened, hashed "
+           f"archive is read from ({places}); it is not opened, hashed "
            f"or named. Put the archive inside the recipe's project ({spec.root.parent.parent}), or "
            f"{untrusted_hint(spec.name)}")
     raise ConfigError(msg)

@@ -13,6 +13,13 @@ any stage uses it, and a value outside its rule is a :class:`ConfigError` naming
   where the collected files land is checked again when they are placed (``harness.build.cmake``).
 - A fixture's ``filename``/``dest`` is a bare file name; an ``env:`` role is an identifier (it is
   printed after ``export``).
+- A git ``source.url`` is a URL git fetches over its network protocols (``https``, ``http``, ``ssh``,
+  ``git``) or a local repository (``file://``, a path): never an option (``--upload-pack=...``) nor a
+  ``<transport>::`` remote helper (``ext::sh -c ...`` runs a command). A local one is read for trusted
+  recipes only (``harness.build.pipeline.check_source_path``).
+- A regular expression (``provenance.build_from_version``, ``smoke.cpu_level``, ``abi.used_pattern``)
+  compiles at load and runs with a time limit (:func:`recipe_regex`): a pattern that backtracks
+  without end (``(a|aa)+$``) is a :class:`ConfigError`, not a command that never returns.
 """
 
 from __future__ import annotations
@@ -20,9 +27,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    import regex as _regex
 
 #: A CMake variable name as a descriptor may write one (what ``set(NAME ...)`` takes unquoted).
 DEFINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -110,8 +120,83 @@ def check_env_name(name: str, *, where: str) -> str:
     return name
 
 
+#: The protocols a git source may be fetched over (git's own GIT_ALLOW_PROTOCOL list, set for every fetch).
+GIT_PROTOCOLS: tuple[str, ...] = ("https", "http", "ssh", "git", "file")
+_URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9._~-]+@[A-Za-z0-9.-]+:")
+
+
+def git_url_is_local(url: str) -> bool:
+    """Whether a git URL names a repository on this host (``file://``, a path) rather than a server."""
+    m = _URL_SCHEME.match(url)
+    if m:
+        return m.group(1).lower() == "file"
+    return not _SCP_LIKE.match(url)
+
+
+def check_git_url(url: str, *, where: str) -> str:
+    """``url`` when git fetches it as a repository: no option, no remote helper, a protocol of
+    :data:`GIT_PROTOCOLS` (a scp-like ``user@host:path`` is ssh)."""
+    why = None
+    if not url or url.startswith("-"):
+        why = "it would be read as an option of git (e.g. --upload-pack=COMMAND runs COMMAND)"
+    elif "::" in url.split("/", 1)[0] or any(ord(c) < 32 for c in url):
+        why = "a '<transport>::' address runs a git remote helper (ext::sh -c ... runs a command)"
+    else:
+        m = _URL_SCHEME.match(url)
+        if m and m.group(1).lower() not in GIT_PROTOCOLS:
+            why = f"git fetches over {', '.join(GIT_PROTOCOLS)} only, not {m.group(1)}://"
+    if why:
+        raise ConfigError(f"{where}: {url[:120]!r} is not a git repository URL: {why}")
+    return url
+
+
+#: Seconds a recipe's regular expression may take over one input.
+REGEX_TIMEOUT_S = 2.0
+
+
+class RecipeRegex:
+    """A recipe's regular expression, compiled, every use under :data:`REGEX_TIMEOUT_S`."""
+
+    def __init__(self, pattern: str, *, where: str) -> None:
+        import regex
+
+        self.where, self.text = where, pattern
+        try:
+            self._re: _regex.Pattern[str] = regex.compile(pattern)
+        except regex.error as e:
+            raise ConfigError(f"{where}: {pattern[:120]!r} is not a regular expression ({e})") from None
+
+    def _run(self, how: str, text: str) -> Any:
+        try:
+            return getattr(self._re, how)(text, timeout=REGEX_TIMEOUT_S)
+        except TimeoutError:
+            msg = (f"{self.where}: the regular expression {self.text[:120]!r} ran over {REGEX_TIMEOUT_S:.0f} s on "
+                   f"{len(text)} characters (it backtracks without end, e.g. a repeated group that can match "
+                   "the same text two ways); write it so each character is matched one way")
+            raise ConfigError(msg) from None
+
+    def search(self, text: str) -> Any:
+        return self._run("search", text)
+
+    def fullmatch(self, text: str) -> Any:
+        return self._run("fullmatch", text)
+
+    def findall(self, text: str) -> list[Any]:
+        return list(self._run("findall", text))
+
+
+def recipe_regex(pattern: str, *, where: str) -> RecipeRegex:
+    """``pattern`` (a recipe's value) compiled for use with a time limit; a ConfigError naming ``where``
+    when it does not compile."""
+    return RecipeRegex(pattern, where=where)
+
+
 def check_descriptor(path: Path, data: Mapping[str, Any]) -> None:
     """Every value of a schema-valid descriptor that becomes a define, a path or a program."""
+    source = dict(data.get("source") or {})
+    if source.get("kind") == "git" and source.get("url") is not None:
+        check_git_url(str(source["url"]), where=f"{path}:source.url")
     cmake = dict(data.get("cmake") or {})
     check_recipe_defines(dict(cmake.get("base") or {}), where=f"{path}:cmake.base")
     for key, values in dict(cmake.get("intents") or {}).items():
@@ -135,3 +220,9 @@ def check_descriptor(path: Path, data: Mapping[str, Any]) -> None:
     if smoke.get("argv"):
         check_relative(str(smoke["argv"][0]), where=f"{path}:smoke.argv[0]", inside="the artifact",
                        what="the program a smoke check runs (e.g. bin/tool)")
+    if smoke.get("cpu_level"):
+        recipe_regex(str(smoke["cpu_level"]), where=f"{path}:smoke.cpu_level")
+    if dict(data.get("abi") or {}).get("used_pattern"):
+        recipe_regex(str(data["abi"]["used_pattern"]), where=f"{path}:abi.used_pattern")
+    for package, pattern in dict(dict(data.get("provenance") or {}).get("build_from_version") or {}).items():
+        recipe_regex(str(pattern), where=f"{path}:provenance.build_from_version.{package}")

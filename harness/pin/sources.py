@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from harness.core.errors import SourceError, SubprocessError, UsageError
+from harness.engine.confine import check_git_url
 
 FORMS = ("pypi:PACKAGE==VERSION[#SUBDIR]", "git:URL@REV[#SUBDIR]", "archive:PATH#sha256=HEX[&subdir=SUBDIR]")
 _PYPI = re.compile(r"^pypi:(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)"
@@ -56,8 +58,11 @@ def _subdir(value: str | None, text: str) -> str | None:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
+    from harness.engine.confine import GIT_PROTOCOLS
+
     argv = ["git", *args]
-    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    env = {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(GIT_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
+    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
     if r.returncode:
         raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
     return r.stdout.strip()
@@ -70,7 +75,7 @@ def resolve_git(url: str, rev: str) -> tuple[str, int]:
         raise SourceError(msg)
     with tempfile.TemporaryDirectory(prefix="harness-pin-") as tmp:
         repo = Path(tmp) / "repo.git"
-        _git("clone", "-q", "--bare", "--filter=tree:0", "--no-tags", url, str(repo))
+        _git("clone", "-q", "--bare", "--filter=tree:0", "--no-tags", "--", check_git_url(url, where="git:URL"), str(repo))
         _git("fetch", "-q", "--filter=tree:0", "origin", "+refs/tags/*:refs/tags/*", cwd=repo)
         try:
             commit = _git("rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}", cwd=repo)

@@ -17,12 +17,12 @@ so they are derived where the source carries them and checked against it at ever
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.core.errors import ConfigError
+from harness.engine.confine import recipe_regex
 
 if TYPE_CHECKING:
     from harness.core.types import EngineSpec
@@ -51,7 +51,7 @@ def from_source(source: Mapping[str, Any], rules: Mapping[str, Any]) -> Provenan
         schemes = dict(rules.get("build_from_version") or {})
         pattern = schemes.get(package) or schemes.get(package.lower().replace("_", "-"))
         if pattern:
-            m = re.fullmatch(str(pattern), version)
+            m = recipe_regex(str(pattern), where=f"provenance.build_from_version.{package}").fullmatch(version)
             if m and m.groupdict().get("build"):
                 build = int(m.group("build"))
                 return Provenance(build=build, how=(f"build {build}: {package}'s version {version} encodes it "

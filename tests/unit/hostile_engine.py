@@ -107,7 +107,8 @@ def _surface() -> str:
 
 
 def _write(scratch: Path) -> Recipe:
-    bare, one, _ = _repo(scratch)
+    # the contributor's repository inside their project: an untrusted recipe fetches no other local one
+    bare, one, _ = _repo(scratch / "contrib")
     recipe = Recipe(root=scratch / "contrib", scratch=scratch)
     (recipe.folder / "patches").mkdir(parents=True)
     (recipe.folder / "engine.yaml").write_text(DESCRIPTOR.format(url=bare.as_uri(), commit=one))

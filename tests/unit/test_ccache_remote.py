@@ -59,7 +59,7 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
 
 def test_second_build_with_a_cleared_local_cache_hits_redis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str], redis_url: str) -> None:
-    bare, one, _ = _repo(tmp_path)
+    bare, one, _ = _repo(tmp_path / "proj")
     proj = tmp_path / "proj"
     (proj / "engines" / "tiny").mkdir(parents=True)
     (proj / "engines" / "tiny" / "patches").mkdir(parents=True)

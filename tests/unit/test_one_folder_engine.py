@@ -215,7 +215,7 @@ def test_an_engine_is_one_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     from harness.engine import registry
 
     before = _status()
-    bare, one, _ = _repo(tmp_path)
+    bare, one, _ = _repo(tmp_path / "elsewhere")
     engines = tmp_path / "elsewhere" / "engines"
     folder = _folder(engines, bare.as_uri(), one)
     monkeypatch.setenv("HARNESS_ENGINES_PATH", str(engines))

@@ -134,7 +134,7 @@ def tinypp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, 
     import harness.engine.plugin as plugin
     from harness.engine import registry
 
-    bare, one, two = _upstream(tmp_path)
+    bare, one, two = _upstream(tmp_path / "elsewhere")  # inside the recipe's project: an untrusted one may fetch it
     engines = tmp_path / "elsewhere" / "engines"
     folder = engines / "tinypp"
     (folder / "binding" / "src").mkdir(parents=True)

@@ -10,9 +10,11 @@ the loader never saw: one from an older harness, a plugin's defines).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,9 @@ REFUSED: dict[str, tuple[Callable[[dict[str, Any]], None], str, str]] = {
                             "a relative path inside the artifact"),
     "smoke argv climbing": (_set("smoke", value={"argv": ["bin/../../../../usr/bin/id"]}),
                             "engine.yaml:smoke.argv[0]", "no '..'"),
+    "provenance regex that does not compile": (_set("provenance", value={"build_from_version": {"x": "(?P<build>"}}),
+                                               "engine.yaml:provenance.build_from_version.x",
+                                               "is not a regular expression"),
 }
 
 
@@ -246,3 +251,58 @@ def test_an_untrusted_recipes_smoke_check_is_not_run(tmp_path: Path, monkeypatch
     assert smoke_cpu_level(engine, Variant(name="cpu", platform="cpu"), artifact) is None and not marker.exists()
     monkeypatch.setenv("HARNESS_TRUST", "tiny")
     assert smoke_cpu_level(engine, Variant(name="cpu", platform="cpu"), artifact) == "x" and marker.exists()
+
+
+def test_a_recipe_regex_that_backtracks_without_end_is_a_config_error_not_a_hang() -> None:
+    """``(a|aa)+$`` over 48 a's and a '!' backtracks ~2^48 ways: the provenance check stops it at its
+    time limit with an error naming the field, instead of a fetch that never returns."""
+    from harness.engine.confine import REGEX_TIMEOUT_S
+    from harness.source.provenance import from_source
+
+    source = {"kind": "pypi-sdist", "package": "evil", "version": "a" * 48 + "!"}
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"build_from_version\.evil: the regular expression .* backtracks"):
+        from_source(source, {"build_from_version": {"evil": "(a|aa)+$"}})
+    assert time.perf_counter() - t0 < REGEX_TIMEOUT_S * 10
+    # a well-formed one still derives the build
+    ok = from_source({"kind": "pypi-sdist", "package": "xllamacpp", "version": "2026.10.11549"},
+                     {"build_from_version": {"xllamacpp": r"\d{4}\.\d{1,2}\.(?P<build>\d+)(?:\.\d+)?"}})
+    assert ok.build == 11549
+
+
+@pytest.mark.parametrize(("url", "said"), [
+    ("--upload-pack=touch /tmp/pwned", "read as an option of git"),
+    ("ext::sh -c touch% /tmp/pwned", "remote helper"),
+    ("fd::17", "remote helper"),
+    ("ftp://example.com/repo.git", "not ftp://"),
+    ("https://example.com/r\n.git", "remote helper"),
+])
+def test_a_git_source_url_is_a_repository_not_an_option_or_a_helper(url: str, said: str) -> None:
+    from harness.engine.confine import check_git_url
+
+    with pytest.raises(ConfigError, match=r"source\.url: .* is not a git repository URL") as e:
+        check_git_url(url, where="engine.yaml:source.url")
+    assert said in str(e.value)
+    for ok in ("https://github.com/ggml-org/llama.cpp.git", "git@github.com:ggml-org/llama.cpp.git",
+               "ssh://git@host/repo.git", "file:///srv/mirror/llama.cpp.git"):
+        assert check_git_url(ok, where="x") == ok
+
+
+def test_an_untrusted_recipe_fetches_no_repository_of_this_host(tmp_path: Path) -> None:
+    """A contributor's recipe naming file:///home/you/.password-store (any local repository outside its
+    project) would copy it into the source tree its build sees and its artifact can carry: refused
+    before git runs."""
+    from harness.build.pipeline import check_source_path
+
+    root = tmp_path / "contrib" / "engines" / "tiny"
+
+    def spec(url: str) -> EngineSpec:
+        return dataclasses.replace(_engine(tmp_path / "contrib"), source=SourceSpec(kind="git", url=url, commit="0" * 40))
+
+    assert spec("x").root == root
+    for url in ("file:///home/you/.password-store", "/home/you/.password-store", "../../secrets.git"):
+        with pytest.raises(ConfigError, match=r"is a repository on this host outside.*--trust tiny"):
+            check_source_path(spec(url))
+    check_source_path(spec("https://example.com/tiny.git"))  # a server is fine, and a repository inside
+    own = spec((tmp_path / "contrib" / "tiny.git").as_uri())   # the recipe's own project
+    check_source_path(own)

@@ -151,7 +151,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 
 def test_a_third_engine_with_data_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    bare, one, two = _repo(tmp_path)
+    bare, one, two = _repo(tmp_path / "proj")  # inside the project: the only local repository it may fetch
     proj = tmp_path / "proj"
     (proj / "engines" / "tiny").mkdir(parents=True)
     (proj / "engines" / "tiny" / "patches").mkdir(parents=True)
