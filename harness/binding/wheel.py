@@ -197,6 +197,7 @@ def build_binding(engine: EngineSpec, artifact: Path, *, install: bool = True, f
             ccache = shutil.which("ccache")
             if ccache:
                 env.setdefault("CMAKE_CXX_COMPILER_LAUNCHER", ccache)
+            argv, env = _in_sandbox(engine, argv, env, source_dir=source_dir, artifact=artifact, root=root)
             with FileLock(paths.compile_lock_path()), progress.spinner(f"build binding {engine.name} {variant}"):
                 r = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
             (root / "build.log").write_text(r.stdout + r.stderr)
@@ -220,6 +221,39 @@ def build_binding(engine: EngineSpec, artifact: Path, *, install: bool = True, f
         installed = True
     return BindingBuild(wheel=wheel, package=package, built=built, installed=installed,
                         seconds=time.perf_counter() - t0, key=key)
+
+
+def _in_sandbox(engine: EngineSpec, argv: list[str], env: dict[str, str], *, source_dir: Path, artifact: Path,
+                root: Path) -> tuple[list[str], dict[str, str]]:
+    """``(argv, env)`` of the wheel build: as given for a trusted recipe; for an untrusted one, in the
+    build sandbox (``harness.build.sandbox``), since its ``binding/`` CMake project and sources are code:
+    the binding sources and the artifact read-only, the binding's own cache dir writable, this Python
+    and its packages read-only, no network, nothing else of the home directory or the cache."""
+    from harness.engine.trust import is_trusted
+
+    if is_trusted(engine):
+        return argv, env
+    import sysconfig
+
+    import pybind11
+
+    from harness.build.sandbox import sandbox_for
+    from harness.core import host as hostmod
+
+    shown = {"shared": str((source_dir.parent.parent / "_shared").resolve()), "artifact": str(artifact.resolve()),
+             "python": sys.executable, "prefix": sys.prefix, "pyinc": sysconfig.get_paths()["include"],
+             "purelib": sysconfig.get_paths()["purelib"], "pybind11": pybind11.get_include()}
+    # the launcher is the harness's choice, passed as a variable the sandbox keeps (CMake reads it from the env)
+    launcher = env.pop("CMAKE_CXX_COMPILER_LAUNCHER", None)
+    sandbox = sandbox_for(engine, tree=source_dir.resolve(), build_dir=root, host=hostmod.probe(), env=env,
+                          plugin_defines={k: v for k, v in shown.items() if os.path.exists(v)})
+    full, full_env = sandbox.command(argv, env)
+    if sandbox.active and launcher:
+        at = full.index("--")
+        full = [*full[:at], "--setenv", "CMAKE_CXX_COMPILER_LAUNCHER", launcher, *full[at:]]
+    elif launcher:
+        full_env["CMAKE_CXX_COMPILER_LAUNCHER"] = launcher
+    return full, full_env
 
 
 def binding_root(engine: EngineSpec, variant: str) -> Path:

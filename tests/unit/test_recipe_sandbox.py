@@ -191,3 +191,45 @@ def test_an_untrusted_build_reads_the_shared_cache_and_never_writes_it(recipe: h
     run = recipe.harness("build", "tiny", "--variant", "cpu", "--force", "--json", CCACHE_REMOTE_STORAGE=setting)
     assert run.returncode == 0, run.output
     assert json.loads(run.output)[0]["ccache"]["remote_hits"] >= 1, run.output
+
+
+def test_an_untrusted_recipe_s_binding_wheel_is_built_in_the_sandbox(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`harness build-binding` runs pip and the binding's CMake project: code of the recipe. For an untrusted
+    recipe the command runs in the build sandbox (a synthetic passwd, no home directory, the artifact
+    read-only, the harness's compiler launcher kept); for a trusted one it runs as given."""
+    import dataclasses
+    import os
+    import subprocess
+
+    from harness.binding import wheel
+    from harness.core.types import EngineSpec, SourceSpec
+
+    if unavailable():
+        pytest.skip(f"no sandbox here: {unavailable()}")
+    monkeypatch.delenv("HARNESS_TRUST", raising=False)
+    root = tmp_path / "contrib" / "engines" / "tiny"
+    (root / "binding").mkdir(parents=True)
+    artifact = tmp_path / "cache" / "dist" / "tiny-1-cpu"
+    (artifact / "lib").mkdir(parents=True)
+    secret = Path.home() / ".harness-test-secret-binding"
+    secret.write_text("SECRET_4711\n")
+    try:
+        spec = EngineSpec(name="tiny", root=root, source=SourceSpec(kind="git"), upstream={}, cmake={"base": {}},
+                          targets=("tiny",), artifacts={"lib": (), "bin": (), "include": ()}, abi={})
+        probe = (f"head -1 /etc/passwd; cat {secret} 2>&1; echo launcher=$CMAKE_CXX_COMPILER_LAUNCHER; "
+                 f"touch {artifact}/lib/x 2>&1; echo done")
+        env = {**os.environ, "CMAKE_CXX_COMPILER_LAUNCHER": "/usr/bin/ccache"}
+        argv, full_env = wheel._in_sandbox(spec, ["sh", "-c", probe], env, source_dir=root / "binding",
+                                           artifact=artifact, root=tmp_path / "binding-root")
+        out = subprocess.run(argv, env=full_env, capture_output=True, text=True, check=False, timeout=60).stdout
+        assert out.startswith("build:x:0:0:harness build") and "SECRET_4711" not in out, out
+        assert "No such file" in out and "launcher=/usr/bin/ccache" in out and "Read-only file system" in out, out
+        assert not (artifact / "lib" / "x").exists()
+        # trusted: the command as given, on the host
+        monkeypatch.setenv("HARNESS_TRUST", "tiny")
+        trusted = dataclasses.replace(spec)
+        assert wheel._in_sandbox(trusted, ["true"], env, source_dir=root / "binding", artifact=artifact,
+                                 root=tmp_path / "binding-root") == (["true"], env)
+    finally:
+        secret.unlink()
