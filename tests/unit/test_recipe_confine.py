@@ -14,7 +14,6 @@ import dataclasses
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -256,14 +255,12 @@ def test_an_untrusted_recipes_smoke_check_is_not_run(tmp_path: Path, monkeypatch
 def test_a_recipe_regex_that_backtracks_without_end_is_a_config_error_not_a_hang() -> None:
     """``(a|aa)+$`` over 48 a's and a '!' backtracks ~2^48 ways: the provenance check stops it at its
     time limit with an error naming the field, instead of a fetch that never returns."""
-    from harness.engine.confine import REGEX_TIMEOUT_S
     from harness.source.provenance import from_source
 
     source = {"kind": "pypi-sdist", "package": "evil", "version": "a" * 48 + "!"}
-    t0 = time.perf_counter()
+    # no wall-clock bound is asserted (a busy host must not fail it): without the limit, 2^48 ways never end
     with pytest.raises(ConfigError, match=r"build_from_version\.evil: the regular expression .* backtracks"):
         from_source(source, {"build_from_version": {"evil": "(a|aa)+$"}})
-    assert time.perf_counter() - t0 < REGEX_TIMEOUT_S * 10
     # a well-formed one still derives the build
     ok = from_source({"kind": "pypi-sdist", "package": "xllamacpp", "version": "2026.10.11549"},
                      {"build_from_version": {"xllamacpp": r"\d{4}\.\d{1,2}\.(?P<build>\d+)(?:\.\d+)?"}})
