@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.core.errors import SourceError, SubprocessError
 from harness.core.types import SourceSpec, SourceTree
-from harness.engine.confine import GIT_PROTOCOLS, check_git_url
+from harness.engine.confine import check_git_url, git_env
 from harness.engine.plugin import hookimpl
 
 KIND = "git"
@@ -27,10 +27,7 @@ REMOTE = "origin"
 
 def _git(*args: str, cwd: Path | None = None) -> str:
     argv = ["git", *args]
-    # git's own allow-list, whatever the user's config says: no remote helpers (ext::, fd::), no
-    # protocol a descriptor's URL could smuggle in (harness.engine.confine.check_git_url checks it first)
-    env = {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(GIT_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
-    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
+    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=git_env(os.environ))
     if r.returncode:
         raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
     return r.stdout.strip()

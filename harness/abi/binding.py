@@ -244,16 +244,11 @@ def runner_for(spec: EngineSpec, tree: Path, work: Path, source_dir: Path) -> Ru
 
     if is_trusted(spec):
         return _host_runner
-    import sysconfig
-
-    import pybind11
-
-    from harness.build.sandbox import sandbox_for
+    from harness.build.sandbox import python_paths, sandbox_for
     from harness.core import host as hostmod
 
-    shown = {"binding": str(source_dir.resolve()), "shared": str((source_dir.parent.parent / "_shared").resolve()),
-             "python": sys.executable, "pyinc": sysconfig.get_paths()["include"],
-             "pybind11": pybind11.get_include(), "pybind11_cmake": pybind11.get_cmake_dir()}
+    shown = {**python_paths(), "binding": str(source_dir.resolve()),
+             "shared": str((source_dir.parent.parent / "_shared").resolve())}
     sandbox = sandbox_for(spec, tree=tree.resolve(), build_dir=work, host=hostmod.probe(), env=compile_env(),
                           plugin_defines={k: v for k, v in shown.items() if os.path.exists(v)})
 

@@ -84,13 +84,12 @@ def choose_engine(pins: list[str], specs: list[EngineSpec], default: Callable[[]
 
 
 def _ls_remote(url: str, rev: str) -> list[tuple[str, str]]:
-    from harness.engine.confine import GIT_PROTOCOLS, check_git_url
+    from harness.engine.confine import check_git_url, git_env
 
     check_git_url(url, where="source.url")
     argv = ["git", "ls-remote", "--", url, rev, f"{rev}^{{}}"]  # the second pattern lists a peeled annotated tag
-    env = {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(GIT_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120, env=env)
+        r = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120, env=git_env(os.environ))
     except (OSError, subprocess.TimeoutExpired) as e:
         msg = f"git ls-remote {url} {rev} failed: {e}"
         raise SourceError(msg) from e

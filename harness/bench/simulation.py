@@ -91,9 +91,9 @@ RUN_TIMEOUT_S = 3600.0
 #: The most repeats of each shape a plan takes.
 MAX_REPEATS = 16
 #: The confidence of a simulated ratio's interval (Student's t on the pooled run-to-run jitter).
+CONFIDENCE = 0.99
 #: The median of |N(0, 2 sigma^2)| is this many sigma.
 _MEDIAN_ABS_DIFF = 0.6744897501960817 * 2**0.5
-CONFIDENCE = 0.99
 
 
 #: The three shapes of a plan, by role.
@@ -306,7 +306,7 @@ class ArmFigures:
 
 def figures_from_runs(name: str, plan: SimPlan, runs: Sequence[SimRun],
                       describe: Mapping[str, Any] | None = None, *, prompt_passes: int = 1) -> ArmFigures:
-    """Per-token prefill and decode from the plan's four runs (see the module docstring);
+    """Per-token prefill and decode from the plan's runs (see the module docstring);
     ``prompt_passes``: how often a run processes its prompt (a tool that cannot skip its warm-up: 2)."""
     roles = {role for role, _, _ in plan.shapes()}
     by: dict[str, list[Counts]] = {shape: [] for shape in SHAPES}
@@ -387,6 +387,27 @@ def cachegrind_argv(out_file: Path) -> list[str]:
             "--trace-children=no"]
 
 
+def _run_env(cmd: SimCommand, env_pad: int) -> dict[str, str]:
+    # the environment's size moves the initial stack (measure() gives every run of a measurement the same)
+    return {**cmd.env, "HARNESS_BENCH_ENV_PAD": "x" * env_pad, "PYTHONHASHSEED": "0"}
+
+
+def _run_logged(argv: list[str], env: Mapping[str, str], log: Path, timeout: float) -> int | None:
+    """``argv`` with its output in ``log`` (its command line first): the exit code, None when it ran over."""
+    with log.open("w") as fh:
+        fh.write(" ".join(argv) + "\n")
+        fh.flush()
+        try:
+            return subprocess.run(argv, env=dict(env), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  check=False, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            return None
+
+
+def _tail(log: Path) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+
+
 def run_one(target: SimTarget, role: str, pn: int, gn: int, workdir: Path, *, env_pad: int,
             timeout: float = RUN_TIMEOUT_S) -> SimRun:
     """One request of ``target`` under cachegrind; its log is kept beside the output file."""
@@ -394,54 +415,35 @@ def run_one(target: SimTarget, role: str, pn: int, gn: int, workdir: Path, *, en
     stem = f"{_slug(target.name)}-{role}-p{pn}-g{gn}"
     out, log = workdir / f"{stem}.cachegrind.out", workdir / f"{stem}.log"
     out.unlink(missing_ok=True)
-    # the environment's size moves the initial stack (measure() gives every run of a measurement the same)
-    env = {**cmd.env, "HARNESS_BENCH_ENV_PAD": "x" * env_pad, "PYTHONHASHSEED": "0"}
-    argv = [*cachegrind_argv(out), *cmd.argv]
     t0 = time.perf_counter()
-    with log.open("w") as fh:
-        fh.write(" ".join(argv) + "\n")
-        fh.flush()
-        try:
-            r = subprocess.run(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                               check=False, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            msg = f"simulation of {target.name} ({role}, pn={pn} gn={gn}) ran over {timeout:.0f} s; log: {log}"
-            raise BenchError(msg) from None
+    code = _run_logged([*cachegrind_argv(out), *cmd.argv], _run_env(cmd, env_pad), log, timeout)
     seconds = time.perf_counter() - t0
-    if r.returncode != 0 or not out.is_file():
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        msg = (f"simulation of {target.name} ({role}, pn={pn} gn={gn}) exited {r.returncode} under valgrind; "
-               f"last lines of {log}:\n{tail}")
+    if code is None:
+        msg = f"simulation of {target.name} ({role}, pn={pn} gn={gn}) ran over {timeout:.0f} s; log: {log}"
+        raise BenchError(msg)
+    if code != 0 or not out.is_file():
+        msg = (f"simulation of {target.name} ({role}, pn={pn} gn={gn}) exited {code} under valgrind; "
+               f"last lines of {log}:\n{_tail(log)}")
         raise BenchError(msg)
     return SimRun(role=role, pn=pn, gn=gn, counts=parse_cachegrind(out.read_text()), seconds=seconds,
                   env_pad=env_pad)
 
 
-def warm_up(target: SimTarget, plan: SimPlan, workdir: Path, *, env_pad: int, timeout: float = RUN_TIMEOUT_S) -> float:
+def warm_up(target: SimTarget, plan: SimPlan, workdir: Path, *, env_pad: int, timeout: float = RUN_TIMEOUT_S) -> None:
     """The target's base shape once, natively, before anything is counted: whatever a first run does
     once on a host (caches the page cache, the CPU-level directories, the loader) is done, and a target
     that cannot run fails here in seconds, not after a run under Valgrind. Without it the first counted
     run of a measurement executed 3-6 M instructions more than its repeats (2026-12-06, tiny model, two
-    measurements of two). Returns its seconds."""
+    measurements of two)."""
     cmd = target.command(plan.p1, plan.g1)
     log = workdir / f"{_slug(target.name)}-warm-up.log"
-    t0 = time.perf_counter()
-    with log.open("w") as fh:
-        fh.write(" ".join(cmd.argv) + "\n")
-        fh.flush()
-        try:
-            r = subprocess.run(list(cmd.argv), env={**cmd.env, "HARNESS_BENCH_ENV_PAD": "x" * env_pad,
-                                                    "PYTHONHASHSEED": "0"},
-                               stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False,
-                               timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise BenchError(f"simulation of {target.name}: its native warm-up ran over {timeout:.0f} s; log: {log}") from None
-    if r.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        msg = (f"simulation of {target.name}: its native warm-up (pn={plan.p1} gn={plan.g1}) exited {r.returncode}; "
-               f"nothing was simulated; last lines of {log}:\n{tail}")
+    code = _run_logged(list(cmd.argv), _run_env(cmd, env_pad), log, timeout)
+    if code is None:
+        raise BenchError(f"simulation of {target.name}: its native warm-up ran over {timeout:.0f} s; log: {log}")
+    if code != 0:
+        msg = (f"simulation of {target.name}: its native warm-up (pn={plan.p1} gn={plan.g1}) exited {code}; "
+               f"nothing was simulated; last lines of {log}:\n{_tail(log)}")
         raise BenchError(msg)
-    return time.perf_counter() - t0
 
 
 def measure(targets: Sequence[SimTarget], plan: SimPlan, workdir: Path, *, jobs: int | None = None,

@@ -235,25 +235,16 @@ def _in_sandbox(engine: EngineSpec, argv: list[str], env: dict[str, str], *, sou
         return argv, env
     import sysconfig
 
-    import pybind11
-
-    from harness.build.sandbox import sandbox_for
+    from harness.build.sandbox import python_paths, sandbox_for
     from harness.core import host as hostmod
 
-    shown = {"shared": str((source_dir.parent.parent / "_shared").resolve()), "artifact": str(artifact.resolve()),
-             "python": sys.executable, "prefix": sys.prefix, "pyinc": sysconfig.get_paths()["include"],
-             "purelib": sysconfig.get_paths()["purelib"], "pybind11": pybind11.get_include()}
-    # the launcher is the harness's choice, passed as a variable the sandbox keeps (CMake reads it from the env)
-    launcher = env.pop("CMAKE_CXX_COMPILER_LAUNCHER", None)
+    # pip runs as well as the compiler: this Python's prefix and packages too
+    shown = {**python_paths(), "prefix": sys.prefix, "purelib": sysconfig.get_paths()["purelib"],
+             "shared": str((source_dir.parent.parent / "_shared").resolve()), "artifact": str(artifact.resolve())}
     sandbox = sandbox_for(engine, tree=source_dir.resolve(), build_dir=root, host=hostmod.probe(), env=env,
                           plugin_defines={k: v for k, v in shown.items() if os.path.exists(v)})
-    full, full_env = sandbox.command(argv, env)
-    if sandbox.active and launcher:
-        at = full.index("--")
-        full = [*full[:at], "--setenv", "CMAKE_CXX_COMPILER_LAUNCHER", launcher, *full[at:]]
-    elif launcher:
-        full_env["CMAKE_CXX_COMPILER_LAUNCHER"] = launcher
-    return full, full_env
+    # the launcher is the harness's choice (build_binding sets it), kept inside as it is on the host
+    return sandbox.command(argv, env, also_keep=("CMAKE_CXX_COMPILER_LAUNCHER",))
 
 
 def binding_root(engine: EngineSpec, variant: str) -> Path:

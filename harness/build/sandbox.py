@@ -71,16 +71,32 @@ class Sandbox:
     def active(self) -> bool:
         return bool(self.args)
 
-    def command(self, argv: list[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    def command(self, argv: list[str], env: Mapping[str, str], *,
+                also_keep: Iterable[str] = ()) -> tuple[list[str], dict[str, str]]:
         """``(argv, env)`` for Popen: on the host, ``argv`` with ``env`` and the ccache settings; in the
-        sandbox, bwrap running ``argv`` with only the variables a build reads (:data:`ENV_KEEP`)."""
+        sandbox, bwrap running ``argv`` with only the variables a build reads (:data:`ENV_KEEP`, and
+        ``also_keep``: variables the harness itself set, e.g. its compiler launcher)."""
         full = {**env, **self.ccache}
         if not self.active:
             return argv, full
-        keep = {k: v for k, v in full.items() if k in ENV_KEEP or k.startswith(("LC_", "CCACHE_"))}
+        names = {*ENV_KEEP, *also_keep}
+        keep = {k: v for k, v in full.items() if k in names or k.startswith(("LC_", "CCACHE_"))}
         keep.update({"HOME": HOME, "TMPDIR": "/tmp", "USER": "build", "LOGNAME": "build"})
         setenv = [a for k, v in sorted(keep.items()) for a in ("--setenv", k, v)]
         return [*self.args, "--clearenv", *setenv, "--", *argv], {"PATH": os.environ.get("PATH", os.defpath)}
+
+
+def python_paths() -> dict[str, str]:
+    """What a compile of a Python extension reads of this Python, shown read-only: the interpreter, its
+    headers, pybind11's headers and CMake files (those that exist)."""
+    import sys
+    import sysconfig
+
+    import pybind11
+
+    found = {"python": sys.executable, "pyinc": sysconfig.get_paths()["include"],
+             "pybind11": pybind11.get_include(), "pybind11_cmake": pybind11.get_cmake_dir()}
+    return {k: v for k, v in found.items() if os.path.exists(v)}
 
 
 def disabled() -> bool:

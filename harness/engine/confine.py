@@ -126,6 +126,12 @@ _URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._~-]+@[A-Za-z0-9.-]+:")
 
 
+def git_env(base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with git held to :data:`GIT_PROTOCOLS` (no remote helper, whatever the user's config
+    says) and never prompting: the environment of every git call on a recipe's URL."""
+    return {**base, "GIT_ALLOW_PROTOCOL": ":".join(GIT_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
+
+
 def git_url_is_local(url: str) -> bool:
     """Whether a git URL names a repository on this host (``file://``, a path) rather than a server."""
     m = _URL_SCHEME.match(url)

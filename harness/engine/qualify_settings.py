@@ -52,7 +52,7 @@ class SimShape:
     g1: int
     g2: int
     repeats: int = 1
-    """More runs of the first shape (the run-to-run jitter)."""
+    """More runs of every shape (:attr:`harness.bench.simulation.SimPlan.repeats`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

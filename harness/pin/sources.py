@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from harness.core.errors import SourceError, SubprocessError, UsageError
-from harness.engine.confine import check_git_url
+from harness.engine.confine import check_git_url, git_env
 
 FORMS = ("pypi:PACKAGE==VERSION[#SUBDIR]", "git:URL@REV[#SUBDIR]", "archive:PATH#sha256=HEX[&subdir=SUBDIR]")
 _PYPI = re.compile(r"^pypi:(?P<package>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)"
@@ -58,11 +58,8 @@ def _subdir(value: str | None, text: str) -> str | None:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    from harness.engine.confine import GIT_PROTOCOLS
-
     argv = ["git", *args]
-    env = {**os.environ, "GIT_ALLOW_PROTOCOL": ":".join(GIT_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
-    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=env)
+    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=git_env(os.environ))
     if r.returncode:
         raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
     return r.stdout.strip()

@@ -29,8 +29,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/agree/run.py", "ReferenceRows.load", "meta.read_text"): "the reference rows' meta file, written by an earlier agree() of the same series",
     # the simulation instrument's own files: cachegrind's output and the run's log, both written by it
     ("harness/bench/simulation.py", "run_one", "out.read_text"): "cachegrind's output file of a run the harness started",
-    ("harness/bench/simulation.py", "run_one", "log.read_text"): "the log of a run the harness started",
-    ("harness/bench/simulation.py", "warm_up", "log.read_text"): "the log of the native warm-up run the harness started",
+    ("harness/bench/simulation.py", "_tail", "log.read_text"): "the log of a run the harness started",
     ("harness/bench/counters.py", "probe", "paranoid.read_text"): "the kernel's perf_event_paranoid setting (the host's own /proc)",
     # package data, shipped inside the wheel
     ("engines/vllmcpp/plugin/__init__.py", "_writer_version", "(Path(__file__).parent / 'random_hf.py').read_bytes"): "the random-weight writer's own source, hashed as its version",
