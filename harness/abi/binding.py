@@ -244,7 +244,7 @@ def runner_for(spec: EngineSpec, tree: Path, work: Path, source_dir: Path) -> Ru
 
     if is_trusted(spec):
         return _host_runner
-    from harness.build.sandbox import python_paths, sandbox_for
+    from harness.sandbox.bwrap import python_paths, sandbox_for
     from harness.core import host as hostmod
 
     shown = {**python_paths(), "binding": str(source_dir.resolve()),

@@ -226,7 +226,7 @@ def build_binding(engine: EngineSpec, artifact: Path, *, install: bool = True, f
 def _in_sandbox(engine: EngineSpec, argv: list[str], env: dict[str, str], *, source_dir: Path, artifact: Path,
                 root: Path) -> tuple[list[str], dict[str, str]]:
     """``(argv, env)`` of the wheel build: as given for a trusted recipe; for an untrusted one, in the
-    build sandbox (``harness.build.sandbox``), since its ``binding/`` CMake project and sources are code:
+    build sandbox (``harness.sandbox.bwrap``), since its ``binding/`` CMake project and sources are code:
     the binding sources and the artifact read-only, the binding's own cache dir writable, this Python
     and its packages read-only, no network, nothing else of the home directory or the cache."""
     from harness.engine.trust import is_trusted
@@ -235,7 +235,7 @@ def _in_sandbox(engine: EngineSpec, argv: list[str], env: dict[str, str], *, sou
         return argv, env
     import sysconfig
 
-    from harness.build.sandbox import python_paths, sandbox_for
+    from harness.sandbox.bwrap import python_paths, sandbox_for
     from harness.core import host as hostmod
 
     # pip runs as well as the compiler: this Python's prefix and packages too

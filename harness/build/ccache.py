@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from harness.sandbox.bwrap import remote_storage
+
 #: The stats log's name in a build dir.
 STATS_LOG = "ccache-stats.log"
 
@@ -91,20 +93,6 @@ def build_env(build_dir: Path) -> dict[str, str]:
     log = build_dir / STATS_LOG
     log.unlink(missing_ok=True)
     return {"CCACHE_STATSLOG": str(log)}
-
-
-def remote_storage(env: dict[str, str] | None = None) -> str | None:
-    """ccache's effective remote storage (its environment variable, else its config files), or None."""
-    env = dict(os.environ if env is None else env)
-    value = env.get("CCACHE_REMOTE_STORAGE")
-    if value is None and shutil.which("ccache"):
-        try:
-            r = subprocess.run(["ccache", "--get-config", "remote_storage"], capture_output=True, text=True,
-                               timeout=10, env=env, check=False)
-            value = r.stdout.strip() if r.returncode == 0 else None
-        except (OSError, subprocess.TimeoutExpired):
-            value = None
-    return value or None
 
 
 def _urls(setting: str) -> list[str]:

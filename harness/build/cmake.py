@@ -15,7 +15,8 @@ from typing import Any
 import pluggy
 from filelock import FileLock
 
-from harness.build import ccache, cmake_fileapi, sandbox
+from harness.build import ccache, cmake_fileapi
+from harness.sandbox import bwrap as sandbox
 from harness.build.matrix import buildability, engine_support, row_defines
 from harness.core import paths, progress
 from harness.core.errors import BuildError, HostError, UsageError

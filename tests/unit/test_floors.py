@@ -1,7 +1,8 @@
 """The packages of ``harness/`` stand on floors, and imports run down (or along) them, not up.
 
 Floor 0 is what everything uses (``core``), floor 1 how engines and plugins plug in (``engine``),
-floor 2 the data the stages share (``families``: the video family table, the video bounds and the
+floor 2 the data the stages share and the sandbox's room (``sandbox``: bubblewrap and the confined
+accessor build, binding and abi use; ``families``: the video family table, the video bounds and the
 canvas, which both ``config`` and ``video`` read, so neither has to import the other for them),
 floor 3 the pipeline's stages and tools (each its own package: they may use one another), floor 4
 qualification, which drives them all, floor 5 the command line, floor 6 the plugins
@@ -22,6 +23,8 @@ FLOORS: dict[str, int] = {
     "harness.engine": 1,
     # below config and video, which both read it
     "harness.families": 2,
+    # the sandbox and its confined accessor: build, binding and abi stand on it (DESIGN: the sandbox's edge)
+    "harness.sandbox": 2,
     **{f"harness.{p}": 3 for p in ("source", "abi", "build", "binding", "audit", "models", "config", "runtime",
                                    "video", "bench", "agree", "serve", "pin")},
     "harness.qualify": 4,

@@ -68,7 +68,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/build/cmake.py", "_clear_stale", "cache.read_text"): "CMakeCache.txt in the harness's build directory",
     ("harness/build/ccache.py", "read_stats_log", "path.read_text"): "ccache's stats log in the harness's build directory",
     ("harness/build/cmake_fileapi.py", "_load", "path.read_text"): "CMake file-API replies in the harness's build directory",
-    ("harness/build/sandbox.py", "_prefix_of", "open"): "the #! line of a tool the host probe found on PATH",
+    ("harness/sandbox/bwrap.py", "_prefix_of", "open"): "the #! line of a tool the host probe found on PATH",
     ("harness/cli/qualify.py", "cmd_qualify", "(directory / 'qualify.md').read_text"): "the report qualify just wrote",
     ("harness/core/crash.py", "read_note", "path.read_text"): "a crash note the harness's supervisor wrote",
     ("harness/models/fixtures.py", "read_stamp", "_stamp_path(name).read_text"): "the fixture cache's own stamp",

@@ -277,7 +277,7 @@ def test_an_untrusted_recipe_s_binding_is_checked_in_the_sandbox(
     """The check configures the binding's CMake project and compiles its units: code of the recipe. For a
     recipe the user has not trusted, both run in the build sandbox: a unit that includes a host file gets no
     such file, and its content never reaches the diagnostics."""
-    from harness.build.sandbox import unavailable
+    from harness.sandbox.bwrap import unavailable
 
     if unavailable():
         pytest.skip(f"no sandbox here: {unavailable()}")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.build.sandbox import read_only_remote, unavailable
+from harness.sandbox.bwrap import read_only_remote, unavailable
 from harness.core.errors import BuildError, HostError
 
 from . import hostile_engine

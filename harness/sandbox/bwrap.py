@@ -58,6 +58,20 @@ class SandboxError(HostError):
     """A build that must run in the sandbox cannot: bubblewrap is missing or user namespaces are off."""
 
 
+def remote_storage(env: dict[str, str] | None = None) -> str | None:
+    """ccache's effective remote storage (its environment variable, else its config files), or None."""
+    env = dict(os.environ if env is None else env)
+    value = env.get("CCACHE_REMOTE_STORAGE")
+    if value is None and shutil.which("ccache"):
+        try:
+            r = subprocess.run(["ccache", "--get-config", "remote_storage"], capture_output=True, text=True,
+                               timeout=10, env=env, check=False)
+            value = r.stdout.strip() if r.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            value = None
+    return value or None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Sandbox:
     """How one build's commands run: :meth:`command` gives the argv and environment of each."""
@@ -209,8 +223,6 @@ def ccache_env(env: Mapping[str, str], *, trusted: bool) -> dict[str, str]:
     """What ccache gets: a trusted build the host's cache and remote storage as configured; an
     untrusted one a local cache of its own (``<cache>/ccache-untrusted``: it never writes the cache
     trusted builds read) and the remote storage read-only."""
-    from harness.build.ccache import remote_storage
-
     out: dict[str, str] = {}
     local = ccache_dir(env) if trusted else str(paths.cache_root() / "ccache-untrusted")
     if local:
@@ -260,7 +272,6 @@ def sandbox_for(engine: EngineSpec, *, tree: Path, build_dir: Path, host: HostIn
 
     ``env`` is the environment the build would get on the host; ``plugin_defines`` the defines the
     variant plugins and the user set (their paths are shown read-only)."""
-    from harness.build.ccache import remote_storage
     from harness.engine.trust import is_trusted, origin, untrusted_hint
 
     trusted = is_trusted(engine)
