@@ -11,21 +11,18 @@ redacted) and the remote hits in the manifest, and ``harness host`` says whether
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from harness.sandbox.bwrap import remote_storage
+from harness.sandbox.bwrap import remote_storage as remote_storage
+from harness.sandbox.confined import Tree
 
 #: The stats log's name in a build dir.
 STATS_LOG = "ccache-stats.log"
@@ -68,14 +65,15 @@ _UNCACHEABLE = re.compile(r"^(called_for_|could_not_|compiler_|unsupported_|mult
                           r"missing_cache_file|error_hashing|modified_input|recache)")
 
 
-def read_stats_log(path: Path) -> CacheStats | None:
-    """Count the counters a build's compilations appended to ``path``; None when there is no log
-    (ccache was not the compiler launcher, or nothing was compiled)."""
-    if not path.is_file():
+def read_stats_log(build: Tree, rel: str = STATS_LOG) -> CacheStats | None:
+    """Count the counters a build's compilations appended to ``rel`` in the build dir (read through the
+    confined accessor: the build wrote it); None when there is no log (ccache was not the compiler
+    launcher, or nothing was compiled)."""
+    if not build.is_file(rel):
         return None
     counts: Counter[str] = Counter()
     uncacheable = 0
-    for line in path.read_text(errors="replace").splitlines():
+    for line in build.read_text(rel).splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -88,11 +86,10 @@ def read_stats_log(path: Path) -> CacheStats | None:
                       remote_errors=counts["remote_storage_error"], uncacheable=uncacheable)
 
 
-def build_env(build_dir: Path) -> dict[str, str]:
+def build_env(build: Tree) -> dict[str, str]:
     """The environment additions that give one build its own stats log (emptied first)."""
-    log = build_dir / STATS_LOG
-    log.unlink(missing_ok=True)
-    return {"CCACHE_STATSLOG": str(log)}
+    build.remove(STATS_LOG)
+    return {"CCACHE_STATSLOG": str(build.root / STATS_LOG)}
 
 
 def _urls(setting: str) -> list[str]:

@@ -16,7 +16,6 @@ import pluggy
 from filelock import FileLock
 
 from harness.build import ccache, cmake_fileapi
-from harness.sandbox import bwrap as sandbox
 from harness.build.matrix import buildability, engine_support, row_defines
 from harness.core import paths, progress
 from harness.core.errors import BuildError, HostError, UsageError
@@ -24,6 +23,8 @@ from harness.core.types import EngineSpec, HostInfo, PatchedTree, Variant
 from harness.engine import trust
 from harness.engine.confine import DEFINE_NAME, recipe_regex
 from harness.engine.descriptor import with_current_build_data
+from harness.sandbox import bwrap as sandbox
+from harness.sandbox import confined
 
 BUILD_STAMP = ".harness-build.json"
 MANIFEST = "manifest.json"
@@ -72,10 +73,21 @@ def effective_defines(pm: pluggy.PluginManager, engine: EngineSpec, variant: Var
 
 
 def build_key(engine: EngineSpec, tree: PatchedTree, variant: Variant, defines: dict[str, str]) -> str:
-    """What the CMake configuration depends on: names the build dir."""
+    """What the CMake configuration depends on: names the build dir. Trust is part of it (an untrusted
+    recipe's build never shares a build dir with a trusted one's, nor with another folder's)."""
     blob = json.dumps({"engine": engine.name, "pin": engine.pin, "source": engine.source.sha256 or engine.source.commit,
-                       "series": tree.series_hash, "variant": variant.name, "defines": defines}, sort_keys=True)
+                       "series": tree.series_hash, "variant": variant.name, "defines": defines,
+                       "trust": trust_key(engine)}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def trust_key(engine: EngineSpec) -> str:
+    """"" for a trusted recipe; ``untrusted-<hash12 of its folder and commit>`` for an untrusted one: the
+    component every path an untrusted build writes carries, so it never writes a trusted one's."""
+    if trust.is_trusted(engine):
+        return ""
+    where = f"{os.path.realpath(engine.root)}@{engine.recipe_commit}"
+    return "untrusted-" + hashlib.sha256(where.encode()).hexdigest()[:12]
 
 
 def row_targets(engine: EngineSpec, variant: Variant) -> list[str]:
@@ -106,9 +118,24 @@ def build_dir_for(tree: PatchedTree, variant: Variant, key: str) -> Path:
 
 
 def artifact_dir(engine: EngineSpec, variant: Variant) -> Path:
-    """``<dist>/<engine>-<pin>-<variant>``; a recipe from history adds ``@<commit12>``."""
+    """``<dist>/<engine>-<pin>-<variant>``; a recipe from history adds ``@<commit12>``, an untrusted one
+    ``+untrusted-<hash12>`` (:func:`trust_key`): it never writes the path a trusted build's artifact has."""
     suffix = f"@{engine.recipe_commit[:12]}" if engine.recipe_commit else ""
-    return paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{variant.name}{suffix}"
+    untrusted = trust_key(engine)
+    return paths.artifacts_dir() / f"{engine.name}-{engine.pin}-{variant.name}{suffix}{'+' + untrusted if untrusted else ''}"
+
+
+def host_files(build_dir: Path) -> Path:
+    """Where the host keeps its own files for ``build_dir`` (the log, the init-cache script, the stamp,
+    the sandbox's passwd/group): outside every tree the build can write, shown to it read-only."""
+    rel = build_dir.relative_to(paths.work_dir()) if build_dir.is_relative_to(paths.work_dir()) else Path(
+        hashlib.sha256(str(build_dir).encode()).hexdigest()[:16])
+    return confined.host_dir("build", *rel.parts)
+
+
+def build_log(build_dir: Path) -> Path:
+    """The build's log: the host's own file (:func:`host_files`), never one in the build dir."""
+    return host_files(build_dir) / "build.log"
 
 
 def init_cache_text(defines: dict[str, str]) -> str:
@@ -131,16 +158,18 @@ def init_cache_text(defines: dict[str, str]) -> str:
 
 def _run_logged(argv: list[str], cwd: Path, log: Path, env: dict[str, str], label: str,
                 box: sandbox.Sandbox | None = None) -> None:
-    """Run ``argv`` (in ``box`` when given), its output appended to ``log``; BuildError on failure."""
+    """Run ``argv`` (in ``box`` when given), its output streamed into ``log`` (the host's own file,
+    outside every tree the build can write); BuildError with the log's last lines on failure."""
     shown = argv
     if box is not None:
         argv, env = box.command(argv, env)
-    with log.open("a") as lf, progress.spinner(label) as update:
+    fd = confined.open_log(log)
+    with os.fdopen(fd, "a") as lf, progress.spinner(label) as update:
         lf.write(f"\n$ {' '.join(shown)}\n" + ("  (in the bubblewrap sandbox)\n" if box and box.active else ""))
         lf.flush()
         # The with block closes the pipe (an unclosed one is a ResourceWarning at every build).
         with subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, bufsize=1) as proc:
+                              text=True, bufsize=1, errors="replace") as proc:
             assert proc.stdout is not None
             try:
                 for line in proc.stdout:
@@ -153,13 +182,25 @@ def _run_logged(argv: list[str], cwd: Path, log: Path, env: dict[str, str], labe
                 proc.wait()
                 raise
     if rc != 0:
-        tail = log.read_text(errors="replace").splitlines()[-40:]
         msg = (f"{label} failed (exit {rc}): {' '.join(shown)}"
                + (" (in the bubblewrap sandbox: no network; the host's /home, /root, /var, /run, /tmp and the "
                   "harness cache out of sight; /etc reduced; the source tree read-only)" if box and box.active else "")
-               + f"\n--- last lines of {log} ---\n" + "\n".join(tail)
+               + f"\n--- last lines of {log} ---\n" + "\n".join(log_tail(log))
                + "\nFix the cause above; the full log is kept at the path shown.")
         raise BuildError(msg)
+
+
+def log_tail(log: Path, lines: int = 40) -> list[str]:
+    """The last ``lines`` lines of the host's own log (its last 64 KiB, never the whole file)."""
+    tree = confined.Tree(log.parent, what="the harness's build logs")
+    fd = tree.open_file(log.name, limit=confined.COPY_LIMIT)
+    try:
+        size = os.fstat(fd).st_size
+        os.lseek(fd, max(0, size - (64 << 10)), os.SEEK_SET)
+        data = os.read(fd, 64 << 10)
+    finally:
+        os.close(fd)
+    return data.decode(errors="replace").splitlines()[-lines:]
 
 
 def _sha256(path: Path) -> str:
@@ -184,14 +225,15 @@ def file_hashes(root: Path) -> dict[str, str]:
     return out
 
 
-def _library_candidates(build_dir: Path, pattern: str,
-                        targets: list[cmake_fileapi.TargetArtifacts] | None) -> list[Path]:
-    """Files matching ``pattern`` where the build's libraries are: the directories CMake's file API
-    says shared/module libraries are written to (build root, ``bin/``, ``src/ggml/``, ...)."""
+def _library_candidates(build: confined.Tree, pattern: str,
+                        targets: list[cmake_fileapi.TargetArtifacts] | None) -> list[str]:
+    """Files (relative to the build dir) matching ``pattern`` where the build's libraries are: the
+    directories CMake's file API says shared/module libraries are written to (build root, ``bin/``,
+    ``src/ggml/``, ...)."""
     if targets is None:
         # No file API reply (a build dir configured by an older harness): bin/ and one level below.
-        return sorted((build_dir / "bin").glob(pattern)) + sorted(build_dir.glob(f"*/{pattern}"))
-    return [p for d in cmake_fileapi.library_dirs(build_dir, targets) for p in sorted(d.glob(pattern))]
+        return build.glob(f"bin/{pattern}") + build.glob(f"*/{pattern}")
+    return [p for d in cmake_fileapi.library_dirs(build, targets) for p in build.glob(f"{d}/{pattern}" if d else pattern)]
 
 
 def _inside(path: str, roots: tuple[str, ...]) -> bool:
@@ -200,110 +242,97 @@ def _inside(path: str, roots: tuple[str, ...]) -> bool:
 
 def _destination(artifact: Path, target: Path, what: str) -> None:
     """Make ``target``'s directory, after checking that ``target`` stays inside ``artifact`` (the
-    staging directory being filled) as written and once every symlink already in it is followed:
-    a pattern or a link in the tree never places a file elsewhere."""
+    host's own staging directory): a pattern never places a file elsewhere."""
     rel = os.path.relpath(target, artifact)
     if os.path.isabs(rel) or rel == os.pardir or rel.startswith(os.pardir + os.sep):
         msg = (f"{what} would be placed at {os.path.normpath(target)}, outside the artifact {artifact}: "
                "fix the pattern in artifacts: of the engine descriptor (relative, no '..')")
         raise BuildError(msg)
     target.parent.mkdir(parents=True, exist_ok=True)
-    parent = os.path.realpath(target.parent)
-    if not _inside(parent, (os.path.realpath(artifact),)):
-        msg = (f"{what} would be placed at {target}, whose directory leads to {parent}, outside the artifact "
-               f"{artifact} (through a symlink the tree holds): remove the symlink (the patch or build step "
-               "that made it)")
-        raise BuildError(msg)
 
 
-def _one_link(path: str, src: Path, what: str) -> None:
-    """A file with another hard link may be a host file under a second name (``ln /etc/shadow x.h``):
-    an artifact carries only files the trees hold alone."""
-    st = os.stat(path)
-    if st.st_nlink > 1:
-        msg = (f"{what} {src} is a hard link ({st.st_nlink} names for one file): its other names may be "
-               "outside the build and source trees, and an artifact carries only the trees' own files. "
-               "Remove the hard link (the patch or build step that made it)")
-        raise BuildError(msg)
+@dataclass(frozen=True)
+class _Pending:
+    """A symlink recorded in the artifact, and the file it leads to in its tree (for :func:`_settle_links`)."""
+
+    tree: confined.Tree
+    resolved: str
 
 
-def _place(src: Path, target: Path, *, roots: tuple[str, ...], base: Path, what: str, artifact: Path) -> str:
-    """Put ``src`` (a file the build or the source tree holds) at ``target`` in the artifact.
+def _place(tree: confined.Tree, rel: str, target: Path, *, base: str, what: str, artifact: Path) -> _Pending | None:
+    """Put the tree's ``rel`` (a file the build or the source tree holds) at ``target`` in the artifact.
 
-    Only the trees' own bytes go in: ``src`` must resolve (every symlink on its way followed)
-    inside one of ``roots`` (the build directory and the patched source tree), else
-    :class:`BuildError` naming it. A symlink whose text is relative and stays inside ``base``
-    (the directory collected from: libggml.so -> libggml.so.0) is recorded as that symlink (its
-    resolved path is returned, for :func:`_settle_links`); any other that resolves inside the
-    trees is copied as the file it leads to."""
-    resolved = os.path.realpath(src)
-    if not _inside(resolved, roots):
-        msg = (f"{what} {src} leads to {resolved}, outside the build and source trees ({', '.join(roots)}): "
-               "an artifact carries only the trees' own files, never the host's. Remove the symlink "
-               "(the patch or build step that made it), or fix the pattern in artifacts: of the engine descriptor")
-        raise BuildError(msg)
+    Only the trees' own bytes go in, read through the confined accessor: a link is followed lexically
+    and only inside its tree (:meth:`~harness.sandbox.confined.Tree.resolve`), a special file, a file
+    with other hard links (a host file under a second name) or a link out is :class:`BuildError`. A
+    symlink whose text is relative and stays inside ``base`` (the directory collected from:
+    libggml.so -> libggml.so.0) is recorded as that symlink; any other is copied as the file it leads to."""
     _destination(artifact, target, what)
-    if src.is_symlink():
-        text = os.readlink(src)
-        lexical = os.path.normpath(os.path.join(os.path.dirname(os.path.relpath(src, base)), text))
-        if not os.path.isabs(text) and lexical != ".." and not lexical.startswith(".." + os.sep):
-            target.symlink_to(text)
-            return resolved
-    if not os.path.isfile(resolved):
-        msg = f"{what} {src} is not a regular file (it resolves to {resolved}); artifacts: patterns name files"
-        raise BuildError(msg)
-    _one_link(resolved, src, what)
-    shutil.copy2(resolved, target)
-    return ""
+    try:
+        if tree.kind(rel) == "link":
+            text = tree.readlink(rel)
+            resolved = tree.resolve(rel)
+            lexical = os.path.normpath(os.path.join(os.path.dirname(os.path.relpath(rel, base or ".")), text))
+            if not os.path.isabs(text) and lexical != ".." and not lexical.startswith(".." + os.sep):
+                target.symlink_to(text)
+                return _Pending(tree, resolved)
+            rel = resolved
+        tree.copy_to(rel, target)
+    except confined.ConfinementError as e:
+        msg = (f"{what} {e}. An artifact carries only the build and source trees' own files, never the host's; "
+               "or fix the pattern in artifacts: of the engine descriptor")
+        raise BuildError(msg) from None
+    return None
 
 
-def _settle_links(links: dict[Path, str]) -> None:
+def _settle_links(links: dict[Path, _Pending]) -> None:
     """A symlink recorded in the artifact whose target was not collected is replaced by the file it
-    led to in the tree (checked inside it by :func:`_place`): the artifact never holds a dangling link."""
-    for link, resolved in links.items():
-        if not link.exists() and os.path.isfile(resolved):
-            _one_link(resolved, link, "file")
+    led to in the tree (read through the accessor): the artifact never holds a dangling link."""
+    for link, pending in links.items():
+        if not link.exists() and pending.tree.is_file(pending.resolved):
             link.unlink()
-            shutil.copy2(resolved, link)
+            pending.tree.copy_to(pending.resolved, link)
 
 
 def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path, bins: list[str] | None = None) -> None:
+    """Fill the host's staging dir ``dest`` from the build dir and the patched tree, both read only
+    through the confined accessor (the build wrote the one, the patch series the other)."""
     (dest / "lib").mkdir(parents=True)
     (dest / "bin").mkdir()
     (dest / "include").mkdir()
-    bindir = build_dir / "bin"
-    roots = tuple(dict.fromkeys(os.path.realpath(r) for r in (build_dir, tree)))
-    links: dict[Path, str] = {}
-    targets = cmake_fileapi.read_targets(build_dir)
+    build = confined.Tree(build_dir, what="build dir")
+    source = confined.Tree(tree, what="patched source tree")
+    links: dict[Path, _Pending | None] = {}
+    targets = cmake_fileapi.read_targets(build)
     for pattern in engine.artifacts.get("lib", ()):
-        for src in _library_candidates(build_dir, pattern, targets):
-            target = dest / "lib" / src.name
+        for rel in _library_candidates(build, pattern, targets):
+            target = dest / "lib" / os.path.basename(rel)
             if target.exists() or target.is_symlink():
                 continue
-            links[target] = _place(src, target, roots=roots, base=src.parent, what="library", artifact=dest)
+            links[target] = _place(build, rel, target, base=os.path.dirname(rel), what="library", artifact=dest)
     exes = cmake_fileapi.executables(targets or [])
     for name in engine.artifacts.get("bin", ()) if bins is None else bins:
-        src = exes.get(name, bindir / name)
-        if not src.is_file():
-            msg = (f"expected binary {name} not built (looked for {src}); check targets: in "
+        rel = exes.get(name, f"bin/{name}")
+        if build.kind(rel) not in ("file", "link"):
+            msg = (f"expected binary {name} not built (looked for {build_dir / rel}); check targets: in "
                    f"{engine.root / 'engine.yaml'}")
             raise BuildError(msg)
-        links[dest / "bin" / name] = _place(src, dest / "bin" / name, roots=roots, base=src.parent, what="program",
-                                            artifact=dest)
+        links[dest / "bin" / name] = _place(build, rel, dest / "bin" / name, base=os.path.dirname(rel),
+                                            what="program", artifact=dest)
     for entry in engine.artifacts.get("include", ()):
         # "DIR:GLOB" keeps paths relative to DIR; a bare glob flattens into include/.
         base, _, pattern = entry.rpartition(":")
-        root = tree / base if base else None
-        for src in sorted((root or tree).glob(pattern)):
-            if src.is_dir() and not src.is_symlink():
+        base = "" if base in ("", ".") else base
+        for rel in source.glob(f"{base}/{pattern}" if base else pattern):
+            if source.kind(rel) == "dir":
                 continue
-            rel = src.relative_to(root) if root else Path(src.name)
-            links[dest / "include" / rel] = _place(src, dest / "include" / rel, roots=roots, base=root or src.parent,
+            out = os.path.relpath(rel, base) if base else os.path.basename(rel)
+            links[dest / "include" / out] = _place(source, rel, dest / "include" / out, base=base or os.path.dirname(rel),
                                                    what="header", artifact=dest)
     _settle_links({k: v for k, v in links.items() if v})
     if not any((dest / "lib").iterdir()):
-        where = (", ".join(str(d) for d in cmake_fileapi.library_dirs(build_dir, targets)) or "none"
-                 if targets is not None else f"{bindir} and one level below {build_dir}")
+        where = (", ".join(str(build_dir / d) for d in cmake_fileapi.library_dirs(build, targets)) or "none"
+                 if targets is not None else f"{build_dir / 'bin'} and one level below {build_dir}")
         msg = (f"no libraries matched {engine.artifacts.get('lib')} (artifacts.lib in {engine.root / 'engine.yaml'}); "
                f"library directories of the build: {where}")
         raise BuildError(msg)
@@ -375,16 +404,19 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
                 return BuildResult(artifact=dest, build_dir=Path(manifest.get("build_dir", "")), built=False,
                                    seconds=time.perf_counter() - t0, manifest=manifest)
         build_dir = build_dir_for(tree, variant, key)
-        _clear_stale(build_dir, tree.path, toolchain_id(host))
+        own = host_files(build_dir)
+        _clear_stale(build_dir, own, tree.path, toolchain_id(host))
         build_dir.mkdir(parents=True, exist_ok=True)
-        log = build_dir / "build.log"
-        init = build_dir / "harness-init-cache.cmake"
-        init.write_text(init_cache_text(defines))
-        cmake_fileapi.write_query(build_dir)
+        build_tree = confined.Tree(build_dir, what="build dir")
+        build_tree.remove("build.log")  # an older harness's log there (and never written through again)
+        log = build_log(build_dir)
+        init = confined.write_private(own / "init-cache.cmake", init_cache_text(defines))
+        cmake_fileapi.write_query(build_tree)
         env = dict(os.environ)
         env.setdefault("CCACHE_BASEDIR", str(paths.cache_root()))
         box = sandbox.sandbox_for(engine, tree=tree.path, build_dir=build_dir, host=host, env=env,
-                                  plugin_defines=_not_from_descriptor(engine, variant, defines))
+                                  plugin_defines=_not_from_descriptor(engine, variant, defines), host_files=own,
+                                  shown=(str(init),))
         source_dir = tree.path / engine.cmake.get("source_subdir", "")
         compile_lock = FileLock(paths.compile_lock_path())
         if not _try_acquire(compile_lock):
@@ -394,7 +426,7 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             _run_logged(["cmake", "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", "-C", str(init)],
                         build_dir, log, env, f"configure {engine.name} {variant.name}", box)
             # this build's own ccache counts (other builds running now keep theirs): see harness/build/ccache.py
-            build_env = {**env, **ccache.build_env(build_dir)} if _uses_ccache(defines) else env
+            build_env = {**env, **ccache.build_env(build_tree)} if _uses_ccache(defines) else env
             _run_logged(["cmake", "--build", str(build_dir), "--parallel", str(jobs()), "--target", *targets],
                         build_dir, log, build_env, f"build {engine.name} {variant.name} (-j{jobs()})", box)
         finally:
@@ -424,9 +456,10 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             "abi_fingerprint_kind": "abi" if abi_fingerprint else "header-sha256",
             "build_key": stamp,
             "build_dir": str(build_dir),
+            "build_log": str(log),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.perf_counter() - t0, 1),
-            "ccache": _ccache_record(build_dir, defines, {**env, **box.ccache}),
+            "ccache": _ccache_record(build_tree, defines, {**env, **box.ccache}),
             "trusted": trust.is_trusted(engine),
             "sandbox": "bubblewrap" if box.active else None,
         }
@@ -436,8 +469,8 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         shutil.rmtree(dest, ignore_errors=True)
         staging.rename(dest)
-        (build_dir / BUILD_STAMP).write_text(json.dumps({"source_dir": str(source_dir), "toolchain": toolchain_id(host),
-                                                         "key": key}))
+        confined.write_private(own / BUILD_STAMP, json.dumps({"source_dir": str(source_dir),
+                                                              "toolchain": toolchain_id(host), "key": key}))
     return BuildResult(artifact=dest, build_dir=build_dir, built=True, seconds=time.perf_counter() - t0,
                        manifest=manifest)
 
@@ -453,11 +486,11 @@ def _uses_ccache(defines: dict[str, str]) -> bool:
     return Path(defines.get("CMAKE_C_COMPILER_LAUNCHER", defines.get("CMAKE_CXX_COMPILER_LAUNCHER", ""))).name == "ccache"
 
 
-def _ccache_record(build_dir: Path, defines: dict[str, str], env: dict[str, str]) -> dict[str, Any] | None:
+def _ccache_record(build: confined.Tree, defines: dict[str, str], env: dict[str, str]) -> dict[str, Any] | None:
     """The manifest's ``ccache``: this build's hits (local and remote) and the remote storage it had."""
     if not _uses_ccache(defines):
         return None
-    stats = ccache.read_stats_log(build_dir / ccache.STATS_LOG)
+    stats = ccache.read_stats_log(build, ccache.STATS_LOG)
     remote = ccache.remote_storage(env)
     return {**(stats.as_dict() if stats else {"compilations": 0}),
             "remote_storage": ccache.redact(remote) if remote else None}
@@ -490,15 +523,21 @@ def header_hash(include: Path) -> str:
     return h.hexdigest()
 
 
-def _clear_stale(build_dir: Path, source_dir: Path, toolchain: dict[str, str | None]) -> None:
-    """CMake caches the source dir and compilers: a change in either needs a fresh build dir."""
-    stamp = build_dir / BUILD_STAMP
-    cache = build_dir / "CMakeCache.txt"
-    if not cache.exists():
+def _clear_stale(build_dir: Path, own: Path, source_dir: Path, toolchain: dict[str, str | None]) -> None:
+    """CMake caches the source dir and compilers: a change in either needs a fresh build dir. The stamp
+    is the host's own (``own``); CMakeCache.txt, which the build wrote, is read through the accessor."""
+    stamp = own / BUILD_STAMP
+    build = confined.Tree(build_dir, what="build dir")
+    if not build_dir.is_dir() or not build.is_file("CMakeCache.txt"):
+        if build_dir.is_dir() and build.kind("CMakeCache.txt") not in (None, "file"):
+            shutil.rmtree(build_dir)  # a link or special file where the cache is: what a hostile build left
         return
-    old: dict[str, Any] = json.loads(stamp.read_text()) if stamp.exists() else {}
-    home = next((ln.split("=", 1)[1] for ln in cache.read_text(errors="replace").splitlines()
-                 if ln.startswith("CMAKE_HOME_DIRECTORY:")), None)
-    if (home and Path(home) != source_dir) or (old and old.get("toolchain") != toolchain):
+    old: dict[str, Any] = json.loads(stamp.read_text()) if stamp.is_file() else {}
+    try:
+        text = build.read_text("CMakeCache.txt")
+    except confined.ConfinementError:
+        text = ""
+    home = next((ln.split("=", 1)[1] for ln in text.splitlines() if ln.startswith("CMAKE_HOME_DIRECTORY:")), None)
+    if (home and Path(home) != source_dir) or (old and old.get("toolchain") != toolchain) or not text:
         progress.info(f"clearing stale CMake cache in {build_dir} (source dir or toolchain changed)")
         shutil.rmtree(build_dir)

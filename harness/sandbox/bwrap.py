@@ -50,6 +50,14 @@ ENV_KEEP = ("PATH", "LANG", "LANGUAGE", "TZ", "SOURCE_DATE_EPOCH", "TERM", "CC",
             "CUDAToolkit_ROOT", "VULKAN_SDK", "PKG_CONFIG_PATH", "CMAKE_PREFIX_PATH", "LIBRARY_PATH", "CPATH",
             "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LD_LIBRARY_PATH", "NINJA_STATUS", "PYENV_VERSION",
             "PYENV_ROOT")
+#: ccache's settings a build may read (the harness sets CCACHE_DIR, CCACHE_STATSLOG and, for a trusted build,
+#: CCACHE_REMOTE_STORAGE itself: :func:`ccache_env`); no other ``CCACHE_*`` of the host's goes in.
+CCACHE_KEEP = ("CCACHE_DIR", "CCACHE_BASEDIR", "CCACHE_STATSLOG", "CCACHE_REMOTE_STORAGE", "CCACHE_NOHASHDIR",
+               "CCACHE_HASHDIR", "CCACHE_SLOPPINESS", "CCACHE_COMPILERCHECK", "CCACHE_MAXSIZE", "CCACHE_DEPEND",
+               "CCACHE_NODEPEND", "CCACHE_DIRECT", "CCACHE_NODIRECT", "CCACHE_COMPRESS", "CCACHE_NOCOMPRESS",
+               "CCACHE_COMPRESSLEVEL", "CCACHE_DISABLE", "CCACHE_NODISABLE", "CCACHE_RECACHE", "CCACHE_READONLY",
+               "CCACHE_NOREADONLY", "CCACHE_NOSTATS", "CCACHE_UMASK", "CCACHE_NAMESPACE", "CCACHE_REMOTE_ONLY",
+               "CCACHE_RESHARE", "CCACHE_FILE_CLONE", "CCACHE_HARDLINK", "CCACHE_NOHARDLINK")
 #: Where the sandboxed build's ``$HOME`` is (inside its fresh ``/tmp``).
 HOME = "/tmp/home"
 
@@ -93,8 +101,8 @@ class Sandbox:
         full = {**env, **self.ccache}
         if not self.active:
             return argv, full
-        names = {*ENV_KEEP, *also_keep}
-        keep = {k: v for k, v in full.items() if k in names or k.startswith(("LC_", "CCACHE_"))}
+        names = {*ENV_KEEP, *CCACHE_KEEP, *also_keep}
+        keep = {k: v for k, v in full.items() if k in names or k.startswith("LC_")}
         keep.update({"HOME": HOME, "TMPDIR": "/tmp", "USER": "build", "LOGNAME": "build"})
         setenv = [a for k, v in sorted(keep.items()) for a in ("--setenv", k, v)]
         return [*self.args, "--clearenv", *setenv, "--", *argv], {"PATH": os.environ.get("PATH", os.defpath)}
@@ -166,20 +174,49 @@ def _visible_under(path: str, shown: Iterable[str]) -> bool:
     return any(path == s or path.startswith(s.rstrip("/") + "/") for s in shown)
 
 
+def _hidden() -> list[str]:
+    """What no bind may show or contain: ``$HOME`` and the harness cache (as named and resolved), and ``/``."""
+    home, cache = Path.home(), paths.cache_root()
+    return list(dict.fromkeys([str(home), os.path.realpath(home), str(cache), os.path.realpath(cache), "/"]))
+
+
+def _holds_hidden(d: str) -> bool:
+    """Whether binding ``d`` would show ``$HOME``, the cache or ``/`` (``d`` is one of them or above one)."""
+    return any(h == d or h.startswith(d.rstrip("/") + "/") for h in _hidden())
+
+
 def _tool_dirs(host: HostInfo, extra: Iterable[str]) -> list[str]:
-    """Read-only dirs for the tools a build runs: the host probe's and the plugins' paths, never
-    ``$HOME`` or the harness cache as a whole (a tool sitting right in ``$HOME/bin`` gets that bin dir)."""
-    hidden = [str(Path.home().resolve()), str(paths.cache_root()), "/"]
+    """Read-only dirs for the tools a build runs: the install prefix of each program the host probe
+    found (and of each program a plugin named: a compiler, the interpreter), never ``$HOME`` or the
+    harness cache as a whole (a tool sitting right in ``$HOME/bin`` gets that bin dir)."""
     system = ["/" + d for d in SYSTEM_DIRS]
     dirs: list[str] = []
-    paths_ = [t.path for t in host.tools.values() if t.path] + list(extra)
+    paths_ = [t.path for t in host.tools.values() if t.path] + [p for p in extra if _is_program(p)]
     for tool in paths_:
         for d in _prefix_of(tool):
-            if any(h == d or h.startswith(d.rstrip("/") + "/") for h in hidden):
+            if _holds_hidden(d):
                 d = os.path.dirname(tool)  # a prefix holding $HOME or the cache: only the tool's own dir
-            if os.path.isdir(d) and not _visible_under(os.path.realpath(d), system):
+            if os.path.isdir(d) and not _holds_hidden(d) and not _visible_under(os.path.realpath(d), system):
                 dirs.append(d)
     return sorted(dict.fromkeys(dirs))
+
+
+def _is_program(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _exact_paths(extra: Iterable[str]) -> list[str]:
+    """The paths named that are not programs (a toolchain file, a headers directory, a Python's
+    site-packages), each shown as itself, never its parent, at its resolved place; one that is, or
+    holds, ``$HOME``, the cache or ``/`` is not shown."""
+    out = []
+    for p in extra:
+        if _is_program(p) or not os.path.exists(p):
+            continue
+        real = os.path.realpath(p)
+        if not _holds_hidden(real) and not _holds_hidden(os.path.normpath(p)):
+            out.append(real)
+    return sorted(dict.fromkeys(out))
 
 
 def _plugin_paths(defines: Mapping[str, str]) -> list[str]:
@@ -222,14 +259,21 @@ def read_only_remote(setting: str) -> str:
 def ccache_env(env: Mapping[str, str], *, trusted: bool) -> dict[str, str]:
     """What ccache gets: a trusted build the host's cache and remote storage as configured; an
     untrusted one a local cache of its own (``<cache>/ccache-untrusted``: it never writes the cache
-    trusted builds read) and the remote storage read-only."""
+    trusted builds read) and, of the remote storage, only the shared directories (``file:``) and
+    read-only: an untrusted build has no network, and a server's URL may carry its password, which
+    ``read-only=true`` does not keep from whoever holds it. The setting is then always given (empty
+    when nothing is left), so no ccache configuration file adds a remote inside."""
     out: dict[str, str] = {}
     local = ccache_dir(env) if trusted else str(paths.cache_root() / "ccache-untrusted")
     if local:
         out["CCACHE_DIR"] = local
     remote = remote_storage(dict(env))
-    if remote:
-        out["CCACHE_REMOTE_STORAGE"] = remote if trusted else read_only_remote(remote)
+    if trusted:
+        if remote:
+            out["CCACHE_REMOTE_STORAGE"] = remote
+        return out
+    shared = " ".join(p for p in (remote or "").split() if p.startswith("file:") and "@" not in p.split("|", 1)[0])
+    out["CCACHE_REMOTE_STORAGE"] = read_only_remote(shared) if shared else ""
     return out
 
 
@@ -251,14 +295,20 @@ def _network_remote(setting: str | None) -> bool:
     return bool(setting) and any(not p.startswith("file:") for p in (setting or "").split())
 
 
-def _etc_files(work: Path) -> list[str]:
-    """bwrap arguments for the reduced ``/etc``: the kept entries and a synthetic passwd/group."""
+def _etc_files(work: Path, *, trusted: bool) -> list[str]:
+    """bwrap arguments for the reduced ``/etc``: the kept entries and a synthetic passwd/group, written
+    by the host in ``work`` (its own directory, outside every tree a sandbox can write). An untrusted
+    build does not see ``/etc/ccache.conf`` (a remote storage's password may be written there)."""
+    from harness.sandbox.confined import write_private
+
     uid, gid = os.getuid(), os.getgid()
-    (work / "passwd").write_text(f"build:x:{uid}:{gid}:harness build:{HOME}:/bin/sh\n"
-                                 + ("" if uid == 0 else "root:x:0:0:root:/nonexistent:/bin/false\n"))
-    (work / "group").write_text(f"build:x:{gid}:\n" + ("" if gid == 0 else "root:x:0:\n"))
+    write_private(work / "passwd", f"build:x:{uid}:{gid}:harness build:{HOME}:/bin/sh\n"
+                  + ("" if uid == 0 else "root:x:0:0:root:/nonexistent:/bin/false\n"))
+    write_private(work / "group", f"build:x:{gid}:\n" + ("" if gid == 0 else "root:x:0:\n"))
     args = ["--dir", "/etc"]
     for name in ETC_KEEP:
+        if name == "ccache.conf" and not trusted:
+            continue
         if os.path.lexists(f"/etc/{name}"):
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     args += ["--ro-bind", str(work / "passwd"), "/etc/passwd", "--ro-bind", str(work / "group"), "/etc/group"]
@@ -266,12 +316,16 @@ def _etc_files(work: Path) -> list[str]:
 
 
 def sandbox_for(engine: EngineSpec, *, tree: Path, build_dir: Path, host: HostInfo, env: Mapping[str, str],
-                plugin_defines: Mapping[str, str]) -> Sandbox:
+                plugin_defines: Mapping[str, str], host_files: Path | None = None,
+                shown: Iterable[str] = ()) -> Sandbox:
     """The sandbox one build of ``engine`` runs in, or the host when there is none and the recipe
     is trusted (said once); :class:`SandboxError` for an untrusted recipe without one.
 
     ``env`` is the environment the build would get on the host; ``plugin_defines`` the defines the
-    variant plugins and the user set (their paths are shown read-only)."""
+    variant plugins and the user set (their paths are shown read-only: a program with its install
+    prefix, anything else exactly as itself); ``host_files`` the host's own directory for this build
+    (the synthetic passwd/group go there; default: one keyed by ``build_dir`` under ``<cache>/host``);
+    ``shown``: more files of the host's to show read-only at their paths (the init-cache script)."""
     from harness.engine.trust import is_trusted, origin, untrusted_hint
 
     trusted = is_trusted(engine)
@@ -289,7 +343,12 @@ def sandbox_for(engine: EngineSpec, *, tree: Path, build_dir: Path, host: HostIn
             raise SandboxError(msg)
         _say_once(f"builds run on the host, not in a sandbox: {why}")
         return Sandbox(args=(), ccache=cc_env)
-    work = build_dir / ".sandbox"
+    import hashlib
+
+    from harness.sandbox.confined import host_dir
+
+    build_dir.mkdir(parents=True, exist_ok=True)
+    work = (host_files or host_dir("sandbox", hashlib.sha256(str(build_dir).encode()).hexdigest()[:16])) / ".sandbox"
     work.mkdir(parents=True, exist_ok=True)
     bwrap = shutil.which("bwrap") or "bwrap"
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
@@ -302,13 +361,16 @@ def sandbox_for(engine: EngineSpec, *, tree: Path, build_dir: Path, host: HostIn
         elif os.path.isdir(host_path):
             args += ["--ro-bind", host_path, host_path]
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--dir", HOME]
-    args += _etc_files(work)
+    args += _etc_files(work, trusted=trusted)
     for hidden in dict.fromkeys([str(Path.home().resolve()), str(paths.cache_root())]):
         # a $HOME or cache under a directory shown read-only (HARNESS_CACHE=/opt/...) is covered again
         if _visible_under(hidden, ["/" + d for d in SYSTEM_DIRS]) and hidden not in ("/", "/usr"):
             args += ["--tmpfs", hidden]
-    for d in _tool_dirs(host, _plugin_paths(plugin_defines)):
+    named = _plugin_paths(plugin_defines)
+    for d in _tool_dirs(host, named):
         args += ["--ro-bind", d, d]
+    for p in _exact_paths(named):
+        args += ["--ro-bind", p, p]
     ccache = cc_env.get("CCACHE_DIR")
     if ccache:
         Path(ccache).mkdir(parents=True, exist_ok=True)
@@ -316,7 +378,10 @@ def sandbox_for(engine: EngineSpec, *, tree: Path, build_dir: Path, host: HostIn
     for shared in file_remotes(cc_env.get("CCACHE_REMOTE_STORAGE", "")):
         # a file: remote storage (a shared directory): written by a trusted build only
         args += ["--bind" if trusted else "--ro-bind", shared, shared]
-    args += ["--ro-bind", str(tree), str(tree), "--bind", str(build_dir), str(build_dir), "--chdir", str(build_dir)]
+    args += ["--ro-bind", str(tree), str(tree), "--bind", str(build_dir), str(build_dir)]
+    for f in shown:
+        args += ["--ro-bind", f, f]
+    args += ["--chdir", str(build_dir)]
     return Sandbox(args=tuple(args), ccache=cc_env)
 
 

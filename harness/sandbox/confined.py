@@ -16,6 +16,7 @@ renamed into place: a link there is replaced, never followed) and is shown to th
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -282,6 +283,86 @@ class Tree:
             os.close(fd)
         return h.hexdigest()
 
+    def touch(self, rel: str | os.PathLike[str]) -> None:
+        """Make the empty file ``rel`` and the directories on its way, never through a link (a file
+        already there is kept; a link or special file there is ConfinementError)."""
+        parts = parts_of(rel)
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            for i, name in enumerate(parts[:-1]):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                try:
+                    nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise self._refuse("/".join(parts[: i + 1]), "is a link or not a directory") from None
+                    raise
+                os.close(fd)
+                fd = nxt
+            try:
+                out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                              0o644, dir_fd=fd)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise self._refuse("/".join(parts), "is a symbolic link") from None
+                raise
+            try:
+                if not stat.S_ISREG(os.fstat(out).st_mode):
+                    raise self._refuse("/".join(parts), "is not a regular file")
+            finally:
+                os.close(out)
+        finally:
+            os.close(fd)
+
+    def remove(self, rel: str | os.PathLike[str]) -> None:
+        """Remove the entry ``rel`` (a link itself, never what it leads to); nothing when absent."""
+        parts = parts_of(rel)
+        try:
+            dfd = self._open_dir(parts[:-1], "/".join(parts))
+        except FileNotFoundError:
+            return
+        try:
+            os.unlink(parts[-1], dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(dfd)
+
+    def glob(self, pattern: str) -> list[str]:
+        """The relative paths matching ``pattern`` (``fnmatch`` per component; ``**`` any depth of real
+        directories), sorted; directories are entered only when they are directories, not links."""
+        from fnmatch import fnmatchcase
+
+        found: list[str] = []
+
+        def step(base: str, comps: list[str]) -> None:
+            head, rest = comps[0], comps[1:]
+            if head == "**":
+                if rest:
+                    step(base, rest)
+                for e in self.scandir(base):
+                    if e.kind == "dir":
+                        step(f"{base}/{e.name}" if base else e.name, comps)
+                return
+            literal = not any(c in head for c in "*?[")
+            for e in self.scandir(base):
+                if not fnmatchcase(e.name, head):
+                    continue
+                path = f"{base}/{e.name}" if base else e.name
+                if rest:
+                    if e.kind == "dir":
+                        step(path, rest)
+                    elif literal and e.kind == "link":  # a directory named outright is never a link
+                        raise self._refuse(path, "is a link, not a directory")
+                else:
+                    found.append(path)
+
+        comps = parts_of(pattern)
+        if comps:
+            step("", comps)
+        return sorted(dict.fromkeys(found))
+
     def relative(self, path: str | os.PathLike[str]) -> str | None:
         """``path`` (absolute, as a tool inside the sandbox named it) relative to the root, lexically;
         None when it is not under the root."""
@@ -306,10 +387,8 @@ def write_private(path: Path, text: str | bytes) -> Path:
     """Write ``path`` as a fresh file renamed into place (an existing link there is replaced, not followed)."""
     data = text.encode() if isinstance(text, str) else text
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
-    except FileNotFoundError:
-        pass
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, data)

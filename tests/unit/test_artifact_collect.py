@@ -19,6 +19,7 @@ from harness.build.cmake import _collect
 from harness.core.errors import BuildError
 from harness.core.types import EngineSpec, SourceSpec
 from harness.engine.descriptor import load_engine
+from harness.sandbox.confined import Tree
 
 LEVELS = ["alderlake", "cannonlake", "cascadelake", "cooperlake", "haswell", "icelake", "ivybridge", "piledriver",
           "sandybridge", "sapphirerapids", "skylakex", "sse42", "x64", "zen4"]
@@ -27,7 +28,7 @@ _ids = itertools.count()
 
 def write_reply(build: Path, targets: list[tuple[str, str, list[str]]]) -> None:
     """A codemodel-v2 reply as CMake writes it for the ``client-harness`` query."""
-    reply = cmake_fileapi.api_dir(build) / "reply"
+    reply = build / cmake_fileapi.API / "reply"
     reply.mkdir(parents=True, exist_ok=True)
     entries = []
     for name, kind, artifacts in targets:
@@ -176,10 +177,10 @@ def test_no_library_names_the_directories_searched(tmp_path: Path) -> None:
 
 
 def test_query_file_and_unreadable_reply(tmp_path: Path) -> None:
-    cmake_fileapi.write_query(tmp_path)
+    cmake_fileapi.write_query(Tree(tmp_path))
     assert (tmp_path / ".cmake/api/v1/query/client-harness/codemodel-v2").is_file()
-    assert cmake_fileapi.read_targets(tmp_path) is None
-    reply = cmake_fileapi.api_dir(tmp_path) / "reply"
+    assert cmake_fileapi.read_targets(Tree(tmp_path)) is None
+    reply = tmp_path / cmake_fileapi.API / "reply"
     reply.mkdir(parents=True)
     (reply / "index-1.json").write_text("{not json")
-    assert cmake_fileapi.read_targets(tmp_path) is None
+    assert cmake_fileapi.read_targets(Tree(tmp_path)) is None

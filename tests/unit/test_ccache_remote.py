@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.sandbox.confined import Tree
 from harness.build import ccache
 from tests.unit.test_third_engine import DESCRIPTOR, PATCH, _repo, _run
 
@@ -124,9 +125,9 @@ def test_stats_log_counts(tmp_path: Path) -> None:
                    "# b.c\ndirect_cache_hit\nlocal_storage_miss\nremote_storage_hit\nremote_storage_read_hit\n"
                    "# c.c\ndirect_cache_hit\nlocal_storage_hit\nlocal_storage_read_hit\n"
                    "# link\ncalled_for_link\n")
-    stats = ccache.read_stats_log(log)
+    stats = ccache.read_stats_log(Tree(tmp_path), "stats.log")
     assert stats is not None
     assert (stats.compilations, stats.hits, stats.local_hits, stats.remote_hits, stats.misses, stats.uncacheable) == (
         3, 2, 1, 1, 1, 1)
     assert stats.summary() == "ccache 2/3 hits (67%: 1 local, 1 remote)"
-    assert ccache.read_stats_log(tmp_path / "none.log") is None
+    assert ccache.read_stats_log(Tree(tmp_path), "none.log") is None

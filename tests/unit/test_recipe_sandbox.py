@@ -81,7 +81,7 @@ def listener() -> Iterator[tuple[int, list[bytes]]]:
 
 
 def _log(recipe: hostile_engine.Recipe) -> str:
-    return "".join(p.read_text(errors="replace") for p in (recipe.cache / "work").glob("*/build/*/build.log"))
+    return "".join(p.read_text(errors="replace") for p in (recipe.cache / "host" / "build").rglob("build.log"))
 
 
 def _host_passwd_line() -> str:
