@@ -249,6 +249,11 @@ def _destination(artifact: Path, target: Path, what: str) -> None:
                "fix the pattern in artifacts: of the engine descriptor (relative, no '..')")
         raise BuildError(msg)
     target.parent.mkdir(parents=True, exist_ok=True)
+    parent = os.path.realpath(target.parent)
+    if not _inside(parent, (os.path.realpath(artifact),)):
+        msg = (f"{what} would be placed at {target}, whose directory leads to {parent}, outside the artifact "
+               f"{artifact} (through a symlink in it): remove the symlink")
+        raise BuildError(msg)
 
 
 @dataclass(frozen=True)

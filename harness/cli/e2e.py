@@ -42,23 +42,24 @@ def spec_paths(given: list[str]) -> list[Path]:
     from harness.core import progress
     from harness.core.errors import UsageError
     from harness.engine.descriptor import descriptor_path, engine_names
-    from harness.engine.trust import folder_trusted, untrusted_hint
+    from harness.engine.trust import untrusted_specs
 
     if not given:
         found = [p.parent for p in map(descriptor_path, engine_names()) if p is not None]
-        for folder in found:
-            if (folder / "e2e").is_dir() and not folder_trusted(folder.name, folder):
-                progress.info(f"skipping {folder / 'e2e'}: the engine folder is not trusted and its specs are code "
-                              f"({untrusted_hint(folder.name)})")
-        return [f / "e2e" for f in found if (f / "e2e").is_dir() and folder_trusted(f.name, f)]
+        runnable = []
+        for folder in (f for f in found if (f / "e2e").is_dir()):
+            why = untrusted_specs(folder.name, folder)
+            if why is None:
+                runnable.append(folder / "e2e")
+            else:
+                progress.info(f"skipping {folder / 'e2e'}: {why}")
+        return runnable
     out = []
     for arg in given:
         path = Path(arg)
         descriptor = None if path.exists() or "/" in arg or arg.endswith(".py") else descriptor_path(arg)
-        if descriptor is not None and not folder_trusted(arg, descriptor.parent):
-            msg = (f"the engine folder {descriptor.parent} (from $HARNESS_ENGINES_PATH) is not trusted: its e2e specs "
-                   f"and plugin are code, run only for a recipe you trust; {untrusted_hint(arg)}")
-            raise UsageError(msg)
+        if descriptor is not None and (why := untrusted_specs(arg, descriptor.parent)) is not None:
+            raise UsageError(why)
         if descriptor is not None:
             out.append(descriptor.parent / "e2e")
         elif path.exists():

@@ -11,8 +11,9 @@ any stage uses it, and a value outside its rule is a :class:`ConfigError` naming
   and the host probe), never a descriptor's or a matrix row's: :func:`reserved_define`.
 - Artifact globs and program names are relative paths that never climb (no ``..``, not absolute);
   where the collected files land is checked again when they are placed (``harness.build.cmake``).
-- A fixture's ``filename``/``dest`` is a bare file name; an ``env:`` role is an identifier (it is
-  printed after ``export``).
+- A fixture's ``filename``/``dest`` is a bare file name; its name is a plain one (letters, digits, ``-``,
+  ``_``: it names the fixture's stamp and lock files in the cache); an ``env:`` role is an identifier (it
+  is printed after ``export``).
 - A git ``source.url`` is a URL git fetches over its network protocols (``https``, ``http``, ``ssh``,
   ``git``) or a local repository (``file://``, a path): never an option (``--upload-pack=...``) nor a
   ``<transport>::`` remote helper (``ext::sh -c ...`` runs a command). A local one is read for trusted
@@ -35,9 +36,11 @@ if TYPE_CHECKING:
     import regex as _regex
 
 #: A CMake variable name as a descriptor may write one (what ``set(NAME ...)`` takes unquoted).
-DEFINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DEFINE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 #: An environment variable name (``export NAME=...``).
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+#: A name the harness makes file names of (a fixture's ``.stamps/<name>.json``, ``model-<name>.lock``).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 #: Variables that pick a program, a script or a toolchain CMake runs: the harness's own choice.
 _RESERVED = re.compile(
@@ -107,6 +110,17 @@ def check_bare_name(value: str, *, where: str, what: str) -> str:
     if parts is None or len(parts) != 1 or value in (".", ".."):
         msg = (f"{where}: {value[:120]!r} is not allowed: {what} is a bare file name (no '/', not '.' or "
                "'..', no control characters)")
+        raise ConfigError(msg)
+    return value
+
+
+def check_plain_name(value: str, *, where: str, what: str) -> str:
+    """``value`` when it is a plain name: letters, digits, ``-`` and ``_``, not starting with ``-`` or
+    ``_``, at most 64 characters. Stricter than :func:`check_bare_name`: the name is a part of file names
+    the harness makes, and of the names a user types."""
+    if not PLAIN_NAME.fullmatch(value):
+        msg = (f"{where}: {value[:120]!r} is not allowed: {what} is letters, digits, '-' and '_' (starting with "
+               "a letter or digit, at most 64 characters): it becomes part of file names in the cache")
         raise ConfigError(msg)
     return value
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 import functools
 import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from harness.engine import hookspec
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 hookimpl = pluggy.HookimplMarker("harness")
 
@@ -94,6 +97,13 @@ def folder_plugins(installed: set[str], *, autoload: bool = True) -> list[tuple[
             if name not in trusted and not (autoload and is_builtin_folder(init.parent.parent)):
                 continue
             module = f"harness_plugins.{name}"
+            if (own := _own_module(module, init)) is not None:
+                from harness.core import progress
+
+                progress.info(f"warning: the plugin of {init.parent.parent} is not imported: it would be {module}, "
+                              f"which is the harness's own module ({own}); an engine with a plugin/ cannot be named "
+                              f"{name} (rename its folder and its descriptor's name)")
+                continue
             if module not in sys.modules:
                 spec = importlib.util.spec_from_file_location(module, init, submodule_search_locations=[str(init.parent)])
                 if spec is None or spec.loader is None:
@@ -108,6 +118,25 @@ def folder_plugins(installed: set[str], *, autoload: bool = True) -> list[tuple[
             out.append((f"engine-{name}", sys.modules[module]))
             installed.add(name)
     return out
+
+
+def _own_module(module: str, init: Path) -> str | None:
+    """Where the harness's own ``module`` is when it is not the folder plugin ``init`` (a folder named
+    after a built-in plugin module, ``variant_cpu``, would be registered as that module), else None."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        where = getattr(loaded, "__file__", None)
+        same = where is not None and Path(where).resolve() == init.resolve()
+        return None if same else str(where or module)
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return None if spec is None else str(spec.origin or module)
 
 
 def make_manager(*, autoload: bool | None = None, extra: tuple[Any, ...] = ()) -> pluggy.PluginManager:

@@ -15,6 +15,7 @@ compilations never write the shared ccache (local or remote).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable
@@ -27,8 +28,32 @@ TRUST_ENV = "HARNESS_TRUST"
 
 
 def trusted_names() -> frozenset[str]:
-    """The names ``HARNESS_TRUST`` lists (``--trust NAME`` adds to it for this process and its children)."""
-    return frozenset(n for n in re.split(r"[\s,]+", os.environ.get(TRUST_ENV, "")) if n)
+    """The engine names ``HARNESS_TRUST`` lists (``--trust NAME`` adds to it for this process and its
+    children). A name is only ever compared with an engine's name, never imported or made a path of:
+    a word that cannot name an engine is left out, and it and a name no engine folder has are warned
+    about (once a process)."""
+    return _checked(os.environ.get(TRUST_ENV, ""))
+
+
+@functools.cache
+def _checked(value: str) -> frozenset[str]:
+    from harness.core import progress
+    from harness.core.errors import UsageError, did_you_mean
+    from harness.engine.descriptor import check_name, engine_names
+
+    names = set()
+    for word in dict.fromkeys(w for w in re.split(r"[\s,]+", value) if w):
+        try:
+            names.add(check_name(word))
+        except UsageError:
+            progress.info(f"warning: {TRUST_ENV} names {word[:80]!r}, which cannot be an engine's name (a lowercase "
+                          "identifier, the engine's folder name): ignored; `harness engines` lists the engines")
+            continue
+        known = engine_names()
+        if word not in known:
+            progress.info(f"warning: {TRUST_ENV} names {word!r}, which no engine folder here has"
+                          f"{did_you_mean(word, known)}: it trusts no recipe (engines: {', '.join(known)})")
+    return frozenset(names)
 
 
 def grant(names: Iterable[str]) -> None:
@@ -55,6 +80,15 @@ def is_builtin_folder(folder: Path) -> bool:
 def folder_trusted(name: str, folder: Path) -> bool:
     """Whether the engine folder ``folder`` (``<dir>/<name>/``, from the working tree) is trusted."""
     return name in trusted_names() or is_builtin_folder(folder)
+
+
+def untrusted_specs(name: str, folder: Path) -> str | None:
+    """Why the e2e specs of the engine folder ``folder`` (``<dir>/<name>/``) may not run, or None when they
+    may: the one check ``harness e2e`` and qualify's e2e stage make (a spec is code)."""
+    if folder_trusted(name, folder):
+        return None
+    return (f"the engine folder {folder} (from $HARNESS_ENGINES_PATH) is not trusted: its e2e specs and plugin "
+            f"are code, run only for a recipe you trust; {untrusted_hint(name)}")
 
 
 def is_trusted(spec: EngineSpec) -> bool:

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-import yaml
 from filelock import FileLock
 
 from harness.core import inputs, paths, progress
@@ -233,11 +232,7 @@ def fixture_files() -> list[Path]:
 
 
 def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError))
-    except yaml.YAMLError as e:
-        msg = f"cannot read the model fixture pins {path}: {e}"
-        raise ConfigError(msg) from e
+    data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError), where=path)
     if not isinstance(data, dict) or not isinstance(data.get("fixtures"), dict):
         msg = f"{path}: expected a mapping with a 'fixtures' mapping"
         raise ConfigError(msg)
@@ -255,6 +250,8 @@ def load_fixtures(path: Path | None = None) -> FixtureSet:
     for f in files:
         data = _read(f)
         for n, raw in data["fixtures"].items():
+            confine.check_plain_name(str(n), where=f"{f}:fixtures",
+                                     what="a fixture name (its stamp .json and .lock are named after it)")
             if str(n) in fixtures:
                 msg = f"{f}: fixture {n!r} is pinned in {where[str(n)]} too; a fixture has one name and one pin"
                 raise ConfigError(msg)

@@ -185,7 +185,7 @@ def test_a_destination_outside_the_artifact_is_refused(tmp_path: Path, artifacts
     trees, but where it would land is not."""
     tree, build = _trees(tmp_path)
     dest = tmp_path / "dist" / "artifact"
-    with pytest.raises(BuildError, match="outside the artifact"):
+    with pytest.raises(BuildError, match="outside the artifact|climbs out with '..'"):
         _collect(_engine(tmp_path, **artifacts), tree, build, dest)
     assert not (tmp_path / "dist" / "build").exists() and not (tmp_path / "build").exists()
 
@@ -206,7 +206,7 @@ def test_a_hard_link_to_a_host_file_is_refused(tmp_path: Path) -> None:
     host = tmp_path / "host-file"
     host.write_text(hostile_engine.SECRET)
     os.link(host, tree / "include" / "zz-host.h")
-    with pytest.raises(BuildError, match="is a hard link"):
+    with pytest.raises(BuildError, match="has 2 hard links"):
         _collect(_engine(tmp_path), tree, build, tmp_path / "artifact")
     for p in (tmp_path / "artifact").rglob("*"):
         assert not (p.is_file() and hostile_engine.SECRET in p.read_text(errors="replace"))

@@ -19,11 +19,18 @@ SELFTEST = "harness_selftest"
 def e2e(ctx: QualifyContext) -> StageResult:
     """Each spec file in a process of its own, per row: a crash names its signal, spec and CPU
     level, and the other files' results are kept. Specs marked ``harness_selftest`` are deselected
-    (named in the result, with the reason)."""
+    (named in the result, with the reason). An untrusted engine folder's specs are skipped, with what
+    ``harness e2e NAME`` refuses them with."""
     from harness.core import paths
     from harness.engine import registry
+    from harness.engine.trust import untrusted_specs
 
     engine = ctx.engine
+    # the check `harness e2e NAME` makes: an untrusted folder's specs are code, and so are the specs its
+    # plugin would list (a plugin of another distribution's, under the same name, runs them against what
+    # the untrusted recipe built)
+    if (why := untrusted_specs(engine.name, engine.root)) is not None:
+        raise SkippedStage(why)
     impl = registry.engines(ctx.pm).get(engine.name)
     # the engine folder's e2e/ (engines/<name>/e2e/), unless its plugin lists specs of its own
     # (an engine installed from another distribution keeps them in its package)
