@@ -57,7 +57,7 @@ class Corpus:
 
 def load_pins(path: Path = CORPORA_FILE) -> tuple[dict[str, CorpusPin], str]:
     """(corpus name -> pin, the default corpus) from ``corpora.yaml``."""
-    raw = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError))
+    raw = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError), where=path)
     if not isinstance(raw, dict) or not isinstance(raw.get("corpora"), dict):
         msg = f"{path}: expected a mapping with 'corpora'"
         raise ConfigError(msg)

@@ -75,9 +75,10 @@ def effective_defines(pm: pluggy.PluginManager, engine: EngineSpec, variant: Var
 def build_key(engine: EngineSpec, tree: PatchedTree, variant: Variant, defines: dict[str, str]) -> str:
     """What the CMake configuration depends on: names the build dir. Trust is part of it (an untrusted
     recipe's build never shares a build dir with a trusted one's, nor with another folder's)."""
+    untrusted = trust_key(engine)
     blob = json.dumps({"engine": engine.name, "pin": engine.pin, "source": engine.source.sha256 or engine.source.commit,
                        "series": tree.series_hash, "variant": variant.name, "defines": defines,
-                       "trust": trust_key(engine)}, sort_keys=True)
+                       **({"trust": untrusted} if untrusted else {})}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

@@ -36,7 +36,7 @@ def matrix_files(directory: Path | None = None) -> list[tuple[Path, dict[str, An
     directory = directory or paths.project_root() / "matrix"
     files = []
     for f in sorted(directory.glob("*.yaml")):
-        data = load_yaml(inputs.read_text(f, kind="descriptor", error=ConfigError))
+        data = load_yaml(inputs.read_text(f, kind="descriptor", error=ConfigError), where=f)
         errors = list(jsonschema.Draft202012Validator(_schema()).iter_errors(data))
         if errors:
             lines = [f"{f}: {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]

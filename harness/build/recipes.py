@@ -27,7 +27,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
 from filelock import FileLock
 
 from harness.core import paths
@@ -87,9 +86,9 @@ def pins_on_record(engine: str) -> list[tuple[str, str]]:
     out = []
     for commit in _git("log", "--branches", "--remotes", "--tags", "--date-order", "--format=%H", "--", rel).split():
         try:
-            data = load_yaml(_git("show", f"{commit}:{rel}"))
+            data = load_yaml(_git("show", f"{commit}:{rel}"), where=f"{commit[:12]}:{rel}")
             out.append((commit, str(data["source"]["version"])))
-        except (RecipeError, yaml.YAMLError, KeyError, TypeError):
+        except (ConfigError, KeyError, TypeError):
             continue  # a commit where the file was deleted or broken: not a recipe
     return out
 

@@ -22,6 +22,7 @@ first use: ``harness --version`` and ``--help`` never load them.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,6 +46,14 @@ MAX_ALIAS_NODES = 100_000
 MAX_DEPTH = 100
 #: The largest model-config text read (a config is kilobytes; a long stop list, megabytes).
 MAX_TEXT_BYTES = limit("config")
+#: yaml.v3 reads a plain integer only within 64 bits (strconv.ParseInt, then ParseUint); see
+#: :func:`_beyond_64_bits` for one outside. An integer written longer than this is outside (and
+#: Python's int() would refuse it past 4300 digits, a traceback).
+INT_RANGE = (-(2**63), 2**64 - 1)
+MAX_INT_CHARS = 100
+INT_TAG = "tag:yaml.org,2002:int"
+#: yaml.v3's ``yamlStyleFloat``: what its resolver tries as a float once ParseInt and ParseUint fail.
+_YAML_STYLE_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -203,14 +212,19 @@ class _Builder:
 
         if node.tag == STR_TAG:  # what ruamel's constructor makes of it, without the detour
             return node.value
+        if node.tag == INT_TAG and len(node.value) > MAX_INT_CHARS:
+            return _beyond_64_bits(node.value)
         if not isinstance(node, self.scalar_node):  # libyaml's: ruamel's constructor takes its own nodes
             node = self.scalar_node(self.tag(node.tag), node.value, node.start_mark, node.end_mark,
                                     style=node.style)
         try:
             value = self.constructor.construct_object(node, deep=True)
         except (YAMLError, ValueError, TypeError) as e:
-            self._problem(node, f"cannot read value {node.value!r}: {getattr(e, 'problem', e)}")
+            shown = repr(node.value) if len(node.value) <= 80 else f"{node.value[:60]!r}... ({len(node.value)} characters)"
+            self._problem(node, f"cannot read value {shown}: {getattr(e, 'problem', e)}")
             return node.value
+        if type(value) is int and not INT_RANGE[0] <= value <= INT_RANGE[1]:
+            return _beyond_64_bits(node.value)
         # yaml.v3 decodes timestamps into a string field as written; no config field is a date.
         return value if isinstance(value, str | int | float | bool | type(None) | bytes) else node.value
 
@@ -260,6 +274,17 @@ class _Builder:
                                                         key_node.start_mark.column + 1))
                 out[key] = self.build(value_node, (*path, key))
         return out
+
+
+def _beyond_64_bits(text: str) -> float | str:
+    """An integer outside 64 bits as yaml.v3 resolves it: the float ``strconv.ParseFloat`` makes of
+    it where its float pattern matches and the value is finite, else the string as written."""
+    plain = text.replace("_", "")
+    if _YAML_STYLE_FLOAT.match(plain):
+        value = float(plain)
+        if math.isfinite(value):
+            return value
+    return text
 
 
 @functools.lru_cache(maxsize=256)

@@ -201,7 +201,7 @@ def _history(raw: Any) -> History:
 
 
 def _read(name: str) -> Any:
-    return load_yaml(resources.files("harness.config").joinpath(name).read_text(encoding="utf-8"))
+    return load_yaml(resources.files("harness.config").joinpath(name).read_text(encoding="utf-8"), where=f"harness/config/{name}")
 
 
 @functools.cache

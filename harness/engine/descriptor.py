@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from harness.core import inputs, paths
 from harness.core.datafile import load_yaml
@@ -83,7 +82,7 @@ def check_name(name: str) -> str:
         msg = (f"engine name {name[:40]!r}... is {len(name)} characters; engine names are at most "
                f"{rule['maxLength']} (`harness engines` lists them)")
         raise UsageError(msg)
-    if not re.search(rule["pattern"], name):
+    if not re.search(rule["pattern"], name) or "\n" in name:
         raise unknown_engine(name)
     return name
 
@@ -95,9 +94,9 @@ def unknown_engine(name: str) -> UnknownNameError:
     for engine in engine_names():
         path = descriptor_path(engine)
         try:
-            data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError)) if path else {}
+            data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError), where=path) if path else {}
             repository = str(data["upstream"]["repository"]) if path else ""
-        except (HarnessError, KeyError, TypeError, yaml.YAMLError):
+        except (HarnessError, KeyError, TypeError):
             continue
         if repository.rsplit("/", 1)[-1].lower() == name.lower():
             err.args = (f"{err.args[0]}: {name} is the upstream project of engine {engine!r}; "
@@ -156,11 +155,7 @@ def parse_engine(path: Path, *, project: Path | None = None) -> EngineSpec:
     ``project``: the root a relative ``source.path`` is taken from (default: the folder holding
     the descriptor's ``engines/``; a recipe from git history passes the checkout's, where its
     paths were written)."""
-    try:
-        data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError))
-    except yaml.YAMLError as e:
-        msg = f"{path}: not valid YAML: {e}"
-        raise ConfigError(msg) from e
+    data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError), where=path)
     errors = sorted(jsonschema.Draft202012Validator(engine_schema()).iter_errors(data), key=str)
     if errors:
         lines = [f"{path}:{_field(e)}: {_message(e)}" for e in errors]

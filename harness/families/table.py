@@ -116,7 +116,7 @@ class FamilyTable:
 @functools.cache
 def table() -> FamilyTable:
     """The family table shipped with the harness."""
-    raw = load_yaml(resources.files("harness.families").joinpath(DATA_FILE).read_text(encoding="utf-8"))
+    raw = load_yaml(resources.files("harness.families").joinpath(DATA_FILE).read_text(encoding="utf-8"), where=f"harness/families/{DATA_FILE}")
     families = {name: _family(name, f) for name, f in raw["families"].items()}
     return FamilyTable(families=families, default=str(raw["default"]))
 
