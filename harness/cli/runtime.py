@@ -13,7 +13,10 @@ from harness.core.errors import UsageError
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     what = "build + install the binding (the engine's pybind11 module) against a variant's artifact"
-    p = sub.add_parser("build-binding", help=what, description=f"{what}.")
+    p = sub.add_parser("build-binding", help=what, description=(
+        f"{what}. Every wheel is checked before it is installed (its package and .dist-info only: no .pth, "
+        "no command, every file in its RECORD); an untrusted recipe's is never installed into this Python, "
+        "only unpacked for $HARNESS_BINDING_PATH."))
     add_engine_arg(p)
     p.add_argument("--variant", default="cpu", help="matrix row whose artifact to build against (default: cpu)")
     p.add_argument("--no-install", action="store_true", help="only build the wheel")
@@ -53,7 +56,15 @@ def cmd_build_binding(args: argparse.Namespace) -> int:
     r = build_binding(engine, artifact, install=not args.no_install, force=args.force)
     if args.json:
         print_json({"wheel": str(r.wheel), "package": r.package, "built": r.built, "installed": r.installed,
-                    "seconds": round(r.seconds, 2)})
+                    "site": str(r.site) if r.site else None, "seconds": round(r.seconds, 2)})
+    elif r.site is not None:
+        from harness.engine.trust import origin, untrusted_hint
+
+        what = "built" if r.built else "wheel up to date"
+        print(f"{engine.name} {args.variant} binding: {what}, not installed into this Python ({r.seconds:.1f} s)\n"
+              f"{r.wheel}\n{origin(engine)} is not trusted: its binding is unpacked in {r.site}, which a run "
+              f"imports only when named: HARNESS_BINDING_PATH={r.site}. To install it, "
+              f"{untrusted_hint(engine.name)}")
     else:
         what = "built" if r.built else "wheel up to date"
         what += ", installed" if r.installed else (", already installed" if not args.no_install else "")
