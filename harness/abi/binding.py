@@ -45,7 +45,8 @@ from harness.core.errors import (
     HostError,
     SubprocessError,
 )
-from harness.core.inputs import read_bytes
+from harness.core.inputs import limit as input_limit
+from harness.sandbox.confined import ConfinementError, Entry, Tree
 
 if TYPE_CHECKING:
     from harness.core.types import EngineSpec
@@ -124,20 +125,67 @@ def include_members(spec: EngineSpec, tree: Path) -> Iterator[tuple[Path, Path]]
             yield src, (src.relative_to(root) if base else Path(src.name))
 
 
-def _files_hash(files: list[tuple[Path, str]]) -> str:
+def _read_all(files: list[tuple[Tree, str, str]]) -> str:
+    """The hash of ``(tree, path in it, name)`` files: each name and its bytes, in name order, read through the
+    confined accessor (no link followed, regular files only, at most the source limit)."""
     h = hashlib.sha256()
-    for path, name in sorted(files, key=lambda x: x[1]):
-        h.update(name.encode() + b"\0" + read_bytes(path, kind="source", error=AbiError) + b"\0")
+    limit = input_limit("source")
+    for tree, rel, name in sorted(files, key=lambda x: x[2]):
+        try:
+            data = tree.read_bytes(rel, limit=limit)
+        except ConfinementError as e:
+            raise AbiError(str(e)) from None
+        except OSError as e:
+            msg = f"{tree.root / rel}: cannot read it ({e.strerror or e})"
+            raise AbiError(msg) from None
+        h.update(name.encode() + b"\0" + data + b"\0")
     return h.hexdigest()
 
 
-def _binding_files(source_dir: Path) -> list[tuple[Path, str]]:
-    shared = source_dir.parent.parent / "_shared"
-    files = [(p, f"binding/{p.relative_to(source_dir).as_posix()}") for p in sorted(source_dir.rglob("*"))
-             if p.is_file() and "__pycache__" not in p.parts]
-    if shared.is_dir():
-        files += [(p, f"_shared/{p.relative_to(shared).as_posix()}") for p in sorted(shared.rglob("*")) if p.is_file()]
-    return files
+def _recipe_files(tree: Tree, top: str, prefix: str) -> list[tuple[Tree, str, str]]:
+    """Every regular file under ``top`` of ``tree`` (``__pycache__`` aside), named ``prefix/<path below top>``;
+    :class:`AbiError` for a link, a FIFO, a device or a socket there, and for a file over the source limit."""
+    kind = tree.kind(top)
+    if kind is None:
+        return []
+    limit = input_limit("source")
+    found = [(top, Entry(top, kind, 0))] if kind != "dir" else list(tree.walk(top))
+    out = []
+    for rel, entry in found:
+        if entry.kind == "dir" or "__pycache__" in rel.split("/"):
+            continue
+        why = ("is a symbolic link (it may lead to any file of the host): put the file itself there"
+               if entry.kind == "link" else "is not a regular file (a FIFO, a device or a socket)"
+               if entry.kind != "file" else f"is {entry.size} bytes, over the {limit}-byte limit for a source file"
+               if entry.size > limit else "")
+        if why:
+            msg = (f"{tree.root / rel} {why}. The binding's sources are read as regular files inside the recipe, "
+                   "never through a link")
+            raise AbiError(msg)
+        out.append((tree, rel, f"{prefix}{rel[len(top):]}"))
+    return out
+
+
+def binding_sources_hash(source_dir: Path) -> str:
+    """The hash of the binding's sources: every file of ``source_dir`` (``binding/``) and of the engines'
+    ``_shared/``, by name and content. Nothing is followed or read whole past its limit: a link (to
+    ``/proc/self/pagemap``, to a file of the host), a FIFO, a device or a file over the source limit there is an
+    :class:`AbiError` naming it (the sources are the recipe's: an untrusted one's may point anywhere)."""
+    files = _recipe_files(Tree(source_dir.parent, what="the recipe"), source_dir.name, "binding")
+    return _read_all(files + _recipe_files(Tree(source_dir.parent.parent, what="the recipes"), "_shared", "_shared"))
+
+
+def _headers_hash(tree: Path, headers: list[tuple[Path, str]]) -> str:
+    """The hash of the headers the stand-in artifact shows (``(file in the tree, path below include/)``), each
+    read inside the tree (a link in it followed only while it stays inside)."""
+    inside = Tree(tree, what="the patched tree")
+    files = []
+    for src, name in headers:
+        try:
+            files.append((inside, inside.resolve(src.relative_to(tree)), name))
+        except ConfinementError as e:
+            raise AbiError(str(e)) from None
+    return _read_all(files)
 
 
 def _tool_version(argv: list[str]) -> str:
@@ -157,11 +205,11 @@ def _declaration_of(name: str, include: Path, names: dict[str, str]) -> str | No
     """Where the pinned headers define class/struct ``name`` (``common/peg-parser.h:333: class common_peg_arena``)."""
     short = name.rsplit("::", 1)[-1]
     pattern = re.compile(rf"^\s*(?:class|struct)\s+(?:\w+\s+)*{re.escape(short)}\b(?![^;{{]*;)")
+    stand_in = Tree(include, what="the stand-in artifact's headers")  # the recipe's CMake run could write it
     for rel, shown in sorted(names.items()):
-        path = include / rel
         try:
-            text = read_bytes(path, kind="source", error=AbiError).decode(errors="replace")
-        except (OSError, AbiError):
+            text = stand_in.read_text(rel)
+        except (OSError, ConfinementError):
             continue
         for n, line in enumerate(text.splitlines(), 1):
             if pattern.match(line):
@@ -244,11 +292,12 @@ def runner_for(spec: EngineSpec, tree: Path, work: Path, source_dir: Path) -> Ru
 
     if is_trusted(spec):
         return _host_runner
-    from harness.sandbox.bwrap import python_paths, sandbox_for
+    from harness.binding.wheel import shared_source
     from harness.core import host as hostmod
+    from harness.sandbox.bwrap import python_paths, sandbox_for
 
-    shown = {**python_paths(), "binding": str(source_dir.resolve()),
-             "shared": str((source_dir.parent.parent / "_shared").resolve())}
+    shared = shared_source(spec, source_dir)  # binding/ and _shared resolve inside the recipe (ConfigError)
+    shown = {**python_paths(), "binding": str(source_dir.resolve()), **({"shared": str(shared)} if shared else {})}
     sandbox = sandbox_for(spec, tree=tree.resolve(), build_dir=work, host=hostmod.probe(), env=compile_env(),
                           plugin_defines={k: v for k, v in shown.items() if os.path.exists(v)})
 
@@ -280,11 +329,22 @@ def _configure(source_dir: Path, artifact: Path, build: Path, env: dict[str, str
         raise SubprocessError(argv, r.returncode, r.stdout + r.stderr,
                               hint="the binding's CMake project must configure against a headers-only stand-in "
                               "(HEADERS_ONLY=ON: skip find_library and linking)")
-    commands = build / "compile_commands.json"
-    if not commands.is_file():
-        msg = f"CMake wrote no {commands.name} for {source_dir}; the binding has no compiled sources"
+    # CMake ran the recipe's CMakeLists.txt: its build dir is read through the confined accessor
+    written = Tree(build, what="the binding's compile-commands build")
+    if written.kind("compile_commands.json") is None:
+        msg = f"CMake wrote no compile_commands.json for {source_dir}; the binding has no compiled sources"
         raise BindingSurfaceError(msg)
-    return list(json.loads(commands.read_text()))
+    try:
+        entries = json.loads(written.read_text("compile_commands.json"))
+    except ConfinementError as e:
+        raise BindingSurfaceError(str(e)) from None
+    except ValueError as e:
+        msg = f"{build / 'compile_commands.json'} is not JSON ({e}); CMake writes it with CMAKE_EXPORT_COMPILE_COMMANDS"
+        raise BindingSurfaceError(msg) from None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "file" in e for e in entries):
+        msg = f"{build / 'compile_commands.json'} is not a list of compile commands"
+        raise BindingSurfaceError(msg)
+    return entries
 
 
 def _syntax_argv(entry: dict[str, Any]) -> list[str]:
@@ -358,7 +418,7 @@ def check_binding(spec: EngineSpec, tree: Path, *, source_dir: Path | None = Non
     import pybind11
 
     key = hashlib.sha256(json.dumps({
-        "v": STAMP_VERSION, "binding": _files_hash(_binding_files(source_dir)), "headers": _files_hash(headers),
+        "v": STAMP_VERSION, "binding": binding_sources_hash(source_dir), "headers": _headers_hash(tree, headers),
         "cxx": _tool_version([compiler, "--version"]), "py": sys.version_info[:2], "pybind11": pybind11.__version__,
         "sandboxed": not is_trusted(spec),  # what a unit can read differs in the sandbox
     }, sort_keys=True).encode()).hexdigest()

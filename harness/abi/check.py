@@ -51,28 +51,36 @@ def version_macro(abi: Mapping[str, Any]) -> str | None:
 
 def snapshot_config(
     root: Path, abi: Mapping[str, Any], *, targets: Sequence[str] | None = None,
-    meta: Mapping[str, Any] | None = None,
+    meta: Mapping[str, Any] | None = None, recipe: EngineSpec | None = None,
 ) -> surf.Surface:
-    """Snapshot the headers an engine descriptor's ``abi:`` section names."""
+    """Snapshot the headers an engine descriptor's ``abi:`` section names.
+
+    ``recipe``: the recipe ``root`` is the tree of. An untrusted one's headers are parsed in the sandbox
+    (:mod:`harness.abi.sandboxed`: they may ``#include`` any file of the host); None is a tree the caller
+    vouches for, parsed in this process.
+    """
     if not abi.get("headers"):
         msg = "the engine descriptor has no abi.headers; list the public headers (e.g. include/engine.h)"
         raise ConfigError(msg)
-    from harness.abi.snapshot import CONSTANT_PATTERN, snapshot_headers  # libclang: the build extra
+    from harness.abi import sandboxed
+    from harness.abi.snapshot import CONSTANT_PATTERN, snapshot_request  # libclang: the build extra
 
     macro = version_macro(abi)
     if macro:
         meta = {**(meta or {}), "version_macro": macro}
-    return snapshot_headers(
-        root,
-        list(abi["headers"]),
-        list(abi.get("include_dirs", [])),
-        targets or abi.get("targets") or surf.DEFAULT_TARGETS,
-        defines=list(abi.get("defines", [])),
-        constant_headers=list(abi.get("constant_headers", [])),
-        constant_pattern=str(abi.get("constant_pattern", CONSTANT_PATTERN)),
-        keep_constants=[macro] if macro else [],
-        meta=meta,
-    )
+    args = {
+        "root": str(root.resolve()),
+        "headers": [str(h) for h in abi["headers"]],
+        "include_dirs": [str(d) for d in abi.get("include_dirs", [])],
+        "targets": list(targets or abi.get("targets") or surf.DEFAULT_TARGETS),
+        "defines": [str(d) for d in abi.get("defines", [])],
+        "constant_headers": [str(h) for h in abi.get("constant_headers", [])],
+        "constant_pattern": str(abi.get("constant_pattern", CONSTANT_PATTERN)),
+        "keep_constants": [macro] if macro else [],
+        "meta": dict(meta) if meta else None,
+    }
+    surface: surf.Surface = sandboxed.parse(recipe, snapshot_request, args, tree=root)
+    return surface
 
 
 def load_committed(engine: str, path: Path | None = None) -> surf.Surface:
@@ -88,13 +96,16 @@ def load_committed(engine: str, path: Path | None = None) -> surf.Surface:
         raise AbiError(msg) from e
 
 
-def pinned_view(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]) -> surf.Surface:
-    """The pinned headers seen the way the committed surface was cut: same targets, same used set."""
-    return _cut(_pinned(root, abi, committed), committed)
+def pinned_view(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any], *,
+                recipe: EngineSpec | None = None) -> surf.Surface:
+    """The pinned headers seen the way the committed surface was cut: same targets, same used set.
+    ``recipe``: whose tree ``root`` is (:func:`snapshot_config`)."""
+    return _cut(_pinned(root, abi, committed, recipe=recipe), committed)
 
 
-def _pinned(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]) -> surf.Surface:
-    return snapshot_config(root, abi, targets=list(committed.get("targets") or []) or None)
+def _pinned(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any], *,
+            recipe: EngineSpec | None) -> surf.Surface:
+    return snapshot_config(root, abi, targets=list(committed.get("targets") or []) or None, recipe=recipe)
 
 
 def _cut(full: surf.Surface, committed: Mapping[str, Any]) -> surf.Surface:
@@ -115,21 +126,24 @@ def uncovered_uses(abi: Mapping[str, Any], committed: Mapping[str, Any], full: M
     if not configured or used is None:
         return []
     path = Path(str(configured))
-    path = path if path.is_absolute() else (sources_root or paths.project_root()) / path
-    if not path.exists():  # an installed harness without the engine sources
+    root = sources_root or paths.project_root()
+    if not (path if path.is_absolute() else root / path).exists():  # an installed harness without the engine sources
         return []
-    from harness.abi.used import used_from
+    from harness.abi.used import recipe_identifiers, used_from
 
-    names = used_from(path, abi.get("used_pattern")) & surf.known_names(full)
+    # a descriptor's used_from is relative (harness.engine.confine): the recipe's own files, read confined
+    found = (used_from(path, abi.get("used_pattern")) if path.is_absolute()
+             else recipe_identifiers(root, str(configured), abi.get("used_pattern")))
+    names = found & surf.known_names(full)
     return [f"the binding now uses {name}, which the committed surface does not cover (it was cut before "
             "the binding called it)" for name in sorted(names - set(used))]
 
 
 def differences(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any],
-                *, sources_root: Path | None = None) -> list[str]:
+                *, sources_root: Path | None = None, recipe: EngineSpec | None = None) -> list[str]:
     """One line per difference between the committed surface and the pinned headers, and per engine
-    name the binding uses that the committed surface does not cover."""
-    full = _pinned(root, abi, committed)
+    name the binding uses that the committed surface does not cover. ``recipe``: whose tree ``root`` is."""
+    full = _pinned(root, abi, committed, recipe=recipe)
     current = _cut(full, committed)
     lines = diff_surfaces(committed, current, version_macro=version_macro(abi))
     lines += uncovered_uses(abi, committed, full, sources_root=sources_root)
@@ -142,15 +156,17 @@ def differences(root: Path, abi: Mapping[str, Any], committed: Mapping[str, Any]
 
 
 def check_tree(engine: str, root: Path, abi: Mapping[str, Any], *, pin: str = "",
-               committed_path: Path | None = None, sources_root: Path | None = None) -> CheckResult:
+               committed_path: Path | None = None, sources_root: Path | None = None,
+               recipe: EngineSpec | None = None) -> CheckResult:
     """Raise :class:`AbiError` listing each difference; return what was checked otherwise.
 
-    ``sources_root``: where a relative ``abi.used_from`` lives (the recipe's root; default the checkout).
+    ``sources_root``: where a relative ``abi.used_from`` lives (the recipe's root; default the checkout);
+    ``recipe``: whose tree ``root`` is (an untrusted recipe's headers are parsed in the sandbox).
     """
     t0 = time.perf_counter()
     path = committed_path or surface_path(engine)
     committed = load_committed(engine, path)
-    lines = differences(root, abi, committed, sources_root=sources_root)
+    lines = differences(root, abi, committed, sources_root=sources_root, recipe=recipe)
     if lines:
         where = f" ({pin})" if pin else ""
         rel = path.relative_to(paths.project_root()) if path.is_relative_to(paths.project_root()) else path
@@ -180,4 +196,4 @@ def check_engine(spec: EngineSpec, tree: Path) -> CheckResult:
     the binding source of the same recipe (for an old pin from git history: that commit's, not the
     working tree's; :mod:`harness.build.recipes`)."""
     return check_tree(spec.name, tree, spec.abi, pin=spec.pin, committed_path=spec.surface_path,
-                      sources_root=spec.root.parent.parent)
+                      sources_root=spec.root.parent.parent, recipe=spec)

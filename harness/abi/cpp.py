@@ -185,6 +185,24 @@ def declarations(include: Path, include_dirs: Sequence[str], headers: Iterable[s
     }
 
 
+def record_request(*, entries: Sequence[Mapping[str, Any]], include: str, names: Mapping[str, str], source_dir: str,
+                   c_dirs: Sequence[str], include_dirs: Sequence[str]) -> Record:
+    """:func:`used_names` and then :func:`declarations` of them, over JSON values (sets as sorted lists): the parse
+    :mod:`harness.abi.sandboxed` runs here or in the sandbox."""
+    used = used_names(entries, Path(include), names, Path(source_dir), c_dirs)
+    decls = declarations(Path(include), include_dirs, used["headers"], names, used)
+    return {"used": {"functions": sorted(used["functions"]), "headers": sorted(used["headers"]),
+                     "members": {k: sorted(v) for k, v in used["members"].items()},
+                     "enums": {k: sorted(v) for k, v in used["enums"].items()}},
+            "declarations": decls}
+
+
+def declarations_request(*, include: str, include_dirs: Sequence[str], headers: Sequence[str],
+                         names: Mapping[str, str], used: Record) -> Record:
+    """:func:`declarations` over JSON values: the parse :mod:`harness.abi.sandboxed` runs here or in the sandbox."""
+    return declarations(Path(include), include_dirs, headers, names, used)
+
+
 def _include_dirs(entries: Sequence[Mapping[str, Any]], artifact: Path) -> list[str]:
     """The binding's -I directories inside the stand-in artifact, relative to it (``include``, ``include/common``)."""
     from harness.abi.binding import _syntax_argv
@@ -202,8 +220,10 @@ def _include_dirs(entries: Sequence[Mapping[str, Any]], artifact: Path) -> list[
 
 def record(spec: EngineSpec, tree: Path, source_dir: Path | None = None) -> Record | None:
     """The ``cpp`` section of the surface: what the binding uses of the pin's C++ headers, as declared there."""
+    from harness.abi import sandboxed
     from harness.abi.binding import stand_in
     from harness.binding.wheel import binding_source
+    from harness.sandbox.bwrap import python_paths
 
     source_dir = source_dir or binding_source(spec)
     if not (source_dir / "CMakeLists.txt").is_file():
@@ -211,9 +231,15 @@ def record(spec: EngineSpec, tree: Path, source_dir: Path | None = None) -> Reco
     c_dirs = [str(d) for d in spec.abi.get("include_dirs", [])]
     with progress.spinner(f"binding {spec.name}: the C++ declarations it uses (libclang)"), \
             stand_in(spec, tree, source_dir) as si:
-        used = used_names(si.entries, si.include, si.names, source_dir, c_dirs)
         dirs = _include_dirs(si.entries, si.artifact)
-        decls = declarations(si.include, dirs, used["headers"], si.names, used)
+        # the units are the recipe's, and so are their compile commands (CMake ran its CMakeLists.txt)
+        found = sandboxed.parse(
+            spec, record_request,
+            {"entries": [dict(e) for e in si.entries], "include": str(si.include), "names": dict(si.names),
+             "source_dir": str(source_dir), "c_dirs": c_dirs, "include_dirs": dirs},
+            tree=tree, work=si.artifact.parent,
+            shown=[source_dir, source_dir.parent.parent / "_shared", *map(Path, python_paths().values())])
+        used, decls = found["used"], found["declarations"]
     return {"headers": sorted(used["headers"]), "include_dirs": dirs,
             "used": {"functions": sorted(used["functions"]),
                      "members": {k: sorted(v) for k, v in sorted(used["members"].items())},
@@ -221,8 +247,10 @@ def record(spec: EngineSpec, tree: Path, source_dir: Path | None = None) -> Reco
             **decls}
 
 
-def at_tree(spec: EngineSpec, tree: Path, committed: Mapping[str, Any]) -> Record:
-    """The committed ``cpp`` record's used names resolved in another tree's headers."""
+def at_tree(spec: EngineSpec, tree: Path, committed: Mapping[str, Any], *, recipe: EngineSpec | None = None) -> Record:
+    """The committed ``cpp`` record's used names resolved in another tree's headers. ``recipe``: whose tree it is
+    (default ``spec``); an untrusted recipe's headers are parsed in the sandbox."""
+    from harness.abi import sandboxed
     from harness.abi.binding import _stand_in
 
     with tempfile.TemporaryDirectory(prefix="harness-cpp-pin-") as tmp:
@@ -230,8 +258,11 @@ def at_tree(spec: EngineSpec, tree: Path, committed: Mapping[str, Any]) -> Recor
         # the record comes from a recipe's surface.json: only directories inside the stand-in artifact
         dirs = [str(d) for d in committed.get("include_dirs") or ["include"]
                 if not Path(str(d)).is_absolute() and ".." not in Path(str(d)).parts] or ["include"]
-        return declarations(Path(tmp) / "artifact" / "include", dirs,
-                            committed.get("headers") or (), names, dict(committed.get("used") or {}))
+        args = {"include": str(Path(tmp) / "artifact" / "include"), "include_dirs": dirs,
+                "headers": [str(h) for h in committed.get("headers") or ()], "names": names,
+                "used": dict(committed.get("used") or {})}
+        found: Record = sandboxed.parse(recipe or spec, declarations_request, args, tree=tree, work=Path(tmp))
+        return found
 
 
 def merge_used(a: Mapping[str, Any], b: Mapping[str, Any]) -> Record:
@@ -299,8 +330,9 @@ def diff_pins(spec: EngineSpec, pin_a: str, pin_b: str) -> list[str]:
     if not committed:
         return []
     with progress.spinner(f"{spec.name}: the binding's C++ declarations in {pin_a} and {pin_b}"):
-        a = at_tree(spec, locate(pin_a, spec).path, committed)
-        b = at_tree(spec, locate(pin_b, spec).path, committed)
+        found_a, found_b = locate(pin_a, spec), locate(pin_b, spec)
+        a = at_tree(spec, found_a.path, committed, recipe=found_a.recipe)
+        b = at_tree(spec, found_b.path, committed, recipe=found_b.recipe)
     return diff_records(a, b)
 
 

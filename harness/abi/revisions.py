@@ -133,6 +133,9 @@ class PinTree:
 
     path: Path
     label: str
+    recipe: EngineSpec | None = None
+    """The recipe of this repository the pin named, whose tree it is (from git history: untrusted); None for a
+    directory, a package version or a revision of the engine's own repository (the engine's recipe vouches)."""
 
 
 def dir_label(path: Path) -> str:
@@ -215,7 +218,7 @@ def locate(pin: str, spec: EngineSpec) -> PinTree:
         tree = pipeline.fetch(recipe).path
         where = f"recipe {recipe.recipe_commit[:12]}" if recipe.recipe_commit else "working tree"
         named = f"{pin}: " if pin != recipe.pin else ""
-        return PinTree(tree, f"{named}{describe(recipe.raw['source'])} ({where})")
+        return PinTree(tree, f"{named}{describe(recipe.raw['source'])} ({where})", recipe)
     if spec.source.kind == "git":
         from harness.engine.plugin import get_manager
 
@@ -231,8 +234,12 @@ def pin_tree(pin: str, spec: EngineSpec) -> Path:
     return locate(pin, spec).path
 
 
-def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.Surface:
-    """The full surface of one pin (a version, a git revision or a directory) with the engine's header config."""
+def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None, *,
+                 recipe: EngineSpec | None = None) -> surf.Surface:
+    """The full surface of one pin (a version, a git revision or a directory) with the engine's header config.
+
+    ``recipe``: whose tree the pin is, when the caller knows (a directory holding an old recipe's source); else the
+    recipe of this repository the pin names, else ``spec``. An untrusted one's headers are parsed in the sandbox."""
     from harness.abi.check import snapshot_config
 
     found = locate(pin, spec)
@@ -240,7 +247,8 @@ def snapshot_pin(pin: str, spec: EngineSpec, targets: list[str] | None) -> surf.
     abi = dict(spec.abi)
     # Constants-only headers are internal and come and go between pins; a report skips missing ones.
     abi["constant_headers"] = [h for h in abi.get("constant_headers", []) if (root / h).is_file()]
-    return snapshot_config(root, abi, targets=targets, meta={"engine": spec.name, "pin": found.label})
+    return snapshot_config(root, abi, targets=targets, meta={"engine": spec.name, "pin": found.label},
+                           recipe=recipe or found.recipe or spec)
 
 
 def default_engine() -> str | None:

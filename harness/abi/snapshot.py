@@ -339,7 +339,12 @@ def parse_target(
     args += [f"-I{root / d}" for d in include_dirs]
     args += [f"-D{d}" for d in defines]
     opts = ci.TranslationUnit.PARSE_DETAILED_PROCESSING_RECORD | ci.TranslationUnit.PARSE_SKIP_FUNCTION_BODIES
-    tu = ci.Index.create().parse(str(umbrella), args=args, unsaved_files=[(str(umbrella), text)], options=opts)
+    try:
+        tu = ci.Index.create().parse(str(umbrella), args=args, unsaved_files=[(str(umbrella), text)], options=opts)
+    except ci.TranslationUnitLoadError as e:
+        msg = (f"libclang failed on the ABI headers for {target} ({e}): it gives up on a file it cannot read "
+               "whole (an endless file or a device a header includes, such as /dev/zero) and when it crashes")
+        raise AbiError(msg) from None
     errors = [d for d in tu.diagnostics if d.severity >= ci.Diagnostic.Error]
     if errors:
         shown = "\n".join(f"  {d.location.file}:{d.location.line}: {d.spelling}" for d in errors[:10])
@@ -388,3 +393,12 @@ def snapshot_headers(
     if defines:
         info["defines"] = list(defines)
     return build_surface(flats, {**info, **(meta or {})})
+
+
+def snapshot_request(*, root: str, headers: Sequence[str], include_dirs: Sequence[str], targets: Sequence[str],
+                     defines: Sequence[str], constant_headers: Sequence[str], constant_pattern: str,
+                     keep_constants: Sequence[str], meta: Mapping[str, Any] | None) -> Surface:
+    """:func:`snapshot_headers` over JSON values: the parse :mod:`harness.abi.sandboxed` runs here or in the sandbox."""
+    return snapshot_headers(Path(root), headers, include_dirs, targets, defines=defines,
+                            constant_headers=constant_headers, constant_pattern=constant_pattern,
+                            keep_constants=keep_constants, meta=meta)

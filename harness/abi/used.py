@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from harness.core.errors import HostError, SubprocessError, UsageError
+from harness.core.errors import AbiError, HostError, SubprocessError, UsageError
 from harness.core.inputs import open_input, read_bytes
 from harness.engine.confine import recipe_regex
 
@@ -84,3 +84,33 @@ def used_from(path: Path, pattern: str | None = None) -> set[str]:
     if path.is_file() and _is_binary(path):
         return undefined_symbols(path)
     return source_identifiers([path], pattern)
+
+
+def recipe_identifiers(root: Path, rel: str, pattern: str | None = None) -> set[str]:
+    """:func:`used_from` for a recipe's ``abi.used_from``: ``rel`` (a built module, a source file or a directory
+    of them) below ``root`` (the recipe's project), read through the confined accessor. A link, a FIFO or a
+    device there is an :class:`AbiError` naming it, never followed; a file over the source limit too (the
+    recipe may point anywhere: ``/proc/self/pagemap``, a file of the host)."""
+    from harness.core.inputs import limit
+    from harness.sandbox.confined import ConfinementError, Tree
+
+    ident = recipe_regex(pattern, where="abi.used_pattern") if pattern else SOURCE_IDENT
+    tree = Tree(root, what="the recipe")
+    names: set[str] = set()
+    try:
+        kind = tree.kind(rel)
+        entries = [(p, e.kind) for p, e in tree.walk(rel)] if kind == "dir" else [(rel, kind)]
+        for path, what in entries:
+            if what == "dir" or (kind == "dir" and Path(path).suffix not in SOURCE_SUFFIXES):
+                continue
+            if what != "file":
+                msg = (f"{tree.root / path} (abi.used_from) is {'a symbolic link' if what == 'link' else 'not a regular file'}"
+                       ": a recipe's binding sources are read as regular files inside it, never through a link")
+                raise AbiError(msg)
+            data = tree.read_bytes(path, limit=limit("source"))
+            if kind != "dir" and (data[:4] == _ELF or data[:4] in _MACHO):
+                return undefined_symbols(tree.root / path)
+            names.update(ident.findall(data.decode("utf-8", "replace")))
+    except ConfinementError as e:
+        raise AbiError(str(e)) from None
+    return names

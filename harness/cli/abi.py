@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -89,7 +90,7 @@ def _load(engine: str) -> EngineSpec:
 
 def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str, Any] | None) -> set[str] | None:
     """--used-from, else the descriptor's abi.used_from, else the committed used set; None = everything."""
-    from harness.abi.used import used_from
+    from harness.abi.used import recipe_identifiers, used_from
     from harness.core import progress
     if args.all:
         return None
@@ -100,8 +101,8 @@ def _used_set(args: argparse.Namespace, spec: EngineSpec, committed: Mapping[str
     if configured:
         # Relative to the project root the descriptor lives in (engines/<name>/ is two levels down).
         path = spec.root.parent.parent / str(configured)
-        if path.exists():
-            return used_from(path, pattern)
+        if os.path.lexists(path):
+            return recipe_identifiers(spec.root.parent.parent, str(configured), pattern)
         progress.info(f"abi.used_from {configured} does not exist yet; keeping the committed used set")
     if committed is not None and committed.get("used") is not None:
         return set(committed["used"])
@@ -139,7 +140,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     committed = surf.load(out) if out.is_file() else None
     targets = args.target or (list(committed["targets"]) if committed and not spec.abi.get("targets") else None)
     tree = patched_tree(spec).path
-    surface = snapshot_config(tree, spec.abi, targets=targets, meta={"engine": spec.name})
+    surface = snapshot_config(tree, spec.abi, targets=targets, meta={"engine": spec.name}, recipe=spec)
     used = _used_set(args, spec, committed)
     if used is not None:
         surface = surf.filter_surface(surface, used)

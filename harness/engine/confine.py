@@ -18,6 +18,8 @@ any stage uses it, and a value outside its rule is a :class:`ConfigError` naming
   ``git``) or a local repository (``file://``, a path): never an option (``--upload-pack=...``) nor a
   ``<transport>::`` remote helper (``ext::sh -c ...`` runs a command). A local one is read for trusted
   recipes only (``harness.build.pipeline.check_source_path``).
+- The ``abi:`` paths (``headers``, ``constant_headers``, ``include_dirs``, ``used_from``) are relative and
+  never climb: libclang reads what they name, on the host for a trusted recipe.
 - A regular expression (``provenance.build_from_version``, ``smoke.cpu_level``, ``abi.used_pattern``)
   compiles at load and runs with a time limit (:func:`recipe_regex`): a pattern that backtracks
   without end (``(a|aa)+$``) is a :class:`ConfigError`, not a command that never returns.
@@ -212,6 +214,18 @@ def recipe_regex(pattern: str, *, where: str) -> RecipeRegex:
     return RecipeRegex(pattern, where=where)
 
 
+def check_abi_paths(path: Path, abi: Mapping[str, Any]) -> None:
+    """The ``abi:`` paths: headers and include dirs relative to the engine tree, ``used_from`` relative to
+    the recipe's project; none absolute or climbing (libclang reads what they name)."""
+    for key in ("headers", "constant_headers", "include_dirs"):
+        for i, value in enumerate(abi.get(key) or ()):
+            check_relative(str(value), where=f"{path}:abi.{key}[{i}]", what=f"an abi.{key} entry (read by libclang)",
+                           inside="the engine's source tree")
+    if abi.get("used_from"):
+        check_relative(str(abi["used_from"]), where=f"{path}:abi.used_from", inside="the recipe's project",
+                       what="abi.used_from (the binding sources whose identifiers are read)")
+
+
 def check_descriptor(path: Path, data: Mapping[str, Any]) -> None:
     """Every value of a schema-valid descriptor that becomes a define, a path or a program."""
     source = dict(data.get("source") or {})
@@ -242,6 +256,7 @@ def check_descriptor(path: Path, data: Mapping[str, Any]) -> None:
                        what="the program a smoke check runs (e.g. bin/tool)")
     if smoke.get("cpu_level"):
         recipe_regex(str(smoke["cpu_level"]), where=f"{path}:smoke.cpu_level")
+    check_abi_paths(path, dict(data.get("abi") or {}))
     if dict(data.get("abi") or {}).get("used_pattern"):
         recipe_regex(str(data["abi"]["used_pattern"]), where=f"{path}:abi.used_pattern")
     for package, pattern in dict(dict(data.get("provenance") or {}).get("build_from_version") or {}).items():

@@ -54,7 +54,7 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> Sta
 
     t0 = time.perf_counter()
     old_tree = pipeline.fetch(old).path
-    a = snapshot_pin(str(old_tree), engine, None)
+    a = snapshot_pin(str(old_tree), engine, None, recipe=old)  # the old recipe's tree: parsed in its sandbox
     b = snapshot_pin(str(new_tree), engine, None)
     changes = diff(a, b)
     committed = load_committed(engine.name, engine.surface_path)
@@ -64,7 +64,7 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> Sta
     # what a move removed from under it)
     cpp = committed.get("cpp") or {}
     cpp = merge_used(cpp, recipe_used(old)) if cpp else cpp
-    cpp_lines = diff_records(at_tree(engine, old_tree, cpp), at_tree(engine, new_tree, cpp)) if cpp else []
+    cpp_lines = diff_records(at_tree(engine, old_tree, cpp, recipe=old), at_tree(engine, new_tree, cpp)) if cpp else []
     seconds = time.perf_counter() - t0
     rev = old.recipe_commit[:12] if old.recipe_commit else old.pin
     footer = (f"_{len(changes)} differences ({len(used_changes)} in what the binding uses) on "
