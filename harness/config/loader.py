@@ -49,7 +49,6 @@ MAX_TEXT_BYTES = limit("config")
 #: yaml.v3 reads a plain integer only within 64 bits (strconv.ParseInt, then ParseUint); see
 #: :func:`_beyond_64_bits` for one outside. An integer written longer than this is outside (and
 #: Python's int() would refuse it past 4300 digits, a traceback).
-INT_RANGE = (-(2**63), 2**64 - 1)
 MAX_INT_CHARS = 100
 INT_TAG = "tag:yaml.org,2002:int"
 #: yaml.v3's ``yamlStyleFloat``: what its resolver tries as a float once ParseInt and ParseUint fail.
@@ -223,8 +222,8 @@ class _Builder:
             shown = repr(node.value) if len(node.value) <= 80 else f"{node.value[:60]!r}... ({len(node.value)} characters)"
             self._problem(node, f"cannot read value {shown}: {getattr(e, 'problem', e)}")
             return node.value
-        if type(value) is int and not INT_RANGE[0] <= value <= INT_RANGE[1]:
-            return _beyond_64_bits(node.value)
+        # an integer outside 64 bits but short enough to hold stays one: the validator names the field it
+        # does not fit (LAI013), as yaml.v3 refuses to decode it into LocalAI's int field
         # yaml.v3 decodes timestamps into a string field as written; no config field is a date.
         return value if isinstance(value, str | int | float | bool | type(None) | bytes) else node.value
 

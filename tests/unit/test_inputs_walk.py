@@ -37,6 +37,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/config/localai.py", "_read", "resources.files('harness.config').joinpath(name).read_text"): "package data (localai.yaml, localai_index.yaml)",
     # the binding's compile-surface check: CMake's compile_commands.json and the check's own stamp
     ("harness/abi/binding.py", "_read_all", "tree.read_bytes"): "binding sources, through the confined accessor",
+    ("harness/abi/binding.py", "_declaration_of", "stand_in.read_text"): "the stand-in headers, through the confined accessor",
     ("harness/abi/used.py", "recipe_identifiers", "tree.read_bytes"): "a recipe's abi.used_from, through the confined accessor",
     ("harness/abi/binding.py", "check_binding", "stamp.read_text"): "the check's own stamp under the harness cache",
     ("harness/abi/revisions.py", "dir_label", "stamp.read_text"): "a cached source tree's stamp, written by the source cache",
