@@ -417,7 +417,15 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
         build_tree.remove("build.log")  # an older harness's log there (and never written through again)
         log = build_log(build_dir)
         init = confined.write_private(own / "init-cache.cmake", init_cache_text(defines))
-        cmake_fileapi.write_query(build_tree)
+        try:
+            cmake_fileapi.write_query(build_tree)
+        except confined.ConfinementError as e:
+            # a link or special file where the query goes: what an earlier (hostile) build left; made again
+            progress.info(f"{e.args[0].split(':', 1)[0]} is not what the harness left there: the build dir "
+                          f"{build_dir} is made again")
+            shutil.rmtree(build_dir)
+            build_dir.mkdir(parents=True)
+            cmake_fileapi.write_query(build_tree)
         env = dict(os.environ)
         env.setdefault("CCACHE_BASEDIR", str(paths.cache_root()))
         box = sandbox.sandbox_for(engine, tree=tree.path, build_dir=build_dir, host=host, env=env,

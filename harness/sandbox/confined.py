@@ -92,7 +92,7 @@ class Tree:
         return ConfinementError(
             f"{self.root / rel} ({self.what}) {why}: the host reads what a sandbox wrote only as regular files and "
             "directories inside it, never through a link, a FIFO or a device. Remove it (the patch or build step "
-            "that made it), or rebuild with --force")
+            "that made it)")
 
     def _open_dir(self, parts: list[str], rel: str) -> int:
         """An fd of the directory ``parts`` (every component opened without following a link)."""

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,9 +71,9 @@ class Setup:
         """Written by the hostile ``.pth`` if it ever runs."""
         return self.recipe.scratch / "pth-ran"
 
-    def harness(self, *argv: str, timeout: float = 300) -> hostile_engine.Run:
+    def harness(self, *argv: str, timeout: float = 300, env: Mapping[str, str] | None = None) -> hostile_engine.Run:
         r = subprocess.run([str(self.venv / "bin" / "python"), "-P", "-m", "harness", *argv],
-                           env=self.recipe.env(), cwd=self.recipe.scratch, stdout=subprocess.PIPE,
+                           env=self.recipe.env(**(env or {})), cwd=self.recipe.scratch, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
         return hostile_engine.Run(r.returncode, r.stdout)
 
@@ -111,11 +111,9 @@ def _copy_dist(name: str, purelib: Path) -> None:
         shutil.copy2(src, purelib / f)
 
 
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+def make_setup(scratch: Path) -> Setup:
     """The tiny engine folder, built (cpu), and a venv at ``$HOME/.venv`` holding pip and the build
     backend, and a ``.pth`` adding this test's own site-packages (where the harness is)."""
-    scratch = tmp_path_factory.mktemp("binding-wheel")
     recipe = hostile_engine.make(scratch)
     (recipe.home / ".ssh").mkdir()
     (recipe.home / ".ssh" / "id_rsa").write_text(f"-----BEGIN KEY-----\n{hostile_engine.SECRET}\n")
@@ -132,6 +130,11 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
     run = s.harness("build", "tiny", "--variant", "cpu", "--json")
     assert run.returncode == 0, run.output
     return s
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    return make_setup(tmp_path_factory.mktemp("binding-wheel"))
 
 
 @pytest.fixture
