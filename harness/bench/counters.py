@@ -158,9 +158,10 @@ def measure(targets: Sequence[Any], plan: Any) -> dict[str, Any]:
     avail = probe()
     if not avail.available:
         raise HostError(f"the counters instrument is not available here: {avail.reason}")
-    per: dict[str, dict[str, tuple[float, float]]] = {}
+    # by position, never by name: two arms may share one (two builds of one pin)
+    per: list[dict[str, tuple[float, float]]] = []
     runs: dict[str, list[CounterRun]] = {}
-    for t in targets:
+    for i, t in enumerate(targets):
         got: dict[str, CounterRun] = {}
         for role, pn, gn in plan.shapes():
             cmd = t.command(pn, gn)
@@ -168,15 +169,15 @@ def measure(targets: Sequence[Any], plan: Any) -> dict[str, Any]:
             got[role] = CounterRun(role=role, pn=pn, gn=gn, instructions=ins, cycles=cyc, seconds=sec)
             progress.info(f"counters: {t.name} {role} (pn={pn} gn={gn}) {ins / 1e9:.3f} G instructions, "
                           f"{cyc / 1e9:.3f} G cycles")
-        runs[t.name] = list(got.values())
+        runs[t.name if t.name not in runs else f"{t.name} ({i + 1})"] = list(got.values())
         passes = int(getattr(t, "prompt_passes", 1))
         base = got["base"]
-        per[t.name] = {
+        per.append({
             "prefill": ((got["prompt"].instructions - base.instructions) / ((plan.p2 - plan.p1) * passes),
                         (got["prompt"].cycles - base.cycles) / ((plan.p2 - plan.p1) * passes)),
             "decode": ((got["generation"].instructions - base.instructions) / (plan.g2 - plan.g1),
-                       (got["generation"].cycles - base.cycles) / (plan.g2 - plan.g1))}
-    a, b = (per[t.name] for t in targets[:2])
+                       (got["generation"].cycles - base.cycles) / (plan.g2 - plan.g1))})
+    a, b = per[0], per[1]
     checks = [CounterCheck(metric=m, a_instructions=a[m][0], b_instructions=b[m][0], a_cycles=a[m][1],
                            b_cycles=b[m][1]) for m in ("prefill", "decode")]
     return {"instrument": "counters", "available": avail.as_dict(),

@@ -55,6 +55,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import hashlib
+import json
 import os
 import platform
 import re
@@ -454,24 +456,38 @@ def measure(targets: Sequence[SimTarget], plan: SimPlan, workdir: Path, *, jobs:
     Progress: a line per finished run."""
     workdir.mkdir(parents=True, exist_ok=True)
     pad = _pad() if env_pad is None else env_pad
-    for t in targets:
-        warm_up(t, plan, workdir, env_pad=pad)
-    work = [(t, role, pn, gn) for t in targets for role, pn, gn in plan.shapes()]
+    # each target's runs and logs by its position, never by its name: two arms may share a name (two
+    # builds of one pin), and pooling their runs made both read the same figures (1.0000x)
+    dirs = [workdir / f"{i}-{_slug(t.name)}" for i, t in enumerate(targets)]
+    for t, d in zip(targets, dirs, strict=True):
+        d.mkdir(parents=True, exist_ok=True)
+        warm_up(t, plan, d, env_pad=pad)
+    work = [(i, t, role, pn, gn) for i, t in enumerate(targets) for role, pn, gn in plan.shapes()]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(work)))
-    runs: dict[str, list[SimRun]] = {t.name: [] for t in targets}
+    runs: list[list[SimRun]] = [[] for _ in targets]
     t0 = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_one, t, role, pn, gn, workdir, env_pad=pad): (t, role)
-                   for t, role, pn, gn in work}
+        futures = {pool.submit(run_one, t, role, pn, gn, dirs[i], env_pad=pad): (i, t, role)
+                   for i, t, role, pn, gn in work}
         for n, fut in enumerate(concurrent.futures.as_completed(futures), 1):
-            t, role = futures[fut]
+            i, t, role = futures[fut]
             run = fut.result()
-            runs[t.name].append(run)
+            runs[i].append(run)
             progress.info(f"simulation {n}/{len(work)}: {t.name} {role} (pn={run.pn} gn={run.gn}) "
                           f"{run.counts.cycles / 1e9:.3f} G est. cycles in {run.seconds:.0f} s "
                           f"({time.perf_counter() - t0:.0f} s elapsed)")
-    return [figures_from_runs(t.name, plan, runs[t.name], t.describe(), prompt_passes=int(getattr(t, "prompt_passes", 1)))
-            for t in targets]
+    return [figures_from_runs(t.name, plan, runs[i], t.describe(), prompt_passes=int(getattr(t, "prompt_passes", 1)))
+            for i, t in enumerate(targets)]
+
+
+def identity(target: SimTarget, plan: SimPlan) -> str:
+    """What a target is, whatever it is called: the sha256 of its description (the artifact and its
+    manifest, the binding, the options) and of the command and environment it runs. Two arms of one
+    identity measure the same thing: an A/A, which must be asked for."""
+    cmd = target.command(plan.p1, plan.g1)
+    blob = json.dumps({"describe": target.describe(), "argv": list(cmd.argv), "env": dict(cmd.env)}, sort_keys=True,
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 def _pad() -> int:
@@ -647,9 +663,15 @@ class SimResult:
 
 
 def simulate(a: SimTarget, b: SimTarget, plan: SimPlan, workdir: Path, *, gate: Mapping[str, float] | None = None,
-             level: str | None = None, jobs: int | None = None, confidence: float = CONFIDENCE) -> SimResult:
+             level: str | None = None, jobs: int | None = None, confidence: float = CONFIDENCE,
+             aa: bool = False) -> SimResult:
     """Both targets through ``plan`` and the comparison (intervals at ``confidence``); ``level`` is what
-    the targets were asked to run."""
+    the targets were asked to run. Two targets of one :func:`identity` are refused unless ``aa``."""
+    if not aa and identity(a, plan) == identity(b, plan):
+        msg = (f"both arms of the simulation are one target ({a.name!r} and {b.name!r}: the same artifact, binding, "
+               "options and command): their figures would be one measurement's. Name two different builds "
+               "(artifact=DIR of each), or pass --aa to measure an arm against itself")
+        raise BenchError(msg)
     t0 = time.perf_counter()
     fa, fb = measure([a, b], plan, workdir, jobs=jobs)
     return SimResult(a=fa, b=fb, checks=tuple(compare(fa, fb, gate, confidence=confidence)), plan=plan,

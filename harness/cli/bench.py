@@ -310,13 +310,14 @@ def _other_instruments(args: argparse.Namespace, a: ArmSpec, b: ArmSpec, gate: d
     if "simulation" not in instruments and "counters" not in instruments:
         return extra
     level = simulation.level_for_host()
-    ta = simulation.target_for(a.kind, a.options, level=level)
-    tb = simulation.target_for(b.kind, b.options, level=level)
+    # the arm's name labels its target (name= of --a/--b); the figures are keyed by the target, never by it
+    ta = simulation.target_for(a.kind, {**a.options, "name": a.name}, level=level)
+    tb = simulation.target_for(b.kind, {**b.options, "name": b.name}, level=level)
     if args.aa:
-        tb = simulation.target_for(a.kind, {**a.options, "name": f"{ta.name} (2)"}, level=level)
+        tb = simulation.target_for(a.kind, {**a.options, "name": f"{a.name} (2)"}, level=level)
     if "simulation" in instruments:
         sim = simulation.simulate(ta, tb, sim_plan, directory / "simulation", gate=_metric_pcts(gate) or None,
-                                  level=level)
+                                  level=level, aa=args.aa)
         (directory / "simulation.json").write_text(json.dumps(sim.as_dict(), indent=2) + "\n")
         (directory / "simulation.md").write_text(sim.markdown())
         extra["simulation"] = sim

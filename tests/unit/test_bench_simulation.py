@@ -8,6 +8,8 @@ per-function lines, and a ``summary:`` line with the totals)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -282,3 +284,45 @@ def test_a_figure_below_its_own_noise_decides_nothing() -> None:
     assert _figure("instructions", 100.0, 120.0, 1.0).verdict(0.99) == "FAILED"
     assert _figure("instructions", 100.0, 100.1, 0.5).verdict(0.99) == "passed"
     assert _figure("instructions", 100.0, 120.0, UNRESOLVED_PCT).verdict(0.99) == "undecided"
+
+
+class _Named:
+    """A simulation target called ``name`` whose work per token is ``cost`` (what its command carries)."""
+
+    def __init__(self, name: str, cost: float, artifact: str) -> None:
+        self.name, self.cost, self.artifact = name, cost, artifact
+
+    def command(self, pn: int, gn: int) -> Any:
+        from harness.bench.simulation import SimCommand
+
+        return SimCommand(argv=(f"{self.artifact}/bin/llama-bench", str(pn), str(gn), str(self.cost)), env={})
+
+    def describe(self) -> dict[str, str]:
+        return {"artifact": self.artifact}
+
+
+def test_two_builds_of_one_pin_with_one_name_keep_their_own_figures(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """Issue 61, point 7: both arms named after the artifact folder (llamacpp-<pin>-cpu) pooled their runs
+    by name and read 1.0000x whatever B did. Runs are keyed by target: a 3% regression reads as one."""
+    from harness.bench import simulation
+
+    def fake_run(target, role, pn, gn, workdir, *, env_pad, timeout=0.0):  # type: ignore[no-untyped-def]
+        assert workdir.parent == tmp_path  # each target's logs in a folder of its own
+        return SimRun(role=role, pn=pn, gn=gn, seconds=0.0, env_pad=env_pad,
+                      counts=_counts(5e9 + target.cost * (1e6 * pn + 4e6 * gn)))
+
+    monkeypatch.setattr(simulation, "run_one", fake_run)
+    monkeypatch.setattr(simulation, "warm_up", lambda t, plan, workdir, *, env_pad: None)
+    plan = SimPlan(p1=8, p2=24, g1=2, g2=6)
+    base = _Named("llamacpp-2026.10.11549-cpu", 1.0, "/dist/a/llamacpp-2026.10.11549-cpu")
+    regressed = _Named("llamacpp-2026.10.11549-cpu", 1.03, "/dist/b/llamacpp-2026.10.11549-cpu")
+    result = simulation.simulate(base, regressed, plan, tmp_path, gate={"prefill": 1.0, "decode": 1.0})
+    for check in result.checks:
+        ins = next(f for f in check.figures if f.name == "instructions")
+        assert ins.speed == pytest.approx(1 / 1.03, rel=1e-6), check.metric
+    # one target twice is an A/A: refused unless asked for
+    with pytest.raises(BenchError, match="one target"):
+        simulation.simulate(base, _Named("other name", 1.0, base.artifact), plan, tmp_path)
+    aa = simulation.simulate(base, _Named("other name", 1.0, base.artifact), plan, tmp_path, aa=True)
+    assert all(f.speed == pytest.approx(1.0) for c in aa.checks for f in c.figures)

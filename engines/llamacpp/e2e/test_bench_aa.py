@@ -79,7 +79,8 @@ def test_simulated_aa_is_within_the_resolution(variant: str, tmp_path: Path) -> 
     # from three runs per shape holds 1.0 in 99.3% of draws; at 99.9% per figure the four figures
     # rarely miss together.
     plan = simulation.SimPlan(p1=4, p2=196, g1=2, g2=66, repeats=2)
-    result = simulation.simulate(a, b, plan, tmp_path, gate={"all": 1.0}, level=level, confidence=0.999)
+    result = simulation.simulate(a, b, plan, tmp_path, gate={"all": 1.0}, level=level, confidence=0.999,
+                                 aa=True)
     assert {c.metric for c in result.checks} == {"prefill", "decode"}
     for check in result.checks:
         for figure in check.figures:

@@ -100,10 +100,14 @@ class LlamaBenchTarget:
         return SimCommand(argv=tuple(argv), env=hugepages.engine_env())
 
     def describe(self) -> dict[str, Any]:
+        import hashlib
+
         from harness.build.cmake import read_manifest
 
         pin = read_manifest(self.artifact).get("pin")
+        manifest = hashlib.sha256((self.artifact / "manifest.json").read_bytes()).hexdigest()
         return {"kind": "llama-bench", "engine": "llamacpp", "pin": pin, "artifact": str(self.artifact),
+                "artifact_real": os.path.realpath(self.artifact), "manifest_sha256": manifest,
                 "cpu_level": self.level, "threads": 1, "prompt_passes": self.prompt_passes,
                 "command": f"llama-bench -m M -t 1 -p 0 -n 0 -pg PN,GN -r 1 -o json"
                            f"{' --no-warmup' if self.no_warmup else ''}", "model": _model_facts(self.model)}
