@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox.confined import Tree
 from harness.build import ccache
+from harness.sandbox.confined import Tree
 from tests.unit.test_third_engine import DESCRIPTOR, PATCH, _repo, _run
 
 TOOLS = ("git", "cmake", "ninja", "cc", "ccache", "redis-server")

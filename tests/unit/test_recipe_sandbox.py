@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox.bwrap import read_only_remote, unavailable
 from harness.core.errors import BuildError, HostError
+from harness.sandbox.bwrap import read_only_remote, unavailable
 
 from . import hostile_engine
 from .test_recipe_confine import pytestmark as _tools
