@@ -66,6 +66,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/build/cmake.py", "header_hash", "p.read_bytes"): "headers of the patched source tree the harness unpacked",
     ("harness/build/cmake.py", "_clear_stale", "stamp.read_text"): "the build's own stamp, in the host's files for it",
     ("harness/binding/contents.py", "_digest", "zf.open"): "a member of a wheel already opened (the host's copy, taken out through the confined accessor)",
+    ("engines/llamacpp/plugin/simulate.py", "LlamaBenchTarget.describe", "(self.artifact / 'manifest.json').read_bytes"): "an artifact's manifest (written by the build), hashed for the target's identity",
     ("harness/build/ccache.py", "read_stats_log", "build.read_text"): "ccache's stats log, through the confined accessor",
     ("harness/build/cmake_fileapi.py", "_load", "build.read_text"): "CMake's file-API reply, through the confined accessor",
     ("harness/sandbox/confined.py", "Tree._open_dir", "os.open"): "the confined accessor: a directory, no link followed",
