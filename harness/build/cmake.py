@@ -327,13 +327,14 @@ def _collect(engine: EngineSpec, tree: Path, build_dir: Path, dest: Path, bins: 
                                             what="program", artifact=dest)
     for entry in engine.artifacts.get("include", ()):
         # "DIR:GLOB" keeps paths relative to DIR; a bare glob flattens into include/.
-        base, _, pattern = entry.rpartition(":")
-        base = "" if base in ("", ".") else base
+        base, colon, pattern = entry.rpartition(":")
+        base = "" if base in ("", ".") else base  # ".:common/*.h" keeps common/ (the binding includes common/...)
         for rel in source.glob(f"{base}/{pattern}" if base else pattern):
             if source.kind(rel) == "dir":
                 continue
-            out = os.path.relpath(rel, base) if base else os.path.basename(rel)
-            links[dest / "include" / out] = _place(source, rel, dest / "include" / out, base=base or os.path.dirname(rel),
+            out = os.path.relpath(rel, base or ".") if colon else os.path.basename(rel)
+            links[dest / "include" / out] = _place(source, rel, dest / "include" / out,
+                                                   base=base if colon else os.path.dirname(rel),
                                                    what="header", artifact=dest)
     _settle_links({k: v for k, v in links.items() if v})
     if not any((dest / "lib").iterdir()):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,39 @@ def test_query_file_and_unreadable_reply(tmp_path: Path) -> None:
     reply.mkdir(parents=True)
     (reply / "index-1.json").write_text("{not json")
     assert cmake_fileapi.read_targets(Tree(tmp_path)) is None
+
+
+def test_headers_keep_their_directories_below_the_dir_named(tmp_path: Path) -> None:
+    """``DIR:GLOB`` keeps paths relative to DIR (``.``: the tree's root, so common/chat.h stays there and its
+    ``#include "jinja/parser.h"`` finds common/jinja/parser.h); a bare glob flattens into include/."""
+    build = tmp_path / "build"
+    versioned(build / "bin", "tiny", "3", "3.1.0")
+    tree = tmp_path / "tree"
+    for rel in ("include/tiny.h", "common/chat.h", "common/jinja/parser.h", "extra/flat.h"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text("// header\n")
+    engine = replace(_tiny(tmp_path), artifacts={"lib": ("lib*.so*",), "bin": (), "include": (
+        "include:*.h", ".:common/*.h", ".:common/jinja/*.h", "extra/*.h")})
+    _collect(engine, tree, build, tmp_path / "dest")
+    assert sorted(k for k in listing(tmp_path / "dest") if k.startswith("include/")) == [
+        "include/common/chat.h", "include/common/jinja/parser.h", "include/flat.h", "include/tiny.h"]
+
+
+def test_a_dot_dir_include_keeps_the_paths_below_the_tree(tmp_path: Path) -> None:
+    """``.:common/*.h`` keeps ``common/`` (the binding includes ``common/...`` and ``common/jinja/...``); a bare
+    glob flattens. The collector rewritten over the confined accessor once flattened the first (jinja/parser.h
+    then missed the binding's build)."""
+    tree = tmp_path / "tree"
+    (tree / "common" / "jinja").mkdir(parents=True)
+    (tree / "common" / "chat.h").write_text("/* chat */\n")
+    (tree / "common" / "jinja" / "parser.h").write_text("/* parser */\n")
+    (tree / "include").mkdir()
+    (tree / "include" / "llama.h").write_text("/* llama */\n")
+    build = tmp_path / "build"
+    plain(build / "bin", "libtiny.so")
+    engine = _tiny(tmp_path)
+    engine = EngineSpec(**{**engine.__dict__, "artifacts": {
+        **engine.artifacts, "include": ("include:*.h", ".:common/*.h", ".:common/jinja/*.h", "common/jinja/*.h")}})
+    _collect(engine, tree, build, tmp_path / "dest")
+    got = {p.relative_to(tmp_path / "dest" / "include").as_posix() for p in (tmp_path / "dest" / "include").rglob("*.h")}
+    assert got == {"llama.h", "common/chat.h", "common/jinja/parser.h", "parser.h"}
