@@ -193,7 +193,7 @@ def test_an_untrusted_build_reads_the_shared_cache_and_never_writes_it(recipe: h
     assert json.loads(run.output)[0]["ccache"]["remote_hits"] >= 1, run.output
 
 
-def test_an_untrusted_recipe_s_binding_wheel_is_built_in_the_sandbox(tmp_path: Path,
+def test_an_untrusted_recipe_s_binding_wheel_is_built_in_the_sandbox(outside_python: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """`harness build-binding` runs pip and the binding's CMake project: code of the recipe. For an untrusted
     recipe the command runs in the build sandbox (a synthetic passwd, no home directory, the artifact
@@ -208,9 +208,9 @@ def test_an_untrusted_recipe_s_binding_wheel_is_built_in_the_sandbox(tmp_path: P
     if unavailable():
         pytest.skip(f"no sandbox here: {unavailable()}")
     monkeypatch.delenv("HARNESS_TRUST", raising=False)
-    root = tmp_path / "contrib" / "engines" / "tiny"
+    root = outside_python / "contrib" / "engines" / "tiny"
     (root / "binding").mkdir(parents=True)
-    artifact = tmp_path / "cache" / "dist" / "tiny-1-cpu"
+    artifact = outside_python / "cache" / "dist" / "tiny-1-cpu"
     (artifact / "lib").mkdir(parents=True)
     secret = Path.home() / ".harness-test-secret-binding"
     secret.write_text("SECRET_4711\n")
@@ -221,7 +221,7 @@ def test_an_untrusted_recipe_s_binding_wheel_is_built_in_the_sandbox(tmp_path: P
                  f"touch {artifact}/lib/x 2>&1; echo done")
         env = {**os.environ, "CMAKE_CXX_COMPILER_LAUNCHER": "/usr/bin/ccache"}
         argv, full_env = wheel._in_sandbox(spec, ["sh", "-c", probe], env, source_dir=root / "binding",
-                                           artifact=artifact, root=tmp_path / "binding-root")
+                                           artifact=artifact, root=outside_python / "binding-root")
         out = subprocess.run(argv, env=full_env, capture_output=True, text=True, check=False, timeout=60).stdout
         assert out.startswith("build:x:0:0:harness build") and "SECRET_4711" not in out, out
         assert "No such file" in out and "launcher=/usr/bin/ccache" in out and "Read-only file system" in out, out
@@ -230,6 +230,6 @@ def test_an_untrusted_recipe_s_binding_wheel_is_built_in_the_sandbox(tmp_path: P
         monkeypatch.setenv("HARNESS_TRUST", "tiny")
         trusted = dataclasses.replace(spec)
         assert wheel._in_sandbox(trusted, ["true"], env, source_dir=root / "binding", artifact=artifact,
-                                 root=tmp_path / "binding-root") == (["true"], env)
+                                 root=outside_python / "binding-root") == (["true"], env)
     finally:
         secret.unlink()

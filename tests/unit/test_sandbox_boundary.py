@@ -187,23 +187,24 @@ def _in_box(tmp_path: Path, shown: dict[str, str], script: str, env: dict[str, s
 
 
 @needs_bwrap
-def test_a_path_named_is_shown_as_itself_never_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_path_named_is_shown_as_itself_never_its_parent(outside_python: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A venv's site-packages under a decoy $HOME shows that directory only (not $HOME, where the
     ``id_rsa`` is); a link to a directory shows the directory it leads to, not that one's parent."""
     monkeypatch.delenv("HARNESS_TRUST", raising=False)
-    home = tmp_path / "home"
+    home = outside_python / "home"
     site = home / ".venv" / "lib" / "python3.11" / "site-packages"
     site.mkdir(parents=True)
     (site / "mod.py").write_text("x = 1\n")
     (home / ".ssh").mkdir()
     (home / ".ssh" / "id_rsa").write_text(hostile_engine.SECRET)
     (home / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    etc = tmp_path / "etc"
+    etc = outside_python / "etc"
     (etc / "ssl").mkdir(parents=True)
     (etc / "ssl" / "cert.pem").write_text("cert\n")
     (etc / "shadow").write_text(hostile_engine.SECRET)
-    (tmp_path / "shared").symlink_to(etc / "ssl")
-    out = _in_box(tmp_path, {"venv": str(site), "shared": str(tmp_path / "shared")},
+    (outside_python / "shared").symlink_to(etc / "ssl")
+    out = _in_box(outside_python, {"venv": str(site), "shared": str(outside_python / "shared")},
                   f"cat {site}/mod.py {etc}/ssl/cert.pem; cat {home}/.ssh/id_rsa {etc}/shadow {home}/.venv/pyvenv.cfg; "
                   f"ls {home} {etc} 2>&1; echo end")
     assert "x = 1" in out and "cert" in out and out.rstrip().endswith("end"), out
