@@ -240,7 +240,9 @@ async def _stream_once(http: httpx.AsyncClient, base: str, max_tokens: int, mode
         answered[0] = True
         if r.status_code == 429:
             data = json.loads(await r.aread())
-            if r.headers.get("retry-after") != "1" or data["error"]["code"] != "rate_limit_exceeded":
+            # Retry-After is the queue's drain time, in whole seconds, different for each refused client
+            if not (r.headers.get("retry-after") or "").isdigit() or int(r.headers["retry-after"]) < 1 \
+                    or data["error"]["code"] != "rate_limit_exceeded":
                 return Stream(kind="bad", why=f"429 without Retry-After or code: {r.headers} {data}")
             return Stream(kind="429")
         if r.status_code != 200:

@@ -25,6 +25,7 @@ from harness.config.localai import vocabulary
 from harness.families.canvas import CANVAS_PATTERN
 from harness.families.limits import DEFAULT_LIMITS as VIDEO
 from harness.families.table import default_family, family_names
+from harness.runtime.embeddings import LongTextMode
 
 #: What a model is used for: one of LocalAI's ``known_usecases`` names (``localai.yaml``).
 Usecase = str
@@ -283,6 +284,16 @@ class EngineOptions:
     enable_prefix_caching: bool | None = field(default=None, metadata=TRISTATE)
     """Automatic prefix caching (alias enable_radix_attention); unset: per model, false: force off."""
 
+    context_shift: bool = False
+    """Context shift (LocalAI's option and the engine's --context-shift; off in both): a prompt longer
+    than the context loses its oldest tokens after the system prompt, and a sequence that reaches the
+    context erases context_erase of its tokens after the system prompt and goes on; off, such a prompt is
+    refused and such a generation stops (finish_reason length)."""
+
+    context_erase: float = _c(0.5, exclusiveMinimum=0, exclusiveMaximum=1)
+    """With context_shift: the share of the context (after the system prompt) erased each time; 0.5 is
+    the engine's default (n_discard: half) and GPT4All's contextErase."""
+
     enable_jump_forward: bool | None = field(default=None, metadata=TRISTATE)
     """Jump-forward decoding; unset follows the engine's environment default."""
 
@@ -309,6 +320,14 @@ class EngineOptions:
 
     cache_type_v: str = "f16"
     """KV-cache type for values (f16, q8_0, ...)."""
+
+    long_text_mode: LongTextMode = "mean"
+    """Embeddings of a text longer than the model's window (GPT4All's): mean of its window-sized chunks,
+    weighted by their tokens (at most 8192 tokens), or truncate to its first window; a request may choose."""
+
+    matryoshka: bool = False
+    """The embedding model is Matryoshka-trained (nomic-embed-text-v1.5): a request's dimensions keeps the
+    prefix and renormalizes it; otherwise (all-MiniLM-L6-v2) the prefix is the full vector's, not renormalized."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -411,6 +430,7 @@ class OptionSpec:
     minimum: float | None = None
     maximum: float | None = None
     exclusive_minimum: float | None = None
+    exclusive_maximum: float | None = None
     tristate: bool = False
     path: bool = False
     video: bool = False
@@ -445,7 +465,7 @@ def _specs(cls: type, *, video: bool = False) -> dict[str, OptionSpec]:
         out[f.name] = OptionSpec(
             key=f.name, kind=kind, default=default, doc=docs.get(f.name, ""), choices=choices,
             minimum=bounds.get("minimum"), maximum=bounds.get("maximum"),
-            exclusive_minimum=bounds.get("exclusiveMinimum"),
+            exclusive_minimum=bounds.get("exclusiveMinimum"), exclusive_maximum=bounds.get("exclusiveMaximum"),
             tristate=bool(f.metadata.get("tristate")), path=f.metadata.get("path") == "models",
             video=video,
         )

@@ -173,6 +173,8 @@ def _bounds(label: str, spec: OptionSpec, value: float) -> str | None:
         return f"{label} must be > {spec.exclusive_minimum:g}, found {value!r}"
     if spec.maximum is not None and value > spec.maximum:
         return f"{label} must be <= {spec.maximum:g}, found {value!r}"
+    if spec.exclusive_maximum is not None and value >= spec.exclusive_maximum:
+        return f"{label} must be < {spec.exclusive_maximum:g}, found {value!r}"
     return None
 
 

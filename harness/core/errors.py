@@ -187,6 +187,11 @@ class EngineClosedError(EngineError):
     """The engine was closed before or while the request ran."""
 
 
+class SessionStateError(InvalidRequestError):
+    """A saved sequence state is refused: another model, pin, state format or cache type, or damaged.
+    Nothing of it was loaded."""
+
+
 class BindingError(HarnessError):
     """A binding is missing, mismatched (pin/ABI handshake) or failed to build."""
 

@@ -58,6 +58,7 @@ LIMITS: dict[str, int] = {
     "model-metadata": 16 * MiB,  # a model directory's config.json (Hugging Face layout)
     "media-header": 1 * MiB,  # the head of a frame or WAV the engine wrote (head=True reads)
     "source": 64 * MiB,  # a C/C++ source, or a built module's magic, that `abi --used-from` names
+    "session": 64 * GiB,  # a saved sequence state (KV cells: ~23 KB a token for a 135M model, MBs for large ones)
 }
 
 _KIND_OF_MODE = (

@@ -28,6 +28,7 @@ from harness.runtime.api import (
     Pending,
     Stream,
 )
+from harness.runtime.state import StateInfo
 
 T = TypeVar("T")
 _END = object()
@@ -244,6 +245,14 @@ class AsyncRuntime:
 
     async def tokenize(self, text: str, **kwargs: Any) -> list[int]:
         return await self._call(self.engine.tokenize, text, **kwargs)
+
+    async def save_state_file(self, path: str, history: Any = None) -> StateInfo:
+        """The engine's ``save_state_file``: a conversation's state into a file."""
+        return await self._call(self.engine.save_state_file, path, history)
+
+    async def restore_state_file(self, path: str) -> StateInfo:
+        """The engine's ``restore_state_file``: a saved state back into an idle sequence."""
+        return await self._call(self.engine.restore_state_file, path)
 
     def info(self) -> dict[str, Any]:
         return dict(self.engine.info())

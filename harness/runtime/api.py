@@ -59,6 +59,9 @@ class Completion:
     """Speculative draft tokens verified for this request."""
     n_accepted: int = 0
     """Draft tokens the model accepted."""
+    n_erased: int = 0
+    """Tokens context shift erased: the prompt's oldest (after the system prompt) that did not fit, and
+    the sequence's while it generated past the context."""
 
     @property
     def usage(self) -> Usage:
@@ -351,7 +354,8 @@ def completion_from(req: Any, started: float) -> Completion:
     return Completion(text=req.text(), finish_reason=req.finish_reason, n_prompt=t["n_prompt"],
                       n_cached=t["n_cached"], n_generated=t["n_generated"], ttft_s=max(ttft, 0.0),
                       total_s=max(t["t_done"] - t["t_submit"], 0.0), n_steps=int(t.get("n_steps", 0)),
-                      n_drafted=int(t.get("n_drafted", 0)), n_accepted=int(t.get("n_accepted", 0)))
+                      n_drafted=int(t.get("n_drafted", 0)), n_accepted=int(t.get("n_accepted", 0)),
+                      n_erased=int(t.get("n_erased", 0)))
 
 
 def _drain(req: Any) -> None:

@@ -14,6 +14,8 @@ Protocol                  methods
 :class:`EmbeddingEngine`  ``embed``
 :class:`TokenEngine`      ``tokenize``, ``detokenize``, ``evaluate`` (log-probs for
                           ``harness agree``)
+:class:`SessionEngine`    ``save_state``, ``restore_state`` and their ``_file`` forms: a
+                          sequence's state (:mod:`harness.runtime.state`)
 :class:`VideoEngine`      ``video_generate`` (a module-level function of the plugin)
 ========================  ==========================================================
 
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from harness.config.effective import Effective
     from harness.runtime.api import ChatResult, ChatStream, Completion, Pending, Stream
     from harness.runtime.sampling import Sampling
+    from harness.runtime.state import StateInfo
     from harness.video.job import EngineOutput, VideoJob
 
 @runtime_checkable
@@ -86,9 +89,11 @@ class ChatEngine(Protocol):
 
 @runtime_checkable
 class EmbeddingEngine(Protocol):
-    """Sentence embeddings, one row per text."""
+    """Sentence embeddings, one row per text: ``dimensions`` (OpenAI's) and ``long_text_mode``
+    (``mean`` | ``truncate``, GPT4All's) as :mod:`harness.runtime.embeddings` defines them."""
 
-    def embed(self, texts: Sequence[str], *, normalize: bool = True) -> np.ndarray[Any, np.dtype[np.float32]]: ...
+    def embed(self, texts: Sequence[str], *, normalize: bool = True, dimensions: int | None = None,
+              long_text_mode: str | None = None) -> np.ndarray[Any, np.dtype[np.float32]]: ...
 
 
 @runtime_checkable
@@ -103,6 +108,20 @@ class TokenEngine(Protocol):
                  log_softmax: bool = True) -> list[np.ndarray[Any, np.dtype[np.float32]]]: ...
 
 
+@runtime_checkable
+class SessionEngine(Protocol):
+    """A sequence's state saved and put back (seed 003's ``llmodel_state_*``): a conversation resumes
+    without prefilling it again; a state of another model, pin or format is refused."""
+
+    def save_state(self, history: Any = None) -> bytes: ...
+
+    def restore_state(self, data: bytes) -> StateInfo: ...
+
+    def save_state_file(self, path: str | Path, history: Any = None) -> StateInfo: ...
+
+    def restore_state_file(self, path: str | Path) -> StateInfo: ...
+
+
 class VideoEngine(Protocol):
     """A video engine (its plugin module): renders a validated job's frames into a directory."""
 
@@ -112,7 +131,7 @@ class VideoEngine(Protocol):
 
 #: Capability name -> Protocol, for listings (``harness engines --json``) and the contract test.
 CAPABILITIES: Mapping[str, type] = {"text": TextEngine, "chat": ChatEngine, "embeddings": EmbeddingEngine,
-                                    "tokens": TokenEngine}
+                                    "tokens": TokenEngine, "sessions": SessionEngine}
 
 
 def capabilities(engine: object) -> list[str]:

@@ -55,7 +55,7 @@ class NativeRequest(Protocol):
 
     def timings(self) -> Mapping[str, Any]:
         """``t_submit``, ``t_first_token``, ``t_done`` (seconds), ``n_prompt``, ``n_cached``,
-        ``n_generated``; optionally ``n_steps``, ``n_drafted``, ``n_accepted``."""
+        ``n_generated``; optionally ``n_steps``, ``n_drafted``, ``n_accepted``, ``n_erased``."""
         ...
 
     def wait(self) -> tuple[str, str, str]:

@@ -1,10 +1,13 @@
 """The Starlette application: OpenAI routes over loaded engines, admission, streaming, metrics.
 
-Admission: each model takes ``capacity`` requests at once (its engine's parallel sequences
-plus a waiting queue); one more is answered 429 with ``Retry-After`` at once, never left
-hanging. Admitted requests go straight into the engine's continuous batching. A client that
-goes away cancels its request: a stream when its response is torn down, a non-streaming
-request when the disconnect is noticed while it waits (checked every quarter second).
+Admission (:mod:`harness.serve.admission`): each model hands ``capacity`` requests to its engine
+at once (its parallel sequences plus a short list the engine keeps waiting itself), straight into
+its continuous batching; a burst beyond that waits in the model's queue, bounded by memory, by the
+expected wait at the measured drain rate and, where asked, by count. A request over a bound is
+answered 429 at once, never left hanging, with a ``Retry-After`` from the drain rate, spread over
+the refused clients. A client that goes away cancels its request: a stream when its response is
+torn down, a request still queued or a non-streaming one when the disconnect is noticed while it
+waits (checked every second in the queue, every quarter second in the engine).
 
 The engine is an :class:`~harness.runtime.aio.AsyncRuntime` (in this process) or a
 :class:`~harness.serve.remote.WorkerRuntime` (in a worker process: ``harness serve``); an
@@ -19,13 +22,15 @@ import base64
 import contextlib
 import hmac
 import json
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -36,6 +41,7 @@ from harness.core import errors
 from harness.runtime.aio import AsyncRuntime, AsyncStream
 from harness.runtime.api import ChatDelta, ChatResult, Completion, coalesce
 from harness.serve import protocol, responses
+from harness.serve.admission import Admission, Place, QueueBounds
 from harness.serve.body import BODY_TIMEOUT_S, read_json
 from harness.serve.connection import CONNECTION_EXTENSION, BoundedH11Protocol
 from harness.serve.protocol import APIError
@@ -48,6 +54,8 @@ T = TypeVar("T")
 
 #: A non-streaming request checks for a vanished client this often while it waits.
 DISCONNECT_POLL_S = 0.25
+#: A request in the queue does so this often (a burst of thousands waits there).
+QUEUE_POLL_S = 1.0
 #: SSE events go out in writes of at most about this many bytes: a client far behind gets its
 #: backlog in pieces, each waiting for the transport to drain (a connection never holds much more
 #: than its high-water mark plus one write).
@@ -56,43 +64,54 @@ WRITE_BYTES = 64 << 10
 
 @dataclass(kw_only=True)
 class ServedModel:
-    """One loaded config: its name (``model`` in requests), engine and admission bound."""
+    """One loaded config: its name (``model`` in requests), engine and admission."""
 
     name: str
     engine: AsyncRuntime | WorkerRuntime
     capacity: int
-    """requests admitted at once: the engine's parallel sequences plus the waiting queue"""
+    """requests handed to the engine at once: its parallel sequences plus the engine's own waiting
+    list (:func:`harness.serve.worker.capacity`); a burst beyond waits in the queue"""
+    parallel: int = 0
+    """the engine's parallel sequences (0: ``capacity``)"""
+    queue: QueueBounds = field(default_factory=QueueBounds)
+    """the bounds of the queue"""
     embeddings: bool = False
     """an embedding model: /v1/embeddings only"""
     config: str = ""
     context: int = 0
     """the engine's context in tokens (prompt and completion of a sequence together); 0: unknown"""
-    in_flight: int = 0
+    sessions: Path | None = None
+    """where this server keeps saved sessions (:mod:`harness.serve.sessions`); None: sessions are off"""
+    context_shift: bool = False
+    """the engine makes room when a sequence reaches the context: a max_tokens past it is no mistake"""
     created: int = field(default_factory=protocol.now)
-    requests: dict[int, str] = field(default_factory=dict, repr=False)
-    """the admitted requests, by admission: what a crash report names"""
-    _admitted: int = field(default=0, repr=False)
+    admission: Admission = field(init=False, repr=False)
 
-    def admit(self, label: str = "") -> Callable[[], None]:
-        """Take a place (or raise 429) for the request ``label`` names; returns the release, safe to
-        call more than once."""
-        if self.in_flight >= self.capacity:
-            raise APIError(429, f"model {self.name} is at capacity ({self.capacity} requests running or queued); "
-                                "retry after a second", type="server_error", code="rate_limit_exceeded",
-                           headers={"Retry-After": "1"})
-        self.in_flight += 1
-        self._admitted += 1
-        key = self._admitted
-        self.requests[key] = label
-        released = False
+    def __post_init__(self) -> None:
+        self.admission = Admission(self.name, parallel=self.parallel or self.capacity, places=self.capacity,
+                                   bounds=self.queue)
 
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.in_flight -= 1
-                self.requests.pop(key, None)
-        return release
+    @property
+    def in_flight(self) -> int:
+        """requests admitted: handed to the engine or waiting in the queue"""
+        return self.admission.admitted
+
+    @property
+    def requests(self) -> dict[int, str]:
+        """the requests handed to the engine, by admission: what a crash report names"""
+        return self.admission.requests
+
+    @property
+    def admits(self) -> int | None:
+        """requests admitted at most at once (parallel sequences + ``--max-queue``), None: no count bound"""
+        bound = self.queue.max_requests
+        return None if bound is None else self.admission.parallel + bound
+
+    def admit(self, label: str = "", body_bytes: int = 0) -> Place:
+        """A place (or a 429) for the request ``label`` names, whose body had ``body_bytes``: the
+        engine's at once when it has room, else in the queue (:meth:`Place.wait`); give it back with
+        :meth:`Place.release`."""
+        return self.admission.admit(label, body_bytes)
 
 
 class Metrics:
@@ -109,28 +128,50 @@ class Metrics:
         self.ttft = Histogram("harness_time_to_first_token_seconds", "time from submission to the first token",
                               ["model"], registry=self.registry,
                               buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.queue_wait = Histogram("harness_queue_wait_seconds", "time an admitted request waited in the queue "
+                                    "for the engine", ["model"], registry=self.registry,
+                                    buckets=(0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300))
         self._models = models
         self.registry.register(self)
 
     def collect(self) -> Any:
         """Gauges read at scrape time from the engines and the admission counters."""
-        depth = GaugeMetricFamily("harness_queue_depth", "requests waiting for a sequence slot in the engine",
-                                  labels=["model"])
-        active = GaugeMetricFamily("harness_active_requests", "requests holding a sequence slot", labels=["model"])
-        admitted = GaugeMetricFamily("harness_in_flight_requests", "requests admitted by the server",
-                                     labels=["model"])
-        capacity = GaugeMetricFamily("harness_capacity_requests", "requests the server admits at once",
-                                     labels=["model"])
-        streams = GaugeMetricFamily("harness_open_streams", "streamed requests whose engine events are still read",
-                                    labels=["model"])
+        def gauge(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=["model"])
+        depth = gauge("harness_queue_depth", "requests waiting for a sequence slot (in the queue and the engine's list)")
+        queued = gauge("harness_queue_requests", "requests waiting in the queue for the engine to take them")
+        held = gauge("harness_queue_bytes", "bytes the queued requests hold (estimated from their bodies)")
+        max_bytes = gauge("harness_queue_max_bytes", "the queue's memory bound (--max-queue-memory)")
+        max_wait = gauge("harness_queue_max_wait_seconds", "the longest expected wait a request is queued for "
+                                                           "(--max-queue-wait)")
+        expected = gauge("harness_queue_expected_wait_seconds", "how long a request arriving now would wait for a "
+                                                                "sequence (NaN: no drain rate measured yet)")
+        rate = gauge("harness_queue_drain_rate", "requests completed per second while every sequence is busy "
+                                                 "(NaN: not measured yet)")
+        refused = CounterMetricFamily("harness_queue_refused", "requests refused (429) by bound: requests "
+                                                               "(--max-queue), memory, wait", labels=["model", "bound"])
+        active = gauge("harness_active_requests", "requests holding a sequence slot")
+        admitted = gauge("harness_in_flight_requests", "requests admitted by the server (in the engine or queued)")
+        capacity = gauge("harness_capacity_requests", "requests the server admits at once (+Inf: no --max-queue)")
+        streams = gauge("harness_open_streams", "streamed requests whose engine events are still read")
         for m in self._models.values():
             streams.add_metric([m.name], float(getattr(m.engine, "open_streams", 0)))
             stats = m.engine.stats() if not m.embeddings else {}
-            depth.add_metric([m.name], float(stats.get("pending", 0)))
+            q = m.admission.state()
+            depth.add_metric([m.name], float(stats.get("pending", 0) + q.waiting))
+            queued.add_metric([m.name], float(q.waiting))
+            held.add_metric([m.name], float(q.bytes))
+            max_bytes.add_metric([m.name], float(m.queue.max_bytes))
+            max_wait.add_metric([m.name], m.queue.max_wait_s)
+            expected.add_metric([m.name], math.nan if q.expected_wait_s is None else q.expected_wait_s)
+            rate.add_metric([m.name], math.nan if q.drain_per_s is None else q.drain_per_s)
+            for bound, n in q.refused.items():
+                refused.add_metric([m.name, bound], float(n))
             active.add_metric([m.name], float(stats.get("active", 0)))
             admitted.add_metric([m.name], float(m.in_flight))
-            capacity.add_metric([m.name], float(m.capacity))
-        yield from (depth, active, admitted, capacity, streams)
+            capacity.add_metric([m.name], math.inf if m.admits is None else float(m.admits))
+        yield from (depth, queued, held, max_bytes, max_wait, expected, rate, refused, active, admitted, capacity,
+                    streams)
 
     def done(self, model: str, c: Completion | None) -> None:
         if c is None:
@@ -218,11 +259,12 @@ def _parts(batch: list[Any]) -> Iterator[list[Any]]:
         yield batch[start:]
 
 
-async def _until_done_or_gone(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``; when the client disconnects first, cancel it (the engine request with it)."""
+async def _until_done_or_gone(request: Request, work: Awaitable[T], poll_s: float = DISCONNECT_POLL_S) -> T:
+    """Await ``work``; when the client disconnects first (looked at every ``poll_s``), cancel it (the
+    engine request with it)."""
     task = asyncio.ensure_future(work)
     while True:
-        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        done, _ = await asyncio.wait({task}, timeout=poll_s)
         if done:
             return task.result()
         if await request.is_disconnected():
@@ -256,9 +298,10 @@ class API:
 
     @staticmethod
     def _fits(m: ServedModel, sampling: dict[str, Any], param: str = "max_tokens") -> None:
-        """A max_tokens the model's context cannot hold (with at least one prompt token) is refused."""
+        """A max_tokens the model's context cannot hold (with at least one prompt token) is refused, unless
+        the engine shifts its context (then a generation runs on past it)."""
         asked = sampling.get("max_tokens")
-        if m.context and isinstance(asked, int) and asked >= m.context:
+        if m.context and not m.context_shift and isinstance(asked, int) and asked >= m.context:
             raise APIError(400, f"{param} is too large: {asked}; model {m.name} has a context of {m.context} "
                                 f"tokens for the prompt and the completion together: ask for at most {m.context - 1}",
                            param=param, code="context_length_exceeded")
@@ -314,10 +357,12 @@ class API:
                       open_stream: Callable[[], Awaitable[EngineStream]],
                       events: Callable[[EngineStream, Callable[[], None]], AsyncIterator[bytes]],
                       run: Callable[[], Awaitable[T]], answer: Callable[[T], dict[str, Any]]) -> Response:
-        """Admit the request (``label`` names it while it runs), then stream its ``events`` or wait for
+        """Admit the request (``label`` names it while it runs; queued until the engine has room:
+        :meth:`_place`), then stream its ``events`` or wait for
         the result of ``run`` (cancelled if the client leaves) and send ``answer(result)``; an
         engine error is the OpenAI error it maps to."""
-        release = m.admit(label)
+        place = await self._place(request, m, label)
+        release = place.release
         handed_over = False
         try:
             if stream:
@@ -342,13 +387,33 @@ class API:
                 release()
         return JSONResponse(answer(result))
 
+    async def _place(self, request: Request, m: ServedModel, label: str) -> Place:
+        """The request's place in ``m``'s engine, once it has one: admitted (or a 429), then waiting in the
+        queue while its client is there (a client gone is a 499 and its place given back)."""
+        place = m.admit(label, getattr(request.state, "body_bytes", 0))
+        if not place.granted:
+            try:
+                await _until_done_or_gone(request, place.wait(), poll_s=QUEUE_POLL_S)
+            except BaseException:
+                place.release()
+                raise
+        self.metrics.queue_wait.labels(m.name).observe(place.waited_s)
+        return place
+
     # ------------------------------------------------------------ routes
     async def health(self, request: Request) -> Response:
         models = {}
         for m in self.models.values():
             stats = m.engine.stats() if not m.embeddings else {}
-            models[m.name] = {"in_flight": m.in_flight, "capacity": m.capacity,
-                              "active": stats.get("active", 0), "pending": stats.get("pending", 0)}
+            q = m.admission.state()
+            models[m.name] = {
+                "in_flight": m.in_flight, "capacity": m.admits, "active": stats.get("active", 0),
+                "pending": stats.get("pending", 0),
+                "queue": {"waiting": q.waiting, "engine": q.engine, "bytes": q.bytes, "max_bytes": m.queue.max_bytes,
+                          "max_requests": m.queue.max_requests, "max_wait_s": m.queue.max_wait_s,
+                          "expected_wait_s": None if q.expected_wait_s is None else round(q.expected_wait_s, 3),
+                          "drain_per_s": None if q.drain_per_s is None else round(q.drain_per_s, 3),
+                          "refused": q.refused}}
         return JSONResponse({"status": "ok", "models": models})
 
     async def metrics_route(self, request: Request) -> Response:
@@ -503,20 +568,25 @@ class API:
             await stream.aclose()
             release()
 
+    async def sessions(self, request: Request) -> Response:
+        from harness.serve import sessions
+
+        return await sessions.handle(request, await self._body(request), self.models)
+
     async def embeddings(self, request: Request) -> Response:
         req = protocol.embedding_request(await self._body(request))
         m = self._model(req.model, embeddings=True)
-        release = m.admit(_label(protocol.new_id("embd"), "/v1/embeddings", False, req.inputs))
+        place = await self._place(request, m, _label(protocol.new_id("embd"), "/v1/embeddings", False, req.inputs))
         try:
             try:
-                vectors = await m.engine.embed(req.inputs)
+                vectors = await m.engine.embed(req.inputs, **req.engine_kwargs())
                 n_tokens = 0
                 for t in req.inputs:
                     n_tokens += len(await m.engine.tokenize(t))
             except Exception as e:
-                raise protocol.from_engine_error(e) from e
+                raise protocol.from_embedding_error(e) from e
         finally:
-            release()
+            place.release()
         self.metrics.prompt_tokens.labels(m.name).inc(n_tokens)
         data = []
         for i, v in enumerate(np.asarray(vectors, dtype=np.float32)):
@@ -555,12 +625,13 @@ def create_app(models: dict[str, ServedModel], *, api_key: str | None = None,
         Route("/v1/completions", api.route("completions", api.completions), methods=["POST"]),
         Route("/v1/responses", api.route("responses", api.responses), methods=["POST"]),
         Route("/v1/embeddings", api.route("embeddings", api.embeddings), methods=["POST"]),
+        Route("/sessions/{name}", api.route("sessions", api.sessions), methods=["POST"]),
     ]
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return _error_response(APIError(404, f"no route {request.method} {request.url.path}: the API has /v1/models, "
-                                             "/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /health, "
-                                             "/metrics",
+                                             "/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /sessions/{name}, "
+                                             "/health, /metrics",
                                         code="not_found"))
 
     async def not_allowed(request: Request, exc: Exception) -> Response:

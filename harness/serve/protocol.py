@@ -16,6 +16,7 @@ from typing import Any
 from harness.core import errors
 from harness.runtime import requests as engine_requests
 from harness.runtime.api import Completion
+from harness.runtime.embeddings import LONG_TEXT_MODES
 from harness.runtime.sampling import Sampling
 
 #: Request bodies larger than this are refused before they are parsed.
@@ -65,9 +66,19 @@ def from_engine_error(e: BaseException) -> APIError:
     return APIError(500, f"{type(e).__name__}: {e}", type="server_error")
 
 
+def from_embedding_error(e: BaseException) -> APIError:
+    """:func:`from_engine_error` for ``/v1/embeddings``: the engine's ``texts[i]`` is the request's ``input[i]``."""
+    out = from_engine_error(e)
+    text = re.match(r"texts\[(\d+)\]", str(e))
+    if isinstance(e, errors.ContextOverflowError) or (text and out.status == 400):
+        param = f"input[{text.group(1)}]" if text else "input"
+        return APIError(out.status, out.message, type=out.type, param=param, code=out.code, headers=out.headers)
+    return out
+
+
 _PARAM_NAMES = ("messages", "tools", "tool_choice", "response_format", "prompt", "input", "temperature", "top_p",
                 "top_k", "min_p", "max_tokens", "seed", "presence_penalty", "frequency_penalty", "stop",
-                "repetition_penalty", "grammar")
+                "repetition_penalty", "grammar", "dimensions", "long_text_mode")
 
 
 def _param_in(message: str) -> str | None:
@@ -366,9 +377,18 @@ class EmbeddingRequest:
     model: str
     inputs: list[str]
     encoding_format: str = "float"
+    dimensions: int | None = None
+    """OpenAI's: the first this many components (the engine checks them against the model's)."""
+    long_text_mode: str | None = None
+    """This server's extension (GPT4All's): mean or truncate; unset: the model config's."""
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """What the engine's ``embed`` takes from the request besides the texts."""
+        return {k: v for k, v in (("dimensions", self.dimensions), ("long_text_mode", self.long_text_mode))
+                if v is not None}
 
 
-_EMBED_KEYS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
+_EMBED_KEYS = frozenset({"model", "input", "encoding_format", "dimensions", "user", "long_text_mode"})
 MAX_EMBED_INPUTS = 2048
 
 
@@ -388,9 +408,14 @@ def embedding_request(body: Any) -> EmbeddingRequest:
     fmt = b.get("encoding_format", "float")
     if fmt not in ("float", "base64"):
         raise invalid("encoding_format", f"encoding_format must be float or base64, got {fmt!r:.40}")
-    if b.get("dimensions") is not None:
-        raise invalid("dimensions", "dimensions is not supported: the model's embedding size is fixed")
-    return EmbeddingRequest(model=model, inputs=list(inputs), encoding_format=fmt)
+    dims = b.get("dimensions")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise invalid("dimensions", f"dimensions must be a positive integer, got {dims!r:.40}")
+    mode = b.get("long_text_mode")
+    if mode is not None and mode not in LONG_TEXT_MODES:
+        raise invalid("long_text_mode", f"long_text_mode must be {' or '.join(LONG_TEXT_MODES)}, got {mode!r:.40}")
+    return EmbeddingRequest(model=model, inputs=list(inputs), encoding_format=fmt, dimensions=dims,
+                            long_text_mode=mode)
 
 
 # ---------------------------------------------------------------- responses

@@ -26,6 +26,7 @@ from typing import Any
 from harness.core import crash, errors, hugepages
 from harness.core.pyexec import python_argv
 from harness.runtime.api import STREAM_STALL_TIMEOUT_S, ChatResult, Completion
+from harness.runtime.state import StateInfo
 from harness.serve.worker import Frames, decode_delta, pack
 
 #: Seconds the worker gets to load its model and answer.
@@ -457,6 +458,15 @@ class WorkerRuntime:
     async def tokenize(self, text: str, **kwargs: Any) -> list[int]:
         tokens: list[int] = await self._call("tokenize", text, **kwargs)
         return tokens
+
+    async def save_state_file(self, path: str, history: Any = None) -> StateInfo:
+        """The worker's engine writes a conversation's state to ``path`` (the bytes never cross the socket)."""
+        info: StateInfo = await self._call("save_state_file", path, history)
+        return info
+
+    async def restore_state_file(self, path: str) -> StateInfo:
+        info: StateInfo = await self._call("restore_state_file", path)
+        return info
 
     def info(self) -> dict[str, Any]:
         return dict(self._info)

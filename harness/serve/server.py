@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.core import errors, progress
+from harness.serve.admission import DEFAULT_MAX_WAIT_S, QueueBounds, default_max_bytes
 from harness.serve.app import ServedModel, create_app
 from harness.serve.remote import WorkerRuntime
 from harness.serve.worker import capacity
@@ -37,17 +38,22 @@ CRASH_HINT = ("`harness engine info` shows which CPU levels passed this host's s
 
 
 def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | None, max_queue: int | None,
-                isolate: bool = True, malloc_hugetlb: bool | None = None) -> dict[str, ServedModel]:
+                isolate: bool = True, malloc_hugetlb: bool | None = None, max_queue_wait_s: float = DEFAULT_MAX_WAIT_S,
+                max_queue_bytes: int | None = None, sessions_dir: Path | None = None) -> dict[str, ServedModel]:
     """name -> :class:`ServedModel` for each config, loaded as ``Runtime.load(config=...)``: each in an
     engine worker of its own, or with ``isolate=False`` in this process (an engine crash then takes
     the process with it: for tests and for embedding the app). ``malloc_hugetlb=False`` starts the
-    workers without glibc's malloc hugepages (:mod:`harness.core.hugepages`)."""
+    workers without glibc's malloc hugepages (:mod:`harness.core.hugepages`). Each model's queue is
+    bounded by ``max_queue`` requests (None: no count bound), ``max_queue_wait_s`` of expected wait
+    and ``max_queue_bytes`` (None: a share of the memory available now)."""
     from harness.config.effective import load_config_file
     from harness.core.errors import ConfigError, UsageError
     from harness.runtime import Runtime
     from harness.runtime.aio import AsyncRuntime
 
     models: dict[str, ServedModel] = {}
+    bounds = QueueBounds(max_requests=max_queue, max_wait_s=max_queue_wait_s,
+                         max_bytes=default_max_bytes() if max_queue_bytes is None else max_queue_bytes)
     try:
         for path in configs:
             effective = load_config_file(path, models_dir=models_dir).resolve()
@@ -73,11 +79,14 @@ def load_models(configs: list[Path], *, models_dir: Path | None, variant: str | 
             queue, admitted = capacity(parallel, max_queue)
             if not isolate:
                 engine = AsyncRuntime(loaded, max_concurrency=admitted)
-            models[name] = ServedModel(name=name, engine=engine, capacity=admitted,
+            models[name] = ServedModel(name=name, engine=engine, capacity=admitted, parallel=parallel, queue=bounds,
                                        embeddings=bool(info.get("embedding_only")), config=str(path),
-                                       context=int(info.get("n_ctx") or 0))
+                                       context=int(info.get("n_ctx") or 0), sessions=sessions_dir,
+                                       context_shift=bool(info.get("context_shift")))
             where = f", engine worker pid {engine.pid}" if isinstance(engine, WorkerRuntime) else ""
-            progress.info(f"{name}: {info.get('desc', '')}, {parallel} parallel + {queue} queued, "
+            count = f"{max_queue} requests, " if max_queue is not None else ""
+            progress.info(f"{name}: {info.get('desc', '')}, {parallel} parallel + {queue} waiting in the engine, "
+                          f"queue bounded by {count}{bounds.max_bytes / 2**20:.0f} MiB and {bounds.max_wait_s:g} s, "
                           f"variant {info.get('variant')} ({info.get('cpu_variant') or '-'}){where}")
     except BaseException:
         close_models(models)

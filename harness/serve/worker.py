@@ -54,9 +54,12 @@ SERVED_STATS = ("active", "pending")
 
 
 def capacity(parallel: int, max_queue: int | None) -> tuple[int, int]:
-    """(waiting queue, requests admitted at once) of a model running ``parallel`` sequences: the
-    server's admission bound, and the worker's threads (one per admitted request, and a few more)."""
-    queue = max_queue if max_queue is not None else 4 * parallel
+    """(the engine's own waiting list, requests handed to the engine at once) of a model running
+    ``parallel`` sequences: four per sequence wait in the engine, so that a freed sequence is
+    refilled within a decode step (fewer where ``--max-queue`` allows fewer to wait at all); the
+    rest of a burst waits in the server (:mod:`harness.serve.admission`). The second sizes the
+    worker's threads (one per request handed to it, and a few more)."""
+    queue = min(4 * parallel, max_queue) if max_queue is not None else 4 * parallel
     return queue, parallel + queue
 
 
@@ -190,7 +193,7 @@ class Worker:
                 pending = getattr(self.engine, method)(*args, **kwargs)
                 self._register(rid, pending.cancel)
                 value = pending.result()
-            elif method in ("embed", "tokenize"):
+            elif method in ("embed", "tokenize", "save_state_file", "restore_state_file"):
                 value = getattr(self.engine, method)(*args, **kwargs)
             else:
                 msg = f"the engine worker has no call {method!r}"

@@ -13,6 +13,7 @@ so tests can assert what reached the core.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
@@ -26,6 +27,10 @@ ABI_FINGERPRINT = None
 PIN = _IDENT["pin"]
 BUILD_NUMBER = 1
 LEVEL = "fakelevel"
+STATE_SEQ_VERSION = 4
+#: What the fake's info() says about context shift and the state format (sessions).
+SESSION_INFO = {"context_shift": "0", "context_erase": "0.500000", "kv_cache_type": "f16", "flash_attn": "-1",
+                "state_seq_version": str(STATE_SEQ_VERSION)}
 
 
 def library_build_number() -> int:
@@ -38,6 +43,20 @@ def _crash() -> None:
     signal.pthread_kill(threading.get_ident(), signal.Signals[os.environ.get("FAKE_CRASH_SIGNAL", "SIGILL")])
     while True:  # the signal is taken on the way back from the call; nothing here runs on
         time.sleep(1)
+
+
+#: The context (and training window) and the embedding size the fake reports.
+N_CTX, N_EMBD = 256, 8
+CLS, SEP = 1, 2
+
+
+class ContextOverflowError(RuntimeError):
+    """Named as the binding's (the runtime translates errors by class name)."""
+
+
+def token_vector(token: int) -> list[float]:
+    """A token's vector in the fake's embedding space: fixed, distinct per token."""
+    return [math.sin((token + 1) * (k + 1)) for k in range(N_EMBD)]
 
 
 #: What every request generates, as the deltas a streaming request hands out one by one.
@@ -91,14 +110,16 @@ class Engine:
         self.path = path
         self.params = params
         self.submitted: list[dict[str, Any]] = []
+        self.restored: list[tuple[list[int], bytes]] = []
         # a plugin dir holding one CPU level (a forced level) loads that one, as ggml would
         found = sorted(Path(str(params.get("backend_dir") or ".")).glob("libggml-cpu-*.so"))
         self.level = found[0].name[len("libggml-cpu-"):-len(".so")] if len(found) == 1 else LEVEL
 
     def info(self) -> dict[str, Any]:
         return {"arch": "llama", "desc": "fake", "devices": ["CPU"], "cpu_variant": self.level, "chat_template": "",
-                "n_params": 1, "size_bytes": 1, "n_ctx": 256, "n_ctx_train": 256, "n_embd": 8, "n_vocab": 359,
-                "max_num_seqs": 1, "embedding_only": "0", "prefix_caching": "0"}
+                "n_params": 1, "size_bytes": 1, "n_ctx": N_CTX, "n_ctx_train": N_CTX, "n_embd": N_EMBD,
+                "n_vocab": 359, "max_num_seqs": 1, "embedding_only": "1" if self.params.get("embeddings") else "0",
+                "prefix_caching": "0", **SESSION_INFO, "context_shift": "1" if self.params.get("context_shift") else "0"}
 
     def submit(self, prompt: Any, sampling: Any, stream: bool) -> _Req:
         self.submitted.append({"prompt": prompt, "sampling": sampling, "stream": stream})
@@ -163,10 +184,47 @@ class Engine:
             return ("done", events, ev)
 
     def embed(self, texts: list[str], normalize: bool) -> list[list[float]]:
-        return [[float(len(t)), 1.0, 0.0, 0.0] for t in texts]
+        """As a mean-pooling model (MiniLM) embeds: the mean of its tokens' vectors, [CLS] and [SEP]
+        included, refused beyond the window as llama.cpp's position embeddings would be."""
+        out = []
+        for t in texts:
+            ids = self.tokenize(t, True, False)
+            if len(ids) > N_CTX:
+                msg = f"text of {len(ids)} tokens exceeds the embedding batch of {N_CTX}"
+                raise ContextOverflowError(msg)
+            v = [sum(token_vector(i)[k] for i in ids) / len(ids) for k in range(N_EMBD)]
+            norm = sum(x * x for x in v) ** 0.5 if normalize else 1.0
+            out.append([x / norm for x in v])
+        return out
 
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
-        return [ord(c) % 300 for c in text]
+        """A token per character; an embedding model adds [CLS] (1) and [SEP] (2) as BERT's does."""
+        ids = [ord(c) % 300 for c in text]
+        return [CLS, *ids, SEP] if add_special and self.params.get("embeddings") else ids
+
+    def detokenize(self, tokens: list[int], special: bool) -> str:
+        return "".join(chr(t) for t in tokens if t not in (CLS, SEP) or special)
+
+    # sessions: the fake's one sequence holds the last prompt's tokens (or the last state restored);
+    # a state's payload is its tokens as JSON
+    def chat_tokens(self, messages: str) -> list[int]:
+        return [ord(c) % 300 for c in messages]
+
+    def save_state(self, history: list[int]) -> tuple[list[int], bytes, int]:
+        held = self.restored[-1][0] if self.restored else (
+            [ord(c) % 300 for c in str(self.submitted[-1]["prompt"])] if self.submitted else [])
+        if not held:
+            raise ValueError("no idle sequence holds a conversation to save")
+        shared = 0
+        while shared < min(len(held), len(history)) and held[shared] == history[shared]:
+            shared += 1
+        return held, json.dumps(held).encode(), shared
+
+    def restore_state(self, tokens: list[int], data: Any) -> tuple[int, bool]:
+        if json.loads(bytes(data)) != list(tokens):
+            raise ValueError("the state was not loaded: its cells are not its tokens")
+        self.restored.append((list(tokens), bytes(data)))
+        return len(tokens), True
 
     def stats(self) -> dict[str, int]:
         return {"active": 0, "pending": 0}

@@ -36,3 +36,14 @@ def outside_python(tmp_path: Path) -> Iterator[Path]:
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _progress_not_quiet() -> Iterator[None]:
+    """``harness.cli.main`` sets the process-wide quiet flag from ``--json``/``--quiet``; a test that calls
+    a command's function directly (not through main) must not inherit the last test's flag."""
+    from harness.core import progress
+
+    progress.set_quiet(False)
+    yield
+    progress.set_quiet(False)

@@ -15,7 +15,7 @@ def test_each_engine_has_the_capabilities_it_claims() -> None:
     from harness_plugins.llamacpp.engine import Engine as Llama
     from harness_plugins.vllmcpp.engine import Engine as Vllm
 
-    assert contract.capabilities(Llama) == ["text", "chat", "embeddings", "tokens"]
+    assert contract.capabilities(Llama) == ["text", "chat", "embeddings", "tokens", "sessions"]
     assert contract.capabilities(Vllm) == ["text"]
     assert callable(sdcpp.video_generate)
 

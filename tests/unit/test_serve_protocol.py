@@ -126,10 +126,19 @@ def test_a_completion_grammar_reaches_the_sampling() -> None:
     ({"model": "m", "input": [[1, 2]]}, "input"),
     ({"model": "m", "input": ["a", ""]}, "input[1]"),
     ({"model": "m", "input": "a", "encoding_format": "hex"}, "encoding_format"),
-    ({"model": "m", "input": "a", "dimensions": 8}, "dimensions"),
+    ({"model": "m", "input": "a", "dimensions": 0}, "dimensions"),
+    ({"model": "m", "input": "a", "dimensions": True}, "dimensions"),
+    ({"model": "m", "input": "a", "dimensions": "8"}, "dimensions"),
+    ({"model": "m", "input": "a", "long_text_mode": "average"}, "long_text_mode"),
 ])
 def test_bad_embedding_requests_name_the_field(body: dict[str, Any], param: str) -> None:
     assert refused(protocol.embedding_request, body).param == param
+
+
+def test_dimensions_and_long_text_mode_reach_the_engine() -> None:
+    r = protocol.embedding_request({"model": "m", "input": "a", "dimensions": 8, "long_text_mode": "truncate"})
+    assert r.engine_kwargs() == {"dimensions": 8, "long_text_mode": "truncate"}
+    assert protocol.embedding_request({"model": "m", "input": "a"}).engine_kwargs() == {}
 
 
 def test_error_body_is_openais_shape() -> None:

@@ -23,7 +23,7 @@ from harness.config.localai import vocabulary
 from harness.config.model import OPTION_ALIASES
 from harness.config.options import parameter, tristate
 from harness.core import crash, errors
-from harness.runtime import discovery, levels, requests
+from harness.runtime import discovery, embeddings, levels, requests
 from harness.runtime.api import (
     STREAM_STALL_TIMEOUT_S,
     ChatResult,
@@ -35,12 +35,20 @@ from harness.runtime.api import (
 )
 from harness.runtime.native import translate_error
 from harness.runtime.sampling import Sampling, config_sampling
+from harness.runtime.state import StateInfo
+from harness_plugins.llamacpp import sessions
 from harness_plugins.llamacpp.bounds import RUNTIME_BOUNDS
 from harness_plugins.llamacpp.models import resolve_model
 
 if TYPE_CHECKING:
     from harness.config.effective import Effective
-    from harness.runtime.contract import ChatEngine, EmbeddingEngine, TextEngine, TokenEngine
+    from harness.runtime.contract import (
+        ChatEngine,
+        EmbeddingEngine,
+        SessionEngine,
+        TextEngine,
+        TokenEngine,
+    )
 
 ENGINE = "llamacpp"
 
@@ -54,11 +62,16 @@ _CORE: dict[str, str] = {
     "enable_prefix_caching": "prefix_caching", "n_gpu_layers": "n_gpu_layers", "flash_attn": "flash_attn",
     "spec_type": "spec_type", "draft_model": "draft_model", "spec_n_max": "n_draft",
     "spec_ngram_size_n": "ngram_n", "spec_min_acceptance": "spec_min_acceptance",
+    "context_shift": "context_shift", "context_erase": "context_erase",
 }
 #: The speculative decoding kinds the binding runs (the config's spec_type values).
 SPEC_TYPES = ("none", "ngram-simple", "draft-simple")
 #: Core parameters no config parameter sets: taken under their own names only.
 _OWN = frozenset({"seed", "embeddings", "verbose", "token_delay_us"})
+#: Engine arguments (and config parameters) of the Python side of embeddings, not the core's.
+_EMBED_ARGS = ("long_text_mode", "matryoshka")
+#: The binding's n_batch when none is given (module.cpp): an embedding's window is at most this.
+_CORE_N_BATCH = 512
 #: llama.cpp's flash-attention type (-1 auto, 0 off, 1 on) for each tri-state encoding.
 _FLASH_ATTN = {0: -1, 1: 1, 2: 0}
 
@@ -110,6 +123,12 @@ def core_params(engine_args: Mapping[str, Any]) -> dict[str, Any]:
         elif target == "spec_min_acceptance" and (isinstance(v, bool) or not isinstance(v, (int, float))
                                                   or not 0.0 <= v <= 1.0):
             raise errors.InvalidRequestError(f"engine argument {k} must be a number in [0, 1], got {v!r}")
+        elif target == "context_shift":
+            v = _tristate(k, v) == 1  # on or off; unset is LocalAI's and llama.cpp's default, off
+        elif target == "context_erase" and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                            or not 0.0 < v < 1.0):
+            raise errors.InvalidRequestError(f"engine argument {k} must be a number in (0, 1) (the share of the "
+                                             f"context erased), got {v!r}")
         elif target == "draft_model":
             if not isinstance(v, (str, os.PathLike)) or not str(v):
                 raise errors.InvalidRequestError(f"engine argument {k} must be a path to a .gguf draft model, got {v!r}")
@@ -158,9 +177,25 @@ def _config_defaults(effective: Effective) -> tuple[Sampling, tuple[str, ...]]:
     """(request defaults, the config parameters this runtime does not apply) of a model config."""
     sampling = {k.removeprefix("sampling."): s.value for k, s in effective.params.items()
                 if k.startswith("sampling.")}
-    taken = {*_CORE, "model", "abilities", *(f"sampling.{k}" for k in sampling)}
+    taken = {*_CORE, *_EMBED_ARGS, "model", "abilities", *(f"sampling.{k}" for k in sampling)}
     ignored = tuple(k for k, s in effective.params.items() if k not in taken and not s.source.startswith("default"))
     return config_sampling(sampling), ignored
+
+
+def _embed_settings(engine_args: dict[str, Any], effective: Effective | None) -> dict[str, Any]:
+    """``long_text_mode`` and ``matryoshka`` (taken out of ``engine_args``): the engine arguments' over
+    the model config's over the defaults."""
+    given = {k: s.value for k in _EMBED_ARGS if effective is not None
+             and (s := effective.params.get(k)) is not None and s.value is not None}
+    given.update({k: v for k in _EMBED_ARGS if (v := engine_args.pop(k, None)) is not None})
+    out: dict[str, Any] = {}
+    if "long_text_mode" in given:
+        out["long_text_mode"] = embeddings.long_text_mode(given["long_text_mode"], "engine argument long_text_mode")
+    if "matryoshka" in given:
+        if not isinstance(given["matryoshka"], bool):
+            raise errors.InvalidRequestError(f"engine argument matryoshka must be true or false, got {given['matryoshka']!r}")
+        out["matryoshka"] = given["matryoshka"]
+    return out
 
 
 @dataclass
@@ -177,12 +212,23 @@ class Engine:
     """Request sampling defaults (a model config's); a dict or keywords of a request go over them."""
     not_applied: tuple[str, ...] = ()
     """Parameters the model config sets that this runtime does not take (mmproj, template.*, ...)."""
+    long_text_mode: str = embeddings.LONG_TEXT_MODES[0]
+    """Embeddings of a text longer than the window: mean of its chunks or truncate (a request may say otherwise)."""
+    matryoshka: bool = False
+    """The model is Matryoshka-trained: a ``dimensions`` prefix is renormalized (:mod:`harness.runtime.embeddings`)."""
+    n_batch: int = _CORE_N_BATCH
+    """The core's n_batch: the most tokens one embedding pass takes."""
     _closed: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @functools.cached_property
     def _n_vocab(self) -> int:
         return int(self.core.info()["n_vocab"])
+
+    @functools.cached_property
+    def model_sha256(self) -> str:
+        """sha256 of the model file: what a saved state names its model by (hashed on first use)."""
+        return sessions.model_sha256(self.model_path)
 
     # ---------------------------------------------------------------- load
     @classmethod
@@ -200,6 +246,7 @@ class Engine:
         stall = engine_args.pop("stream_stall_timeout", STREAM_STALL_TIMEOUT_S)
         if isinstance(stall, bool) or not isinstance(stall, (int, float)) or not 0 < stall < float("inf"):
             raise errors.InvalidRequestError(f"stream_stall_timeout must be a positive number of seconds, got {stall!r}")
+        embed = _embed_settings(engine_args, effective)
         params = core_params(engine_args)
         defaults: Sampling | None = None
         not_applied: tuple[str, ...] = ()
@@ -220,7 +267,8 @@ class Engine:
             raise _model_error(e, path) from e
         crash.note(cpu_level=str(core.info().get("cpu_variant") or ""), variant=cand.variant)
         return cls(core=core, module=module, candidate=cand, model_path=path, engine_args=engine_args,
-                   stream_stall_timeout=float(stall), defaults=defaults, not_applied=not_applied)
+                   stream_stall_timeout=float(stall), defaults=defaults, not_applied=not_applied,
+                   n_batch=int(params.get("n_batch", _CORE_N_BATCH)), **embed)
 
     # ---------------------------------------------------------------- text
     def complete(self, prompt: str | Sequence[int], sampling: Sampling | dict[str, Any] | None = None,
@@ -298,8 +346,17 @@ class Engine:
             raise translate_error(e) from e
 
     # ---------------------------------------------------------------- embeddings & tokens
-    def embed(self, texts: Sequence[str], *, normalize: bool = True) -> np.ndarray[Any, np.dtype[np.float32]]:
-        """One row per text, pooled the way the model says (mean for MiniLM), L2-normalized by default."""
+    def embed(self, texts: Sequence[str], *, normalize: bool = True, dimensions: int | None = None,
+              long_text_mode: str | None = None) -> np.ndarray[Any, np.dtype[np.float32]]:
+        """One row per text, pooled the way the model says (mean for MiniLM), L2-normalized by default.
+
+        :param dimensions: the first this many components (OpenAI's ``dimensions``), renormalized
+            where the model is Matryoshka-trained (``matryoshka``), else the full vector's prefix as
+            it is (:mod:`harness.runtime.embeddings` says why); more than the model has is refused.
+        :param long_text_mode: for a text longer than the model's window: ``mean`` of its
+            window-sized chunks weighted by their tokens (at most 8192 tokens), or ``truncate`` to
+            its first window; default: the model config's ``long_text_mode`` (mean, as GPT4All).
+        """
         self._check_open()
         if isinstance(texts, str):
             texts = [texts]
@@ -307,10 +364,39 @@ class Engine:
             if not isinstance(t, str):
                 raise errors.InvalidRequestError(f"texts[{i}] must be a string, got {type(t).__name__}")
             requests.prompt(t, self._n_vocab)
+        mode = embeddings.long_text_mode(self.long_text_mode if long_text_mode is None else long_text_mode)
+        dims = embeddings.dimensions(dimensions, self._n_embd)
+        window, n_special = self._embed_window
         try:
-            return np.asarray(self.core.embed(list(texts), normalize), dtype=np.float32)
+            chunks = [embeddings.split(t, index=i, mode=mode, window=window, n_special=n_special,
+                                       tokenize=self._embed_tokenize, detokenize=self.detokenize)
+                      for i, t in enumerate(texts)]
+            rows = np.asarray(self.core.embed([c for ch in chunks for c in ch.texts], False), dtype=np.float32)
+        except errors.HarnessError:
+            raise
         except Exception as e:
             raise translate_error(e) from e
+        return embeddings.combine(rows, chunks, normalize=normalize, dims=dims, matryoshka=self.matryoshka)
+
+    def _embed_tokenize(self, text: str, add_special: bool) -> list[int]:
+        """The tokens of a text as the core's embed() sees it (special tokens in the text not parsed)."""
+        return list(self.core.tokenize(text, add_special, False))
+
+    @functools.cached_property
+    def _n_embd(self) -> int:
+        return int(self.core.info()["n_embd"])
+
+    @functools.cached_property
+    def _embed_window(self) -> tuple[int, int]:
+        """(tokens one embedding pass takes, special tokens included; the special tokens the core adds).
+
+        The window is the model's training context (BERT's position embeddings end there), the
+        context and the batch, whichever is smallest: as GPT4All's ``min(n_ctx_train, n_batch)``.
+        """
+        info = self.core.info()
+        window = min(n for n in (int(info["n_ctx_train"]), int(info["n_ctx"]), self.n_batch) if n > 0)
+        n_special = len(self._embed_tokenize("a", True)) - len(self._embed_tokenize("a", False))
+        return window, n_special
 
     def evaluate(self, sequences: Sequence[Sequence[int]], *, chunk: int | None = None,
                  log_softmax: bool = True) -> list[np.ndarray[Any, np.dtype[np.float32]]]:
@@ -355,6 +441,37 @@ class Engine:
         except Exception as e:
             raise translate_error(e) from e
 
+    # ---------------------------------------------------------------- sessions
+    def save_state(self, history: sessions.History = None) -> bytes:
+        """The state of the conversation ``history`` names (chat messages, a prompt or token ids; None:
+        the sequence used last), as bytes :meth:`restore_state` takes: the KV cells and tokens of the
+        idle sequence sharing the longest start with it, behind a header naming this engine's model
+        (sha256), pin, state format (``LLAMA_STATE_SEQ_VERSION``) and context settings. Save after the
+        turn has finished (a running request's sequence is not saved); needs prefix caching."""
+        self._check_open()
+        return sessions.save(self, history)
+
+    def restore_state(self, data: bytes) -> StateInfo:
+        """Put a saved state back: the next request starting with its tokens reuses them instead of
+        prefilling them (greedy tokens as if the conversation had never left).
+
+        :raises SessionStateError: a state of another model, pin, state format or cache type, or a
+            damaged one: nothing of it is loaded.
+        :raises KVCacheFullError: every sequence is running a request, or they leave no room for it.
+        """
+        self._check_open()
+        return sessions.restore(self, data)
+
+    def save_state_file(self, path: str | os.PathLike[str], history: sessions.History = None) -> StateInfo:
+        """:meth:`save_state` into a file (written atomically)."""
+        self._check_open()
+        return sessions.save_file(self, path, history)
+
+    def restore_state_file(self, path: str | os.PathLike[str]) -> StateInfo:
+        """:meth:`restore_state` from a file (a regular file, not a link)."""
+        self._check_open()
+        return sessions.restore_file(self, path)
+
     # ---------------------------------------------------------------- introspection
     def info(self) -> dict[str, Any]:
         """Architecture, parameters, context, variant, ggml devices, selected CPU variant."""
@@ -370,6 +487,9 @@ class Engine:
             if k in raw:
                 out[k] = int(raw[k])
         out["prefix_caching"] = raw["prefix_caching"] == "1"
+        out["context_shift"] = raw.get("context_shift") == "1"
+        if "context_erase" in raw:
+            out["context_erase"] = float(raw["context_erase"])
         out["variant"] = self.candidate.variant
         out["pin"] = self.candidate.identity.get("pin")
         out["abi_fingerprint"] = self.candidate.identity.get("abi_fingerprint")
@@ -447,5 +567,5 @@ def _model_error(e: BaseException, path: Path) -> BaseException:
 
 if TYPE_CHECKING:
     # what this engine claims of harness.runtime.contract, checked by mypy --strict (nox lint / tests)
-    _CLAIMS: tuple[type[TextEngine], type[ChatEngine], type[EmbeddingEngine], type[TokenEngine]] = (
-        Engine, Engine, Engine, Engine)
+    _CLAIMS: tuple[type[TextEngine], type[ChatEngine], type[EmbeddingEngine], type[TokenEngine],
+                   type[SessionEngine]] = (Engine, Engine, Engine, Engine, Engine)

@@ -207,6 +207,10 @@ void Engine::init(const std::string & model_path) {
         throw ModelLoadError("failed to create a context (n_ctx=" + std::to_string(n_ctx) + "): " + last_errors());
     }
     n_ctx_ = (int32_t) llama_n_ctx(ctx_);
+    if (params.context_shift && !llama_memory_can_shift(llama_get_memory(ctx_))) {
+        throw std::invalid_argument("context_shift: this model's memory cannot shift positions (" + arch_ +
+                                    "); load it with context_shift off");
+    }
     try {
         templates_ = common_chat_templates_init(model_, "");
     } catch (const std::exception & e) {
@@ -283,6 +287,11 @@ std::map<std::string, std::string> Engine::info() const {
     m["max_num_seqs"] = std::to_string(params_.max_num_seqs);
     m["embedding_only"] = embedding_only_ ? "1" : "0";
     m["prefix_caching"] = prefix_caching() ? "1" : "0";
+    m["context_shift"] = params_.context_shift ? "1" : "0";
+    m["context_erase"] = std::to_string(params_.context_erase);
+    m["kv_cache_type"] = params_.kv_cache_type;
+    m["flash_attn"] = std::to_string(params_.flash_attn);
+    m["state_seq_version"] = std::to_string(LLAMA_STATE_SEQ_VERSION);
     m["spec_type"] = speculating() ? params_.spec_type : "none";
     m["draft_model"] = spec_kind_ == SpecKind::DraftModel ? params_.draft_model : "";
     m["n_draft"] = std::to_string(params_.n_draft);

@@ -52,6 +52,12 @@ struct EngineParams {
     int32_t n_draft = 8;            // most tokens drafted per sequence and step
     int32_t ngram_n = 3;            // ngram-simple: tokens matched to find a continuation
     float spec_min_acceptance = 0.1f;  // a sequence whose acceptance falls below this pauses drafting
+    // Context shift (llama.cpp's --context-shift, LocalAI's context_shift option; off in both): a prompt
+    // that does not fit loses whole blocks of its oldest tokens after the kept start, and a sequence
+    // that reaches n_ctx while generating drops that share of its tokens after the kept start and
+    // goes on. The kept start is a chat's system prompt (BOS for a plain prompt), at most n_ctx / 2.
+    bool context_shift = false;
+    float context_erase = 0.5f;     // the share erased (llama.cpp's n_discard default, GPT4All's contextErase)
 };
 
 struct SamplingParams {
@@ -85,6 +91,7 @@ struct Timings {
     int32_t n_steps = 0;            // forward passes that produced tokens for this request
     int32_t n_drafted = 0;          // draft tokens verified
     int32_t n_accepted = 0;         // draft tokens accepted
+    int32_t n_erased = 0;           // tokens context shift erased (from the prompt and while generating)
     double t_submit = 0;            // seconds, steady clock
     double t_first_token = 0;
     double t_done = 0;
@@ -136,6 +143,7 @@ public:
     std::string final_text;                  // emitted text
     int id = 0;
     common_chat_msg chat_sent;               // the parsed message as far as chat_diffs() has reported it
+    int32_t n_keep = 0;                      // context shift: the start kept (system prompt, BOS)
 
 private:
     mutable std::mutex mu_;
@@ -153,6 +161,14 @@ struct ChatSetup {
     common_chat_parser_params parser;
     // The template has no tool-call syntax: calls travel in a grammar-enforced JSON envelope.
     bool generic_tools = false;
+    int32_t n_keep = -1;            // context shift: the system prompt's tokens (-1: not computed)
+};
+
+// A sequence's state as llama.cpp saves it (llama_state_seq_get_data) and the tokens its KV holds.
+struct SavedSequence {
+    std::vector<llama_token> tokens;  // positions 0..n-1 of the sequence
+    std::string data;                 // the KV cells, in llama.cpp's state format (LLAMA_STATE_SEQ_VERSION)
+    int32_t n_matched = 0;            // tokens it shares with the history it was asked for
 };
 
 class Engine {
@@ -193,6 +209,16 @@ public:
     // idle engine (no request running) and drops the prefix cache.
     std::vector<std::vector<float>> evaluate(const std::vector<std::vector<llama_token>> & seqs, int32_t chunk,
                                              bool log_softmax = true);
+
+    // Sessions (engine-thread jobs, between decode steps). save_state: the idle sequence whose cached
+    // tokens share the longest start with `history` (empty: the one used last), saved whole.
+    // restore_state: the state put into an idle sequence (the least recently used one, evicting idle
+    // caches for room) as a cached prefix the next request with that start reuses; returns the tokens
+    // held, and false when an idle sequence held them already (nothing loaded). Both need prefix caching.
+    SavedSequence save_state(const std::vector<llama_token> & history);
+    std::pair<int32_t, bool> restore_state(const std::vector<llama_token> & tokens, const uint8_t * data, size_t size);
+    // The chat as its template renders it without a generation prompt: the history a turn left.
+    std::vector<llama_token> chat_tokens(const std::string & messages_json) const;
 
     std::map<std::string, std::string> info() const;
     std::map<std::string, int64_t> stats() const;
@@ -241,6 +267,13 @@ private:
     void release(Slot & s, const std::string & reason);
     void on_token(Slot & s, llama_token tok);
     void emit(Slot & s, bool final);
+    // sessions and context shift (engine_state.cpp)
+    int32_t keep_for(const std::vector<llama_token> & prompt, const ChatSetup * chat) const;
+    int32_t truncate_prompt(std::vector<llama_token> & prompt, int32_t n_keep) const;  // returns the tokens erased
+    int32_t system_tokens(const common_chat_templates_inputs & in, const std::vector<llama_token> & prompt) const;
+    void shift_context(Slot & s);
+    SavedSequence save_here(const std::vector<llama_token> & history);
+    std::pair<int32_t, bool> restore_here(const std::vector<llama_token> & tokens, const uint8_t * data, size_t size);
     llama_token argmax(int32_t i_batch, bool skip_eog = false) const;
     llama_token argmax_ctx(llama_context * ctx, int32_t i_batch, bool skip_eog = false) const;
     // speculation

@@ -202,7 +202,8 @@ void Engine::on_token(Slot & s, llama_token tok) {
     if (!s.req) return;  // stop string hit
     s.last = tok;
     s.decoding = true;
-    bool full = (int32_t) s.cache.size() + 1 >= n_ctx_;
+    // Full context: the end, unless context shift makes room (not for max_tokens 0, "until the context is full").
+    bool full = (int32_t) s.cache.size() + 1 >= n_ctx_ && (!params_.context_shift || r.sampling.max_tokens == 0);
     if ((r.sampling.max_tokens > 0 && r.t.n_generated >= r.sampling.max_tokens) || full) {
         emit(s, true);
         if (s.req) release(s, "length");
@@ -228,6 +229,11 @@ void Engine::loop() {
         // cancellation takes effect before the next token is computed
         for (auto & s : slots_) {
             if (s.req && s.req->cancelled.load()) release(s, "cancelled");
+        }
+        if (params_.context_shift) {
+            for (auto & s : slots_) {
+                if (s.req && s.decoding && (int32_t) s.cache.size() + 1 >= n_ctx_) shift_context(s);
+            }
         }
         batch_clear(batch_);
         int32_t n_decoding = 0;

@@ -208,11 +208,19 @@ std::shared_ptr<Request> Engine::submit(std::vector<llama_token> prompt, const S
     for (auto t : prompt) {
         if (t < 0 || t >= n_vocab) throw std::invalid_argument("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
     }
+    const int32_t n_keep = params_.context_shift ? keep_for(prompt, chat.get()) : 0;
+    int32_t n_erased = 0;
     if ((int32_t) prompt.size() >= n_ctx_) {
-        throw ContextOverflowError("request of " + std::to_string(prompt.size()) + " prompt tokens does not fit the context of " +
-                                   std::to_string(n_ctx_) + " tokens (raise context_size or shorten the prompt)");
+        if (!params_.context_shift) {
+            throw ContextOverflowError("request of " + std::to_string(prompt.size()) + " prompt tokens does not fit the context of " +
+                                       std::to_string(n_ctx_) + " tokens (raise context_size, shorten the prompt, or turn "
+                                       "context_shift on to drop its oldest tokens)");
+        }
+        n_erased = truncate_prompt(prompt, n_keep);
     }
     auto req = std::make_shared<Request>();
+    req->n_keep = n_keep;
+    req->t.n_erased = n_erased;
     req->prompt = std::move(prompt);
     req->sampling = sp;
     req->chat = std::move(chat);
@@ -368,6 +376,7 @@ std::shared_ptr<Request> Engine::submit_chat(const std::string & messages_json, 
     if (!json_schema.empty() && setup->params.grammar.empty() && !setup->generic_tools) sp.json_schema = json_schema;
     // The template already holds BOS when it wants one.
     auto tokens = tokenize(setup->params.prompt, false, true);
+    if (params_.context_shift) setup->n_keep = system_tokens(in, tokens);
     return submit(std::move(tokens), sp, setup, streaming);
 }
 

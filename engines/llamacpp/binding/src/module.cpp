@@ -33,7 +33,8 @@ using harness_py::get;
 EngineParams engine_params(const py::dict & d) {
     check_keys(d, {"backend_dir", "n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "max_num_seqs",
                    "n_gpu_layers", "kv_cache_type", "prefix_caching", "seed", "embeddings", "flash_attn", "verbose",
-                   "spec_type", "draft_model", "n_draft", "ngram_n", "spec_min_acceptance", "token_delay_us"},
+                   "spec_type", "draft_model", "n_draft", "ngram_n", "spec_min_acceptance", "token_delay_us",
+                   "context_shift", "context_erase"},
                "engine parameter");
     EngineParams p;
     p.backend_dir = get<std::string>(d, "backend_dir", "");
@@ -59,6 +60,9 @@ EngineParams engine_params(const py::dict & d) {
     p.n_draft = get<int32_t>(d, "n_draft", p.n_draft);
     p.ngram_n = get<int32_t>(d, "ngram_n", p.ngram_n);
     p.spec_min_acceptance = get<float>(d, "spec_min_acceptance", p.spec_min_acceptance);
+    p.context_shift = get<bool>(d, "context_shift", false);
+    p.context_erase = get<float>(d, "context_erase", p.context_erase);
+    if (!(p.context_erase > 0.0f && p.context_erase < 1.0f)) throw std::invalid_argument("context_erase must be in (0, 1)");
     if (p.n_ctx < 0) throw std::invalid_argument("n_ctx must be >= 0");
     if (p.n_batch < 1 || p.n_ubatch < 1) throw std::invalid_argument("n_batch and n_ubatch must be >= 1");
     if (p.prefix_caching < 0 || p.prefix_caching > 2) throw std::invalid_argument("prefix_caching is tri-state: 0 unset, 1 on, 2 off");
@@ -95,6 +99,7 @@ py::dict timings_dict(const Timings & t) {
     d["n_steps"] = t.n_steps;
     d["n_drafted"] = t.n_drafted;
     d["n_accepted"] = t.n_accepted;
+    d["n_erased"] = t.n_erased;
     d["t_submit"] = t.t_submit;
     d["t_first_token"] = t.t_first_token;
     d["t_done"] = t.t_done;
@@ -109,6 +114,8 @@ PYBIND11_MODULE(_core, m) {
     m.attr("VARIANT") = HARNESS_VARIANT;
     m.attr("ABI_FINGERPRINT") = HARNESS_ABI_FINGERPRINT;
     m.attr("BUILD_NUMBER") = HARNESS_BUILD_NUMBER;
+    // the state format of llama_state_seq_get_data in the headers this module was compiled against
+    m.attr("STATE_SEQ_VERSION") = LLAMA_STATE_SEQ_VERSION;
     m.def("library_build_number", [] { return llama_build_number(); },
           "Build number of the libllama-common actually loaded (run-time half of the handshake).");
     m.def("library_commit", [] { return std::string(llama_commit()); });
@@ -238,6 +245,36 @@ PYBIND11_MODULE(_core, m) {
            "Log-softmax (or with log_softmax=False the raw logits) of the next-token distribution after every "
            "token of each sequence (one float32 array of tokens x n_vocab per sequence); every decode holds up "
            "to `chunk` tokens of each sequence.")
+        .def("chat_tokens", &Engine::chat_tokens, py::arg("messages_json"),
+             "The chat's tokens as its template renders it without a generation prompt.")
+        .def("save_state", [](Engine & e, const std::vector<llama_token> & history) {
+            SavedSequence s;
+            {
+                py::gil_scoped_release nogil;
+                s = e.save_state(history);
+            }
+            return py::make_tuple(s.tokens, py::bytes(s.data), s.n_matched);
+        }, py::arg("history") = std::vector<llama_token>{},
+           "Save the idle sequence sharing the longest start with `history` (empty: the one used last): "
+           "(its tokens, its state as llama_state_seq_get_data writes it, tokens shared with history).")
+        .def("restore_state", [](Engine & e, const std::vector<llama_token> & tokens, const py::buffer & data) {
+            // any contiguous bytes-like object, not copied: the buffer stays exported (and the caller
+            // holds its object) while the engine thread reads it; released with the GIL held again
+            py::buffer_info buf = data.request();
+            if (buf.ndim != 1 || buf.itemsize != 1 || (buf.size > 1 && buf.strides[0] != 1)) {
+                throw std::invalid_argument("the state must be contiguous bytes");
+            }
+            const auto * p = static_cast<const uint8_t *>(buf.ptr);
+            const auto n = (size_t) buf.size;
+            std::pair<int32_t, bool> r;
+            {
+                py::gil_scoped_release nogil;
+                r = e.restore_state(tokens, p, n);
+            }
+            return py::make_tuple(r.first, r.second);
+        }, py::arg("tokens"), py::arg("data"),
+           "Put a saved sequence (its tokens and state) into an idle sequence as a cached prefix: "
+           "(tokens held, False when an idle sequence held them already).")
         .def("info", &Engine::info)
         .def("stats", &Engine::stats)
         .def("recent_log", &Engine::recent_log)
