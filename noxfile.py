@@ -182,7 +182,8 @@ def vulkan(session: nox.Session) -> None:
     # e.g. nox -s vulkan -- engines/llamacpp/e2e/test_text.py
     specs = [a for a in session.posargs if a.endswith(".py")] or []
     rest = [a for a in session.posargs if not a.endswith(".py")]
-    session.run("harness", "e2e", "engines/llamacpp/e2e/test_vulkan.py", *specs, "--variant", "vulkan", "--", *rest,
+    session.run("harness", "e2e", "engines/llamacpp/e2e/test_vulkan.py", "engines/llamacpp/e2e/test_placement.py", *specs,
+                "--variant", "vulkan", "--", *rest,
                 env=e2e)
 
 

@@ -1,4 +1,4 @@
-"""Runtime subcommands: build-binding, engine info, complete."""
+"""Runtime subcommands: build-binding, engine info, devices, inspect memory, complete."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.cli import add_engine_arg, add_json_flag, print_json
 from harness.core.errors import UsageError
@@ -30,6 +31,49 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     q.add_argument("engine", nargs="?", default=None, help="engine name (default: the default text engine)")
     add_json_flag(q)
     q.set_defaults(func=cmd_engine_info)
+
+    p = sub.add_parser("devices", help="the devices each installed variant can use: name, platform, free and total memory",
+                       description="Every installed binding variant and the ggml devices it can use (one process per "
+                       "variant: it loads the variant's ggml backends): name, platform (CPU, Vulkan, CUDA), type, free "
+                       "and total memory. A config chooses one with device: (options/engine_args; LocalAI's main_gpu) "
+                       "by name or by its index among the GPU devices (the gpu column); none keeps every layer on the "
+                       "CPU. A forced-only vulkan variant (a CPU-type device such as lavapipe) lists that device.",
+                       epilog="examples:\n  harness devices\n  harness devices --json | jq '.[].devices[].name'",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("engine", nargs="?", default=None, help="engine name (default: every engine that can say)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_devices)
+
+    p = sub.add_parser("inspect", help="what a model or config needs before it loads (memory)")
+    isub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = isub.add_parser(
+        "memory", help="the engine's estimate of a load: weights, KV cache and compute per device and the host",
+        description="The memory a model config (or a model file) needs before it loads, from the engine's own "
+        "estimate (a metadata-only dry run of the load, the engine's common/fit.h): per device the layers go "
+        "to and the host, its weights, KV cache (n_ctx, cache_type_k/v, parallel sequences) and compute "
+        "buffers, against the memory there is. With --gpu-layers auto (a config's n_gpu_layers: auto) the "
+        "layers upstream's fit puts on the device, leaving --margin free. Exit 0 when it fits, 10 when it "
+        "does not (the numbers say why); harness validate warns the same and Runtime.load refuses it.",
+        epilog="examples:\n"
+               "  harness inspect memory examples/models/smollm2-chat.yaml --models-dir ~/.cache/harness/models\n"
+               "  harness inspect memory model.gguf --ctx 8192 --json\n"
+               "  harness inspect memory model.gguf --variant vulkan --device Vulkan0 --gpu-layers auto --budget 512",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    q.add_argument("target", metavar="CONFIG|MODEL", help="a model config (.yaml) or a model file")
+    q.add_argument("--ctx", type=int, default=None, metavar="N", help="context size (default: the config's, else the "
+                   "model's own capped at 4096)")
+    q.add_argument("--device", default=None, help="a device name (harness devices), its GPU index, or none")
+    q.add_argument("--gpu-layers", default=None, metavar="N|auto", help="layers offloaded (-1: all), or auto: fitted")
+    q.add_argument("--budget", type=int, default=None, metavar="MIB",
+                   help="treat a device as having at most this much free memory (MiB)")
+    q.add_argument("--margin", type=int, default=None, metavar="MIB",
+                   help="memory a fit leaves free per device (default the config's fit_target, 1024: the engine's default)")
+    q.add_argument("--parallel", type=int, default=None, metavar="N", help="parallel sequences (n_parallel)")
+    q.add_argument("--variant", default=None, help="installed variant (default: the best one this host runs)")
+    q.add_argument("--models-dir", type=Path, default=None, help="where a config's model paths resolve")
+    q.add_argument("--name", default=None, help="which config, when the file holds several")
+    add_json_flag(q)
+    q.set_defaults(func=cmd_inspect_memory)
 
     p = sub.add_parser("complete", help="load a model and complete a prompt (a smoke test of the runtime)")
     p.add_argument("model", type=Path, metavar="MODEL", help="GGUF model file")
@@ -142,3 +186,79 @@ def cmd_complete(args: argparse.Namespace) -> int:
             print(json.dumps({"finish_reason": c.finish_reason, "tokens": c.n_generated,
                               "decode_tok_s": round(c.decode_tokens_per_s, 1)}), file=sys.stderr)
     return 0
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / (1 << 20):,.1f}"
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from harness.cli.inspect import _stdout_table
+    from harness.runtime import Runtime
+
+    rows = Runtime.devices(args.engine)
+    if args.json:
+        print_json(rows)
+        return 0
+    t = Table("engine", "variant", "device", "platform", "type", "gpu", "free MiB", "total MiB", "description")
+    for r in rows:
+        if r.get("error") or not r["devices"]:
+            t.add_row(r["engine"], r.get("variant") or "-", "-", "-", "-", "-", "-", "-",
+                      r.get("error") or "no device")
+            continue
+        for d in r["devices"]:
+            gpu = "-" if d.get("gpu_index") is None else str(d["gpu_index"])
+            t.add_row(r["engine"], r["variant"] + (" (forced only)" if r.get("forced_only") else ""), d["name"],
+                      d["platform"], d["type"], gpu, _mib(d["free"]), _mib(d["total"]), d["description"])
+    _stdout_table(t)
+    return 0
+
+
+def cmd_inspect_memory(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from harness.cli.inspect import _stdout_table
+    from harness.runtime import Runtime
+
+    engine_args: dict[str, Any] = {}
+    if args.ctx is not None:
+        engine_args["n_ctx"] = args.ctx
+    if args.device is not None:
+        engine_args["device"] = args.device
+    if args.gpu_layers is not None:
+        g = args.gpu_layers.strip().lower()
+        try:
+            engine_args["n_gpu_layers"] = "auto" if g == "auto" else int(g)
+        except ValueError:
+            raise UsageError(f"--gpu-layers takes a number of layers (-1: all) or auto, not {args.gpu_layers!r}") from None
+    if args.budget is not None:
+        engine_args["device_budget_mib"] = args.budget
+    if args.margin is not None:
+        engine_args["fit_margin_mib"] = args.margin
+    if args.parallel is not None:
+        engine_args["n_parallel"] = args.parallel
+    plan = Runtime.estimate_memory(args.target, variant=args.variant, models_dir=args.models_dir, name=args.name,
+                                   **engine_args)
+    if args.json:
+        print_json(plan)
+        return 0 if plan["fits"] else 10
+    t = Table("where", "weights MiB", "repacked MiB", "KV cache MiB", "compute MiB", "need MiB", "free MiB", "budget MiB",
+              "margin MiB", "usable MiB", "fits")
+    for r in plan["rows"]:
+        t.add_row(r["device"] + ("" if r["host"] else f" ({r['platform']})"), _mib(r["weights"]),
+                  _mib(r.get("repacked", 0)), _mib(r["kv_cache"]),
+                  _mib(r["compute"]), _mib(r["need"]), _mib(r["free"] if not r["host"] else None),
+                  _mib(r["budget"]), _mib(r["margin"]) if not r["host"] else "-", _mib(r["available"]),
+                  "yes" if r["fits"] else "NO")
+    _stdout_table(t)
+    fit = {"fitted": ", fitted to the memory there is", "failed": ", the fit found no placement",
+           "no device": ", no device to fit layers to"}.get(plan.get("fit") or "", "")
+    print(f"{plan['model']} on {plan['variant']}: n_ctx {plan['n_ctx']}, {plan['n_gpu_layers']} of "
+          f"{plan['n_layer'] + 1} layers offloaded{fit}")
+    if plan["fits"]:
+        print("fits")
+        return 0
+    print(f"does not fit: {plan['verdict']}")
+    return 10

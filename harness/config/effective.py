@@ -169,6 +169,8 @@ class _Resolve:
             return [(_flash(c.flash_attention), "flash_attention")]
         if key in ("cache_type_k", "cache_type_v") and getattr(c, key) is not None:
             return [(getattr(c, key), key)]
+        if key == "device" and c.main_gpu:  # LocalAI's default "" is no choice
+            return [(c.main_gpu, "main_gpu")]
         if key == "spec_n_max" and c.n_draft is not None:
             return [(c.n_draft, "n_draft")]
         if key == "spec_type" and c.draft_model:

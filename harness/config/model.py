@@ -159,7 +159,12 @@ class ModelConfig:
 
     gpu_layers: int | None = _c(minimum=-1, maximum=INT_MAX)
     """Layers offloaded to the GPU (-1, or more than the model has: all). Unset: all of them on a GPU
-    variant (the engine's own default, and LocalAI's), none where there is no GPU device."""
+    variant (the engine's own default, and LocalAI's), none where there is no GPU device. LocalAI's field
+    is an integer: for layers fitted to free memory write options [gpu_layers:auto]."""
+
+    main_gpu: str | None = None
+    """The device layers are offloaded to, as options device takes it; options and engine_args device
+    win. LocalAI's key: a string its backends read as a GPU index."""
 
     f16: bool | None = None
     """Keep the KV cache in 16-bit floats."""
@@ -312,8 +317,19 @@ class EngineOptions:
     n_ubatch: int = _c(512, minimum=1, maximum=INT_MAX)
     """Physical batch size for prompt processing."""
 
-    n_gpu_layers: int | None = _c(minimum=-1, maximum=INT_MAX)
-    """Layers offloaded to the GPU (-1: all; unset: all on a GPU variant); beats the config's gpu_layers."""
+    n_gpu_layers: int | Literal["auto"] | None = _c(minimum=-1, maximum=INT_MAX)
+    """Layers offloaded to the GPU (alias gpu_layers; -1: all; unset: all on a GPU variant); "auto": as
+    many as fit the chosen device's free memory less fit_target, the engine's own fitting (its -ngl auto);
+    beats the config's gpu_layers."""
+
+    device: str | int | None = None
+    """The device layers are offloaded to: a name as `harness devices` lists it (Vulkan0, CUDA0), an index
+    among the GPU devices (0, 1), or none (no offload); unset: every GPU device (the engine's default).
+    Engines get it as a string; the config's main_gpu feeds it."""
+
+    fit_target: int = _c(1024, minimum=0, maximum=INT_MAX)
+    """Memory left free on each device when layers are fitted or checked, in MiB: the engine's --fit-target
+    (default 1024 MiB)."""
 
     cache_type_k: str = "f16"
     """KV-cache type for keys (f16, q8_0, ...)."""
@@ -412,6 +428,7 @@ OPTION_ALIASES: dict[str, str] = {
     "speculative_type": "spec_type",
     "draft_max": "spec_n_max",
     "ngram_size_n": "spec_ngram_size_n",
+    "gpu_layers": "n_gpu_layers",
 }
 
 #: Prefixes of dotted option keys and the dataclass their second part names a field of.
@@ -442,6 +459,12 @@ def _kind(hint: Any) -> tuple[str, tuple[str, ...]]:
     origin = typing.get_origin(hint)
     if origin in (types.UnionType, typing.Union) and len(args) == 1:
         return _kind(args[0])
+    if origin in (types.UnionType, typing.Union):
+        # a number or one of some words (int | Literal["auto"]): the number's kind, the words its choices
+        words = tuple(str(w) for a in args if typing.get_origin(a) is Literal for w in typing.get_args(a))
+        rest = [a for a in args if typing.get_origin(a) is not Literal]
+        if words and len(rest) == 1 and rest[0] in (int, float):
+            return _kind(rest[0])[0], words
     if origin is Literal:
         return "str", tuple(str(a) for a in typing.get_args(hint))
     if origin is tuple or origin is list:

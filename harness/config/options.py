@@ -196,17 +196,21 @@ def convert(label: str, spec: OptionSpec, value: Any) -> tuple[Any, str | None]:
             return None, None
         return None, f"{label} expects true or false, found {value!r}"
     if spec.kind in ("int", "float"):
+        if text is not None and spec.choices and text.lower() in spec.choices:
+            return text.lower(), None  # a word the number's place takes (n_gpu_layers auto)
         number: Any = value
         if text is not None:
             try:
                 number = int(text) if spec.kind == "int" else float(text)
             except ValueError:
                 number = None
+        words = "".join(f" or {w}" for w in spec.choices)
         if isinstance(number, bool) or not isinstance(number, int | float):
             kind = "an integer" if spec.kind == "int" else "a number"
-            return None, f"{label} expects {kind}, found {value!r}"
+            hint = did_you_mean(text.lower(), spec.choices) if text and spec.choices else ""
+            return None, f"{label} expects {kind}{words}, found {value!r}{hint}"
         if spec.kind == "int" and not isinstance(number, int):
-            return None, f"{label} expects an integer, found {value!r}"
+            return None, f"{label} expects an integer{words}, found {value!r}"
         if isinstance(number, float) and not math.isfinite(number):
             return None, f"{label} expects a finite number, found {value!r}"
         problem = _bounds(label, spec, number)

@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import re
 import sys
 import types
 import typing
@@ -43,6 +44,13 @@ def type_schema(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
     args = typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):
         rest = [a for a in args if a is not type(None)]
+        words = [w for a in rest if typing.get_origin(a) is Literal for w in typing.get_args(a)]
+        numbers = [a for a in rest if typing.get_origin(a) is not Literal]
+        if words and len(numbers) == 1 and numbers[0] in (int, float):
+            # a number or one of some words (int | Literal["auto"]): bounds apply to the number only
+            kinds = [type_schema(numbers[0], defs)["type"], "string"]
+            return {"type": [*kinds, "null"] if len(rest) < len(args) else kinds,
+                    "pattern": f"^({'|'.join(re.escape(str(w)) for w in words)})$"}
         if len(rest) != 1:
             parts = [type_schema(a, defs) for a in rest]
             if all(set(p) == {"type"} and isinstance(p["type"], str) for p in parts):

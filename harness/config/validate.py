@@ -422,6 +422,8 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
         names = " or ".join(_TYPE_NAMES.get(str(t), str(t)) for t in wanted if t != "null")
         msg = (f"{where}: expected {names}, found {_found(e.instance)}: yaml.v3 cannot decode it into "
                "LocalAI's field, so LocalAI refuses the file")
+        if path == ("gpu_layers",) and isinstance(e.instance, str):
+            msg += f"; {GPU_LAYERS_HINT}"
         code = "LAI013"
     elif _out_of_go_range(e):
         msg = (f"{where}: {e.instance!r} does not fit a 64-bit integer: yaml.v3 cannot decode it, so LocalAI "
@@ -436,6 +438,10 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
         msg = f"{where}: must be {op} {e.validator_value}, found {e.instance!r}"
     elif v == "minLength":
         msg = f"{where}: must not be empty"
+    elif v == "pattern" and (words := _pattern_words(e)):
+        names = " or ".join(_TYPE_NAMES.get(str(t), str(t)) for t in _types(e.schema) if t not in ("null", "string"))
+        msg = (f"{where}: expected {names + ' or ' if names else ''}{' or '.join(words)}, found "
+               f"{_found(e.instance)}{did_you_mean(str(e.instance).lower(), words)}")
     else:
         msg = f"{where}: {e.message}"
     if path[:1] == ("engine_args",) and code == "HRN002":
@@ -447,6 +453,21 @@ def _schema_error(doc: Document, e: ValidationError, *, template: bool = False,
 
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _GO_INT = range(-(2**63), 2**63)
+#: Said with LocalAI's refusal of a word in gpu_layers (its field is an integer).
+GPU_LAYERS_HINT = "for layers fitted to memory write options: [gpu_layers:auto] (LocalAI passes options through)"
+#: The pattern the schema gives a field that takes a number or one of some words (``^(auto)$``).
+_WORDS_PATTERN = re.compile(r"\^\(([\w|-]+)\)\$")
+
+
+def _types(schema: Any) -> list[str]:
+    kinds = schema.get("type", []) if isinstance(schema, dict) else []
+    return [kinds] if isinstance(kinds, str) else list(kinds)
+
+
+def _pattern_words(e: ValidationError) -> list[str]:
+    """The words a number-or-word field takes (its ``^(a|b)$`` pattern), [] for another pattern."""
+    found = _WORDS_PATTERN.fullmatch(str(e.validator_value))
+    return found.group(1).split("|") if found else []
 
 
 def _out_of_go_range(e: ValidationError) -> bool:

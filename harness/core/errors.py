@@ -129,6 +129,11 @@ class ModelError(HarnessError):
     exit_code = 10
 
 
+class InsufficientMemoryError(ModelError):
+    """A model (at its context and layers) does not fit the memory of its device or host: the engine's
+    own estimate, with the numbers, before any weight is read. The exit code is the model's (10)."""
+
+
 class EngineError(HarnessError):
     """The engine refused a request (context too large, KV full, bad sampling value)."""
 

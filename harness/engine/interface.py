@@ -72,6 +72,17 @@ class EngineImpl:
     """``load(model, *, variant=None, **engine_args)`` -> a loaded engine (text engines). Loading a
     model config adds ``effective=`` (:class:`harness.config.effective.Effective`, the values
     ``harness config show`` prints) for the engine to map onto its own parameters."""
+    estimate_memory: Callable[..., dict[str, Any]] | None = None
+    """``estimate_memory(model, *, variant=None, **engine_args)`` (``effective=`` for a config, as
+    ``load``) -> the engine's own estimate of that load, no weight read: ``rows`` (each device the
+    model uses, then the host: ``weights``, ``kv_cache``, ``compute``, ``need``, ``free``, ``total``,
+    ``budget``, ``margin``, ``available``, ``fits``), ``n_ctx``, ``n_layer``, ``n_gpu_layers``, ``fit``,
+    ``fits``, ``verdict``, ``variant``. None: the engine cannot say (``harness inspect memory`` says
+    "not known" rather than guess)."""
+    devices: Callable[[], list[dict[str, Any]]] | None = None
+    """``devices()`` -> per installed variant (``variant``, ``accepted``, ``devices``: ``name``,
+    ``platform`` (the ggml registry: CPU, Vulkan, CUDA), ``type``, ``free``, ``total``, ``gpu_index``;
+    or ``error``)."""
     probe_model: Callable[[], Path] | None = None
     """A tiny model for the CPU-level smoke probe (written on demand)."""
     random_models: Mapping[str, RandomModel] = field(default_factory=dict)

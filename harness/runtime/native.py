@@ -24,6 +24,7 @@ CORE_ERRORS: Mapping[str, type[errors.HarnessError]] = {
     "KVCacheFullError": errors.KVCacheFullError,
     "EngineClosedError": errors.EngineClosedError,
     "ModelLoadError": errors.ModelError,
+    "InsufficientMemoryError": errors.InsufficientMemoryError,
 }
 
 

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.core import errors
 from harness.core.errors import did_you_mean
 from harness.core.types import HostInfo, MatchResult
 from harness.engine.plugin import hookimpl
@@ -45,6 +46,18 @@ def _load(model: str | Path, *, variant: str | None = None, **engine_args: Any) 
     from harness_plugins.llamacpp.engine import Engine
 
     return Engine.load(model, variant=variant, **engine_args)
+
+
+def _estimate_memory(model: str | Path, *, variant: str | None = None, **engine_args: Any) -> dict[str, Any]:
+    from harness_plugins.llamacpp.placement import estimate
+
+    return estimate(model, variant=variant, **engine_args)
+
+
+def _devices() -> list[dict[str, Any]]:
+    from harness_plugins.llamacpp.placement import devices
+
+    return devices()
 
 
 def _probe_model() -> Path:
@@ -237,6 +250,12 @@ def config_rules() -> tuple[Any, ...]:
         Rule(code="LCP006", severity="warning", source=f"{_SOURCE} tools/server/server-schema.cpp:598",
              summary="parameters.top_p or min_p outside 0..1: llama.cpp's server clamps it into 0..1 "
                      "(a top_p of 1 or more turns top-p sampling off: src/llama-sampler.cpp:1720)"),
+        Rule(code="LCP007", severity="warning", source=f"{_SOURCE} common/fit.cpp:30",
+             summary="the model at the config's context, layers and device does not fit the memory there is, by "
+                     "llama.cpp's own estimate (harness inspect memory shows it): Runtime.load refuses it"),
+        Rule(code="LCP008", severity="note",
+             summary="the memory of the config's load could not be estimated (e.g. the config names a device the "
+                     "installed variant lacks)"),
     )
 
 
@@ -261,7 +280,38 @@ class _Rules:
         self.mmproj()
         self.numbers()
         self.sampling()
+        self.memory()
         return self.out
+
+    def memory(self) -> None:
+        """The engine's estimate of this config's load (LCP007), where the model file is here to read
+        and a binding is installed to estimate with; silent otherwise (nothing is guessed)."""
+        ref = self.config.parameters.model
+        full = self.ctx.local_file(ref) if ref else None
+        if full is None or not full.is_file() or self.out:
+            return
+        from harness.config.effective import effective
+        from harness.engine.descriptor import load_engine
+        from harness.runtime import discovery
+        from harness_plugins.llamacpp.engine import _committed_fingerprint
+
+        if discovery.choose_or_none(NAME, load_engine(NAME).pin, _committed_fingerprint()) is None:
+            return
+        from harness_plugins.llamacpp.placement import estimate
+
+        try:
+            eff = effective(self.config, self.ctx.options, models_dir=self.ctx.models_dir, engine=NAME)
+            plan = estimate(full, effective=eff)
+        except (errors.ModelError, errors.BindingError):
+            return  # the file does not load as far as its metadata (the load says why), or the installed
+            # binding cannot estimate (built before it could): nothing is guessed
+        except errors.HarnessError as e:
+            self.out.append(self.ctx.note(("parameters", "model"), f"memory not estimated: {e}", code="LCP008"))
+            return
+        if not plan["fits"]:
+            self.out.append(self.ctx.warn(("parameters", "model"), f"does not fit on the {plan['variant']} variant "
+                                          f"at n_ctx {plan['n_ctx']}: {plan['verdict']} (harness inspect memory "
+                                          "shows the estimate; Runtime.load refuses it)", code="LCP007"))
 
     def sampling(self) -> None:
         for key, what in _CLAMPED:
@@ -364,5 +414,5 @@ def harness_engine_register() -> list[EngineImpl]:
                        probe_model=_probe_model, random_models=_random_models(), convert=_convert,
                        cross_variant=_cross_variant, emulated_levels=_emulated_levels,
                        old_pin_bench_arm="llama-bench", bench_arms=bench_arms(), match=match,
-                       config_check=config_check,
+                       config_check=config_check, estimate_memory=_estimate_memory, devices=_devices,
                        localai_backends=("llama-cpp",))]

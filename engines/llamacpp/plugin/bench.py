@@ -142,7 +142,9 @@ def _use_recipe(options: dict[str, Any]) -> None:
 
 
 #: Integer binding arm options handed to the engine's load as they are.
-ENGINE_INT_OPTIONS = ("n_batch", "n_ubatch", "n_gpu_layers")
+ENGINE_INT_OPTIONS = ("n_batch", "n_ubatch", "n_gpu_layers", "device_budget_mib", "fit_margin_mib")
+#: String binding arm options handed to the engine's load as they are (n_gpu_layers=auto: fitted).
+ENGINE_STR_OPTIONS = ("device",)
 
 
 class BindingArm:
@@ -155,7 +157,9 @@ class BindingArm:
     ``spec_min_acceptance``, so that A (speculation off) and B (on) run on the same artifact;
     ``n_batch``/``n_ubatch``; ``n_gpu_layers`` (layers whose weights live on a GPU variant's
     device, -1: all; without it the engine's default 0 keeps every weight in host memory and ggml
-    offloads only the matrix products of large batches, so a GPU row would be partly a CPU row).
+    offloads only the matrix products of large batches, so a GPU row would be partly a CPU row; auto:
+    the layers fitted to the device's memory); ``device`` (a name or GPU index), ``device_budget_mib``
+    and ``fit_margin_mib`` (the memory a fit may use and leaves free).
     Its metrics add the draft acceptance rate and generated tokens per forward pass.
     """
 
@@ -170,7 +174,9 @@ class BindingArm:
             msg = f"binding arm option task={self.task!r}: expected one of {', '.join(TASKS)}"
             raise BenchError(msg)
         self.level = _force_level(self.opts.get("level"))
-        sizes: dict[str, Any] = {k: int(self.opts[k]) for k in ENGINE_INT_OPTIONS if k in self.opts}
+        sizes: dict[str, Any] = {k: "auto" if k == "n_gpu_layers" and str(self.opts[k]) == "auto" else int(self.opts[k])
+                                 for k in ENGINE_INT_OPTIONS if k in self.opts}
+        sizes.update({k: str(self.opts[k]) for k in ENGINE_STR_OPTIONS if k in self.opts})
         self.engine = Runtime.load(self.opts["model"], variant=self.variant, n_ctx=int(self.opts["n_ctx"]),
                                   threads=int(self.opts["threads"]), max_num_seqs=int(self.opts.get("max_num_seqs", 4)),
                                   prefix_caching=False, **sizes, **_spec_args(self.opts))

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import psutil
 
 from harness.config.localai import vocabulary
 from harness.config.model import OPTION_ALIASES
@@ -63,11 +64,13 @@ _CORE: dict[str, str] = {
     "spec_type": "spec_type", "draft_model": "draft_model", "spec_n_max": "n_draft",
     "spec_ngram_size_n": "ngram_n", "spec_min_acceptance": "spec_min_acceptance",
     "context_shift": "context_shift", "context_erase": "context_erase",
+    "device": "device", "fit_target": "fit_margin_mib",
 }
 #: The speculative decoding kinds the binding runs (the config's spec_type values).
 SPEC_TYPES = ("none", "ngram-simple", "draft-simple")
 #: Core parameters no config parameter sets: taken under their own names only.
-_OWN = frozenset({"seed", "embeddings", "verbose", "token_delay_us"})
+_OWN = frozenset({"seed", "embeddings", "verbose", "token_delay_us", "device_budget_mib", "memory_check",
+                  "host_available_bytes"})
 #: Engine arguments (and config parameters) of the Python side of embeddings, not the core's.
 _EMBED_ARGS = ("long_text_mode", "matryoshka")
 #: The binding's n_batch when none is given (module.cpp): an embedding's window is at most this.
@@ -110,6 +113,9 @@ def core_params(engine_args: Mapping[str, Any]) -> dict[str, Any]:
             raise errors.InvalidRequestError(f"unknown engine argument {k!r}{errors.did_you_mean(k, _spellings())}")
         if v is None:
             continue
+        if target == "n_gpu_layers" and v == "auto":
+            # llama.cpp's -ngl auto: layers fitted to the device's memory (engine_memory.cpp)
+            target, v = "gpu_layers_auto", True
         bound = _INT_ARGS.get(target)
         if bound is not None and (isinstance(v, bool) or not isinstance(v, int) or not bound[0] <= v <= bound[1]):
             raise errors.InvalidRequestError(f"engine argument {k} must be an integer in [{bound[0]}, {bound[1]}], got {v!r}")
@@ -129,6 +135,14 @@ def core_params(engine_args: Mapping[str, Any]) -> dict[str, Any]:
                                             or not 0.0 < v < 1.0):
             raise errors.InvalidRequestError(f"engine argument {k} must be a number in (0, 1) (the share of the "
                                              f"context erased), got {v!r}")
+        elif target == "device" and (not isinstance(v, (str, int)) or isinstance(v, bool) or not str(v)):
+            raise errors.InvalidRequestError(f"engine argument {k} must be a device name (harness devices lists them), "
+                                             f"an index among the GPU devices or none, got {v!r}")
+        elif target in ("fit_margin_mib", "device_budget_mib", "host_available_bytes") and (isinstance(v, bool) or not isinstance(v, int)
+                                                                     or v < 0):
+            raise errors.InvalidRequestError(f"engine argument {k} must be a whole number >= 0, got {v!r}")
+        elif target == "memory_check" and not isinstance(v, bool):
+            raise errors.InvalidRequestError(f"engine argument {k} must be true or false, got {v!r}")
         elif target == "draft_model":
             if not isinstance(v, (str, os.PathLike)) or not str(v):
                 raise errors.InvalidRequestError(f"engine argument {k} must be a path to a .gguf draft model, got {v!r}")
@@ -146,6 +160,10 @@ def core_params(engine_args: Mapping[str, Any]) -> dict[str, Any]:
         raise errors.InvalidRequestError("spec_type draft-simple needs draft_model (a .gguf of the same vocabulary)")
     if out.get("max_num_seqs", 1) < 1:
         raise errors.InvalidRequestError("max_num_seqs must be >= 1")
+    if "device" in out:
+        out["device"] = str(out["device"])
+    if out.get("gpu_layers_auto") and "n_gpu_layers" in out:
+        raise errors.InvalidRequestError(f"n_gpu_layers is both auto and {out['n_gpu_layers']}: give one")
     if out.get("n_ctx", 0) < 0:
         raise errors.InvalidRequestError("context size must be >= 0")
     return out
@@ -240,27 +258,15 @@ class Engine:
             core's ``Engine.load(config=...)`` passes them): its engine arguments and sampling
             defaults apply, and ``engine_args`` given here win over them.
         """
-        from harness.engine.descriptor import load_engine
-
-        spec = load_engine(ENGINE)
         stall = engine_args.pop("stream_stall_timeout", STREAM_STALL_TIMEOUT_S)
         if isinstance(stall, bool) or not isinstance(stall, (int, float)) or not 0 < stall < float("inf"):
             raise errors.InvalidRequestError(f"stream_stall_timeout must be a positive number of seconds, got {stall!r}")
         embed = _embed_settings(engine_args, effective)
-        params = core_params(engine_args)
+        path, cand, module, params = prepare(model, variant, effective, engine_args)
         defaults: Sampling | None = None
         not_applied: tuple[str, ...] = ()
         if effective is not None:
-            params = {**core_params(config_args(effective)), **params}
             defaults, not_applied = _config_defaults(effective)
-        path = resolve_model(Path(model))
-        cand = discovery.choose(ENGINE, spec.pin, _committed_fingerprint(), variant)
-        _admit_cpu_type_devices(cand)
-        module = discovery.import_core(cand)
-        handshake(module, cand)
-        # the CPU levels that passed this host's smoke probe, a forced level, or the plugin dir
-        # $HARNESS_BINDING_LIB_DIR names (levels.backend_dir)
-        params["backend_dir"] = str(levels.backend_dir(cand.location / "lib"))
         try:
             core = module.Engine(str(path), params)
         except Exception as e:
@@ -473,8 +479,15 @@ class Engine:
         return sessions.restore_file(self, path)
 
     # ---------------------------------------------------------------- introspection
+    def memory(self) -> dict[str, Any]:
+        """The estimate this load was judged by (as :func:`harness_plugins.llamacpp.placement.estimate`
+        returns it, without the variant and model)."""
+        if not hasattr(self.core, "memory"):
+            raise errors.BindingError(f"the binding of pin {self.module.PIN} has no memory estimate: rebuild it")
+        return dict(self.core.memory())
+
     def info(self) -> dict[str, Any]:
-        """Architecture, parameters, context, variant, ggml devices, selected CPU variant."""
+        """Architecture, parameters, context, variant, ggml devices, selected CPU variant, layers offloaded."""
         raw = dict(self.core.info())
         out: dict[str, Any] = {k: raw[k] for k in ("arch", "desc", "devices", "cpu_variant", "chat_template")}
         for k in ("n_params", "size_bytes", "n_ctx", "n_ctx_train", "n_embd", "n_vocab", "max_num_seqs"):
@@ -490,6 +503,12 @@ class Engine:
         out["context_shift"] = raw.get("context_shift") == "1"
         if "context_erase" in raw:
             out["context_erase"] = float(raw["context_erase"])
+        # placement: layers offloaded (of n_layer + 1, the output layer counted), where, and whether fitted
+        for k in ("n_gpu_layers", "n_layer"):
+            if k in raw:
+                out[k] = int(raw[k])
+        out["offload_devices"] = raw.get("offload_devices", "")
+        out["gpu_layers_fit"] = raw.get("gpu_layers_fit", "")
         out["variant"] = self.candidate.variant
         out["pin"] = self.candidate.identity.get("pin")
         out["abi_fingerprint"] = self.candidate.identity.get("abi_fingerprint")
@@ -526,6 +545,30 @@ def _committed_fingerprint() -> str | None:
 #: ggml-vulkan skips CPU-type devices (lavapipe) unless they are listed here (indices in
 #: vkEnumeratePhysicalDevices order).
 VK_VISIBLE_ENV = "GGML_VK_VISIBLE_DEVICES"
+
+
+def prepare(model: str | Path, variant: str | None, effective: Effective | None,
+            engine_args: Mapping[str, Any]) -> tuple[Path, discovery.Candidate, Any, dict[str, Any]]:
+    """(model path, the variant's candidate, its imported core module, the core's parameters) of a load:
+    what :meth:`Engine.load` and :func:`harness_plugins.llamacpp.placement.estimate` share."""
+    from harness.engine.descriptor import load_engine
+
+    spec = load_engine(ENGINE)
+    params = core_params(engine_args)
+    if effective is not None:
+        params = {**core_params(config_args(effective)), **params}
+    path = resolve_model(Path(model))
+    cand = discovery.choose(ENGINE, spec.pin, _committed_fingerprint(), variant)
+    _admit_cpu_type_devices(cand)
+    module = discovery.import_core(cand)
+    handshake(module, cand)
+    # the CPU levels that passed this host's smoke probe, a forced level, or the plugin dir
+    # $HARNESS_BINDING_LIB_DIR names (levels.backend_dir)
+    params["backend_dir"] = str(levels.backend_dir(cand.location / "lib"))
+    # ggml's CPU device reports all of memory as free: the host's need is judged against what is
+    # available now (Linux's MemAvailable)
+    params.setdefault("host_available_bytes", int(psutil.virtual_memory().available))
+    return path, cand, module, params
 
 
 def _admit_cpu_type_devices(cand: discovery.Candidate) -> None:

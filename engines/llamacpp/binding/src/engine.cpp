@@ -103,22 +103,67 @@ std::vector<std::string> Engine::recent_log() const {
 // Engine: load
 // ---------------------------------------------------------------------------
 
-Engine::Engine(const std::string & model_path, const EngineParams & params) : params_(params) {
-    g_verbose.store(params.verbose);
+void install_log() {
+    llama_log_set(log_cb, nullptr);
+    ggml_log_set(log_cb, nullptr);
+}
+
+void load_backends(const std::string & backend_dir) {
     std::call_once(g_ggml_backend_once, [&] {
-        llama_log_set(log_cb, nullptr);
-        ggml_log_set(log_cb, nullptr);
-        if (!params.backend_dir.empty()) {
-            ggml_backend_load_all_from_path(params.backend_dir.c_str());
+        install_log();
+        if (!backend_dir.empty()) {
+            ggml_backend_load_all_from_path(backend_dir.c_str());
         } else {
             ggml_backend_load_all();
         }
         llama_backend_init();
     });
     if (ggml_backend_dev_count() == 0) {
-        throw ModelLoadError("no ggml backend could be loaded from '" + params.backend_dir +
+        throw ModelLoadError("no ggml backend could be loaded from '" + backend_dir +
                              "' (missing libggml-cpu-*.so?)");
     }
+}
+
+bool is_embedding_model(const llama_model * model, const EngineParams & params) {
+    std::string arch = meta(model, "general.architecture");
+    std::string pooling = meta(model, (arch + ".pooling_type").c_str());
+    return params.embeddings || !pooling.empty() || !llama_model_has_decoder(model) || arch == "bert" ||
+           arch == "nomic-bert" || arch == "jina-bert-v2";
+}
+
+uint32_t context_size(const EngineParams & params, int32_t n_train) {
+    return (uint32_t) (params.n_ctx > 0 ? params.n_ctx : std::min<int32_t>(n_train > 0 ? n_train : 4096, 4096));
+}
+
+llama_context_params context_params(const EngineParams & params, uint32_t n_ctx, bool embedding_only) {
+    if (params.max_num_seqs < 1) throw std::invalid_argument("max_num_seqs must be >= 1");
+    auto cp = llama_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = (uint32_t) std::max(1, params.n_batch);
+    cp.n_ubatch = (uint32_t) std::max(1, std::min(params.n_ubatch, params.n_batch));
+    int hw = (int) std::max(1u, std::thread::hardware_concurrency());
+    cp.n_threads = params.n_threads > 0 ? params.n_threads : hw;
+    cp.n_threads_batch = params.n_threads_batch > 0 ? params.n_threads_batch : cp.n_threads;
+    cp.type_k = kv_type(params.kv_cache_type);
+    cp.type_v = kv_type(params.kv_cache_type);
+    cp.flash_attn_type = params.flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
+                         : params.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.no_perf = true;
+    // One unified KV pool shared by every sequence: a single long request may use all of it, many
+    // short ones share it.
+    cp.n_seq_max = (uint32_t) std::max(1, params.max_num_seqs);
+    cp.kv_unified = true;
+    if (embedding_only) {
+        // Non-causal encoders need a whole sequence in one ubatch.
+        cp.n_ubatch = cp.n_batch;
+        cp.embeddings = true;
+    }
+    return cp;
+}
+
+Engine::Engine(const std::string & model_path, const EngineParams & params) : params_(params) {
+    g_verbose.store(params.verbose);
+    load_backends(params.backend_dir);
     FILE * f = fopen(model_path.c_str(), "rb");
     if (!f) throw ModelLoadError("model file not found or unreadable: " + model_path);
     fclose(f);
@@ -150,9 +195,14 @@ Engine::Engine(const std::string & model_path, const EngineParams & params) : pa
 
 void Engine::init(const std::string & model_path) {
     const EngineParams & params = params_;
-    auto mp = llama_model_default_params();
-    mp.n_gpu_layers = params.n_gpu_layers;
-    model_ = llama_model_load_from_file(model_path.c_str(), mp);
+    if (params.max_num_seqs < 1) throw std::invalid_argument("max_num_seqs must be >= 1");
+    // The estimate first (engine_memory.cpp): a load that does not fit is refused with its numbers
+    // instead of failing inside the engine or swapping; layers asked for as auto are fitted.
+    plan_ = plan_memory(model_path, params);
+    if (params.memory_check && !plan_.fits) {
+        throw InsufficientMemoryError("model " + model_path + " does not fit: " + plan_.verdict);
+    }
+    model_ = llama_model_load_from_file(model_path.c_str(), plan_.mp);
     if (!model_) {
         std::string why = last_errors();
         throw ModelLoadError("failed to load model " + model_path + (why.empty() ? "" : ": " + why));
@@ -164,42 +214,16 @@ void Engine::init(const std::string & model_path) {
         if (sup) suppressed_.assign(sup, sup + n_sup);
     }
     arch_ = meta(model_, "general.architecture");
-    std::string pooling = meta(model_, (arch_ + ".pooling_type").c_str());
-    embedding_only_ = params.embeddings || !pooling.empty() || !llama_model_has_decoder(model_) ||
-                      arch_ == "bert" || arch_ == "nomic-bert" || arch_ == "jina-bert-v2";
-
-    int32_t n_train = llama_model_n_ctx_train(model_);
-    int32_t n_ctx = params.n_ctx > 0 ? params.n_ctx : std::min<int32_t>(n_train > 0 ? n_train : 4096, 4096);
-    if (params.max_num_seqs < 1) throw std::invalid_argument("max_num_seqs must be >= 1");
-
-    auto cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t) n_ctx;
-    cp.n_batch = (uint32_t) std::max(1, params.n_batch);
-    cp.n_ubatch = (uint32_t) std::max(1, std::min(params.n_ubatch, params.n_batch));
-    int hw = (int) std::max(1u, std::thread::hardware_concurrency());
-    cp.n_threads = params.n_threads > 0 ? params.n_threads : hw;
-    cp.n_threads_batch = params.n_threads_batch > 0 ? params.n_threads_batch : cp.n_threads;
-    cp.type_k = kv_type(params.kv_cache_type);
-    cp.type_v = kv_type(params.kv_cache_type);
-    cp.flash_attn_type = params.flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
-                         : params.flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    cp.no_perf = true;
+    embedding_only_ = plan_.embedding_only;
+    const int32_t n_ctx = (int32_t) plan_.n_ctx;
+    auto cp = plan_.cp;
 
     if (embedding_only_) {
-        // Non-causal encoders need a whole sequence in one ubatch.
-        cp.n_ubatch = cp.n_batch;
-        cp.n_seq_max = (uint32_t) std::max(1, params.max_num_seqs);
-        cp.embeddings = true;
-        cp.kv_unified = true;
         embd_ctx_ = llama_init_from_model(model_, cp);
         if (!embd_ctx_) throw ModelLoadError("failed to create an embedding context: " + last_errors());
         n_ctx_ = (int32_t) llama_n_ctx(embd_ctx_);
         return;
     }
-    // One unified KV pool shared by every sequence: a single long request may use
-    // all of it, many short ones share it.
-    cp.n_seq_max = (uint32_t) params.max_num_seqs;
-    cp.kv_unified = true;
     ctx_ = llama_init_from_model(model_, cp);
     if (!ctx_) {
         llama_model_free(model_);
@@ -303,6 +327,15 @@ std::map<std::string, std::string> Engine::info() const {
         devs += (devs.empty() ? "" : "; ") + std::string(ggml_backend_dev_name(d)) + " (" + ggml_backend_dev_description(d) + ")";
     }
     m["devices"] = devs;
+    // placement: the layers offloaded (of n_layer + 1, the output layer counted) and where
+    m["n_gpu_layers"] = std::to_string(plan_.n_gpu_layers);
+    m["n_layer"] = std::to_string(plan_.n_layer);
+    m["gpu_layers_fit"] = plan_.fit_status;
+    std::string offload;
+    for (const auto & r : plan_.rows) {
+        if (!r.host) offload += (offload.empty() ? "" : ",") + r.device;
+    }
+    m["offload_devices"] = offload;
     // The CPU backend's registration object lives inside the plugin that was loaded
     // (libggml-cpu-<level>.so): dladdr on it names the SIMD level the host selected.
     std::string cpu_variant;

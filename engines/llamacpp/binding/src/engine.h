@@ -28,6 +28,7 @@ struct ModelLoadError : std::runtime_error { using std::runtime_error::runtime_e
 struct ContextOverflowError : std::runtime_error { using std::runtime_error::runtime_error; };
 struct KVCacheFullError : std::runtime_error { using std::runtime_error::runtime_error; };
 struct EngineClosedError : std::runtime_error { using std::runtime_error::runtime_error; };
+struct InsufficientMemoryError : std::runtime_error { using std::runtime_error::runtime_error; };
 
 struct EngineParams {
     std::string backend_dir;        // where the ggml backend plugins live
@@ -58,7 +59,62 @@ struct EngineParams {
     // goes on. The kept start is a chat's system prompt (BOS for a plain prompt), at most n_ctx / 2.
     bool context_shift = false;
     float context_erase = 0.5f;     // the share erased (llama.cpp's n_discard default, GPT4All's contextErase)
+    // Placement (engine_memory.cpp): the device layers go to ("" every GPU device, "none", a name or an
+    // index among the GPU devices), layers fitted to its memory (llama.cpp's -ngl auto) or n_gpu_layers
+    // checked against it, the margin a fit leaves (llama.cpp's --fit-target), a budget below a device's
+    // free memory (0: none), and the host memory available (0: not judged; ggml reports all as free).
+    std::string device;
+    bool gpu_layers_auto = false;
+    int64_t fit_margin_mib = 1024;
+    int64_t device_budget_mib = 0;
+    int64_t host_available_bytes = 0;
+    bool memory_check = true;       // refuse a load the estimate says does not fit
 };
+
+// One device's memory as llama.cpp's own estimate gives it (common_get_device_memory_data).
+struct DeviceInfo {
+    std::string name, description, platform, type;   // platform: the ggml registry (CPU, Vulkan, CUDA)
+    size_t free = 0, total = 0;
+    int gpu_index = -1;             // its index among the GPU devices (EngineParams::device), -1: not one
+};
+
+struct MemoryRow {
+    std::string device, platform;
+    bool host = false;
+    int64_t total = 0, free = 0;
+    int64_t budget = -1;            // -1: none
+    int64_t margin = 0;
+    int64_t available = -1;         // what the need is judged against; -1: not judged
+    size_t model = 0, context = 0, compute = 0;   // weights, KV cache (and recurrent state), compute buffers
+    size_t repacked = 0;            // host: the weights' copy repacked for the CPU's kernels
+    bool fits = true;
+};
+
+struct MemoryPlan {
+    std::vector<MemoryRow> rows;    // each device the model uses, then the host
+    uint32_t n_ctx = 0;
+    uint32_t n_layer = 0;
+    int32_t n_gpu_layers = 0;       // layers offloaded (n_layer + 1: every layer and the output)
+    bool embedding_only = false;
+    std::string fit_status;         // "" (no fit asked), "fitted", "failed" (upstream could not fit), "no device"
+    bool fits = true;
+    std::string verdict;            // why it does not fit, with the numbers
+    // what the load uses: kept alive for llama_model_load_from_file
+    llama_model_params mp{};
+    llama_context_params cp{};
+    std::vector<ggml_backend_dev_t> devices;
+    std::vector<float> tensor_split;
+    std::vector<llama_model_tensor_buft_override> overrides;
+};
+
+void install_log();
+void load_backends(const std::string & backend_dir);
+std::vector<DeviceInfo> list_devices(const std::string & backend_dir);
+MemoryPlan plan_memory(const std::string & model_path, const EngineParams & params);
+void judge(MemoryPlan & plan, const EngineParams & params);
+bool is_embedding_model(const llama_model * model, const EngineParams & params);
+uint32_t context_size(const EngineParams & params, int32_t n_ctx_train);
+llama_context_params context_params(const EngineParams & params, uint32_t n_ctx, bool embedding_only);
 
 struct SamplingParams {
     float temperature = 0.8f;
@@ -221,6 +277,7 @@ public:
     std::vector<llama_token> chat_tokens(const std::string & messages_json) const;
 
     std::map<std::string, std::string> info() const;
+    const MemoryPlan & memory_plan() const { return plan_; }
     std::map<std::string, int64_t> stats() const;
     std::vector<std::string> recent_log() const;
     void close();
@@ -290,6 +347,7 @@ private:
     bool prefix_caching() const { return params_.prefix_caching != 2; }
 
     EngineParams params_;
+    MemoryPlan plan_;               // the estimate the load was judged by, and what it loads with
     llama_model * model_ = nullptr;
     llama_context * ctx_ = nullptr;
     llama_context * embd_ctx_ = nullptr;

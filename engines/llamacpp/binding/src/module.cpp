@@ -34,7 +34,8 @@ EngineParams engine_params(const py::dict & d) {
     check_keys(d, {"backend_dir", "n_ctx", "n_batch", "n_ubatch", "n_threads", "n_threads_batch", "max_num_seqs",
                    "n_gpu_layers", "kv_cache_type", "prefix_caching", "seed", "embeddings", "flash_attn", "verbose",
                    "spec_type", "draft_model", "n_draft", "ngram_n", "spec_min_acceptance", "token_delay_us",
-                   "context_shift", "context_erase"},
+                   "context_shift", "context_erase", "device", "gpu_layers_auto", "fit_margin_mib",
+                   "device_budget_mib", "host_available_bytes", "memory_check"},
                "engine parameter");
     EngineParams p;
     p.backend_dir = get<std::string>(d, "backend_dir", "");
@@ -63,6 +64,13 @@ EngineParams engine_params(const py::dict & d) {
     p.context_shift = get<bool>(d, "context_shift", false);
     p.context_erase = get<float>(d, "context_erase", p.context_erase);
     if (!(p.context_erase > 0.0f && p.context_erase < 1.0f)) throw std::invalid_argument("context_erase must be in (0, 1)");
+    p.device = get<std::string>(d, "device", "");
+    p.gpu_layers_auto = get<bool>(d, "gpu_layers_auto", false);
+    p.fit_margin_mib = get<int64_t>(d, "fit_margin_mib", p.fit_margin_mib);
+    p.device_budget_mib = get<int64_t>(d, "device_budget_mib", 0);
+    p.host_available_bytes = get<int64_t>(d, "host_available_bytes", 0);
+    p.memory_check = get<bool>(d, "memory_check", true);
+    if (p.fit_margin_mib < 0 || p.device_budget_mib < 0) throw std::invalid_argument("fit_margin_mib and device_budget_mib must be >= 0");
     if (p.n_ctx < 0) throw std::invalid_argument("n_ctx must be >= 0");
     if (p.n_batch < 1 || p.n_ubatch < 1) throw std::invalid_argument("n_batch and n_ubatch must be >= 1");
     if (p.prefix_caching < 0 || p.prefix_caching > 2) throw std::invalid_argument("prefix_caching is tri-state: 0 unset, 1 on, 2 off");
@@ -106,6 +114,37 @@ py::dict timings_dict(const Timings & t) {
     return d;
 }
 
+py::dict plan_dict(const MemoryPlan & plan) {
+    py::list rows;
+    for (const auto & r : plan.rows) {
+        py::dict d;
+        d["device"] = r.device;
+        d["platform"] = r.platform;
+        d["host"] = r.host;
+        d["total"] = r.total;
+        d["free"] = r.free;
+        d["budget"] = r.budget < 0 ? py::object(py::none()) : py::object(py::int_(r.budget));
+        d["margin"] = r.margin;
+        d["available"] = r.available < 0 ? py::object(py::none()) : py::object(py::int_(r.available));
+        d["weights"] = r.model;
+        d["repacked"] = r.repacked;
+        d["kv_cache"] = r.context;
+        d["compute"] = r.compute;
+        d["fits"] = r.fits;
+        rows.append(d);
+    }
+    py::dict d;
+    d["rows"] = rows;
+    d["n_ctx"] = plan.n_ctx;
+    d["n_layer"] = plan.n_layer;
+    d["n_gpu_layers"] = plan.n_gpu_layers;
+    d["embedding_only"] = plan.embedding_only;
+    d["fit"] = plan.fit_status;
+    d["fits"] = plan.fits;
+    d["verdict"] = plan.verdict;
+    return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -120,12 +159,44 @@ PYBIND11_MODULE(_core, m) {
           "Build number of the libllama-common actually loaded (run-time half of the handshake).");
     m.def("library_commit", [] { return std::string(llama_commit()); });
     m.def("system_info", [] { return std::string(llama_print_system_info()); });
+    m.def("devices", [](const std::string & backend_dir) {
+        std::vector<DeviceInfo> devs;
+        {
+            py::gil_scoped_release nogil;
+            devs = list_devices(backend_dir);
+        }
+        py::list out;
+        for (const auto & i : devs) {
+            py::dict d;
+            d["name"] = i.name;
+            d["description"] = i.description;
+            d["platform"] = i.platform;
+            d["type"] = i.type;
+            d["free"] = i.free;
+            d["total"] = i.total;
+            d["gpu_index"] = i.gpu_index < 0 ? py::object(py::none()) : py::object(py::int_(i.gpu_index));
+            out.append(d);
+        }
+        return out;
+    }, py::arg("backend_dir"), "The ggml devices of this variant (ggml backends loaded from backend_dir): name, platform, type, free and total bytes.");
+    m.def("estimate_memory", [](const std::string & path, const py::dict & params) {
+        EngineParams p = engine_params(params);
+        MemoryPlan plan;
+        {
+            py::gil_scoped_release nogil;
+            plan = plan_memory(path, p);
+        }
+        return plan_dict(plan);
+    }, py::arg("path"), py::arg("params"),
+       "llama.cpp's own estimate of a load (no weights read): per device and the host, weights, KV cache and "
+       "compute bytes; with gpu_layers_auto the layers upstream's fit chose; fits and the verdict with the numbers.");
 
     auto base = py::register_exception<std::runtime_error>(m, "CoreError", PyExc_RuntimeError);
     py::register_exception<ModelLoadError>(m, "ModelLoadError", base.ptr());
     py::register_exception<ContextOverflowError>(m, "ContextOverflowError", base.ptr());
     py::register_exception<KVCacheFullError>(m, "KVCacheFullError", base.ptr());
     py::register_exception<EngineClosedError>(m, "EngineClosedError", base.ptr());
+    py::register_exception<InsufficientMemoryError>(m, "InsufficientMemoryError", base.ptr());
 
     py::class_<Request, std::shared_ptr<Request>>(m, "Request")
         .def("next", [](Request & r) -> py::object {
@@ -276,6 +347,8 @@ PYBIND11_MODULE(_core, m) {
            "Put a saved sequence (its tokens and state) into an idle sequence as a cached prefix: "
            "(tokens held, False when an idle sequence held them already).")
         .def("info", &Engine::info)
+        .def("memory", [](const Engine & e) { return plan_dict(e.memory_plan()); },
+             "The estimate this engine's load was judged by (as estimate_memory returns it).")
         .def("stats", &Engine::stats)
         .def("recent_log", &Engine::recent_log)
         .def_property_readonly("n_ctx", &Engine::n_ctx)
