@@ -46,7 +46,13 @@ def test_the_estimate_names_weights_kv_cache_and_compute(variant: str) -> None:
     # the KV cache is proportional to the context (f16 keys and values per layer and position)
     assert h4["kv_cache"] == 4 * h1["kv_cache"] > 0, (h1, h4)
     assert h1["compute"] > 0 and small["fits"] and small["n_gpu_layers"] == 0
-    assert h1["need"] == h1["weights"] + h1["repacked"] + h1["kv_cache"] + h1["compute"]
+    # the output buffer: one sequence's logits (n_vocab floats), as the context sizes it
+    with Runtime.load(model_path("HARNESS_TINY_MODEL"), variant=variant, n_ctx=256, max_num_seqs=1) as tiny:
+        n_vocab = tiny.info()["n_vocab"]
+    tiny_plan = Runtime.estimate_memory(model_path("HARNESS_TINY_MODEL"), variant=variant, n_ctx=256, max_num_seqs=1,
+                                        device="none")
+    assert _host(tiny_plan)["outputs"] == 4 * n_vocab, tiny_plan
+    assert h1["need"] == h1["weights"] + h1["repacked"] + h1["kv_cache"] + h1["compute"] + h1["outputs"]
 
 
 def test_a_load_that_does_not_fit_the_host_is_refused_with_the_numbers(variant: str) -> None:

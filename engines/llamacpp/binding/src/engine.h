@@ -87,6 +87,7 @@ struct MemoryRow {
     int64_t available = -1;         // what the need is judged against; -1: not judged
     size_t model = 0, context = 0, compute = 0;   // weights, KV cache (and recurrent state), compute buffers
     size_t repacked = 0;            // host: the weights' copy repacked for the CPU's kernels
+    size_t output = 0;              // host: the context's output buffer (logits, embeddings)
     bool fits = true;
 };
 
@@ -96,6 +97,7 @@ struct MemoryPlan {
     uint32_t n_layer = 0;
     int32_t n_gpu_layers = 0;       // layers offloaded (n_layer + 1: every layer and the output)
     bool embedding_only = false;
+    size_t output_bytes = 0;
     std::string fit_status;         // "" (no fit asked), "fitted", "failed" (upstream could not fit), "no device"
     bool fits = true;
     std::string verdict;            // why it does not fit, with the numbers

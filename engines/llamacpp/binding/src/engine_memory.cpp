@@ -113,6 +113,7 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
     std::lock_guard<std::mutex> lk(g_plan_mu);
     MemoryPlan plan;
     plan.devices = chosen_devices(params.device);
+    int64_t n_vocab = 0, n_embd_out = 0;
 
     // The model's own context length and kind, as Engine::init reads them (the vocabulary only).
     {
@@ -126,9 +127,25 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
         }
         plan.embedding_only = is_embedding_model(m, params);
         plan.n_ctx = context_size(params, llama_model_n_ctx_train(m));
+        n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(m));
+        n_embd_out = llama_model_n_embd_out(m);
         llama_model_free(m);
     }
     plan.cp = context_params(params, plan.n_ctx, plan.embedding_only);
+    // The context's output buffer (host memory), which upstream's breakdown leaves out: sized as
+    // llama_context::output_reserve sizes it (src/llama-context.cpp), logits of n_vocab floats (always)
+    // and embeddings of n_embd_out floats (an embedding context) per output, for the most outputs a
+    // batch of this engine asks: every token of a batch for embeddings, one per sequence (and its
+    // drafts when speculating) for completions. (evaluate(), the agreement tooling's path, asks every
+    // token of a batch too: it is not counted.)
+    {
+        const bool spec = params.spec_type != "none";
+        // (a sequence holds at most n_ctx tokens, so a batch of embeddings outputs no more)
+        int64_t outputs = plan.embedding_only ? (int64_t) std::min(plan.cp.n_batch, plan.n_ctx)
+                                              : (int64_t) params.max_num_seqs * (spec ? params.n_draft + 1 : 1);
+        outputs = std::max<int64_t>(outputs, (int64_t) plan.cp.n_seq_max);
+        plan.output_bytes = (size_t) (n_vocab + (plan.cp.embeddings ? n_embd_out : 0)) * sizeof(float) * (size_t) outputs;
+    }
 
     plan.mp = llama_model_default_params();
     plan.mp.n_gpu_layers = params.gpu_layers_auto ? llama_model_default_params().n_gpu_layers : params.n_gpu_layers;
@@ -218,7 +235,10 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
         r.total = rows[i].total;
         r.free = rows[i].free;
         r.model = rows[i].model;
-        if (r.host) r.repacked = repacked;
+        if (r.host) {
+            r.repacked = repacked;
+            r.output = plan.output_bytes;
+        }
         r.context = rows[i].context;
         r.compute = rows[i].compute;
         plan.rows.push_back(r);
@@ -231,7 +251,7 @@ void judge(MemoryPlan & plan, const EngineParams & params) {
     plan.fits = true;
     plan.verdict.clear();
     for (auto & r : plan.rows) {
-        int64_t need = (int64_t) (r.model + r.repacked + r.context + r.compute);
+        int64_t need = (int64_t) (r.model + r.repacked + r.context + r.compute + r.output);
         if (r.host) {
             // ggml's CPU device reports all of memory as free: the caller says what is available.
             r.available = params.host_available_bytes > 0 ? params.host_available_bytes : -1;
@@ -250,7 +270,8 @@ void judge(MemoryPlan & plan, const EngineParams & params) {
             plan.verdict += (plan.verdict.empty() ? "" : "; ") + r.device + " needs " + mib(need) + " (weights " +
                             mib((int64_t) r.model) +
                             (r.repacked ? ", repacked weights " + mib((int64_t) r.repacked) : std::string()) + ", KV cache " + mib((int64_t) r.context) + ", compute " +
-                            mib((int64_t) r.compute) + ") but has " + cap;
+                            mib((int64_t) r.compute) +
+                            (r.output ? ", outputs " + mib((int64_t) r.output) : std::string()) + ") but has " + cap;
         }
     }
     if (params.gpu_layers_auto && !plan.devices.empty() && plan.devices[0] != nullptr && plan.n_gpu_layers == 0) {

@@ -128,6 +128,7 @@ py::dict plan_dict(const MemoryPlan & plan) {
         d["available"] = r.available < 0 ? py::object(py::none()) : py::object(py::int_(r.available));
         d["weights"] = r.model;
         d["repacked"] = r.repacked;
+        d["outputs"] = r.output;
         d["kv_cache"] = r.context;
         d["compute"] = r.compute;
         d["fits"] = r.fits;
