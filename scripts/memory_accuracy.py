@@ -84,10 +84,10 @@ def main() -> int:
                 sys.exit(f"{label} n_ctx {n_ctx}: {r.stderr[-2000:]}")
             d = json.loads(r.stdout.strip().splitlines()[-1])
             host = d["plan"]["rows"][-1]
-            need = sum(int(host.get(k, 0)) for k in ("weights", "repacked", "kv_cache", "compute", "outputs"))
+            need = sum(int(host.get(k, 0)) for k in ("weights", "repacked", "kv_cache", "compute", "outputs", "vocabulary"))
             measured = d["peak"] - d["baseline"]
             row = {"model": label, "n_ctx": n_ctx, "tokens": d["tokens"], "weights": host["weights"],
-                   "repacked": host["repacked"], "outputs": host["outputs"],
+                   "repacked": host["repacked"], "outputs": host["outputs"], "vocabulary": host["vocabulary"],
                    "kv_cache": host["kv_cache"], "compute": host["compute"], "estimate": need, "measured": measured,
                    "baseline": d["baseline"], "peak": d["peak"], "after": d["after"],
                    "resident": d["after"]["VmRSS"] - d["baseline"], "error": need / measured - 1, "variant": d["variant"],
@@ -106,10 +106,10 @@ def main() -> int:
              "Estimate: the host row of the engine's estimate (llama.cpp's metadata-only dry run). Measured: the "
              "process's peak resident memory (VmHWM) after the load, one prefill of `tokens` and 8 generated, minus "
              "its resident memory before the load.", "",
-             "| model | n_ctx | weights MiB | repacked MiB | KV MiB | compute MiB | outputs MiB | estimate MiB | measured MiB "
-             "| error |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | n_ctx | weights MiB | repacked MiB | KV MiB | compute MiB | outputs MiB | vocabulary MiB | estimate MiB "
+             "| measured MiB | error |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['n_ctx']} | {r['weights'] / mib:.1f} | {r['repacked'] / mib:.1f} | {r['kv_cache'] / mib:.1f} | "
-              f"{r['compute'] / mib:.1f} | {r['outputs'] / mib:.1f} | {r['estimate'] / mib:.1f} | {r['measured'] / mib:.1f} | {r['error']:+.1%} |"
+              f"{r['compute'] / mib:.1f} | {r['outputs'] / mib:.1f} | {r['vocabulary'] / mib:.1f} | {r['estimate'] / mib:.1f} | {r['measured'] / mib:.1f} | {r['error']:+.1%} |"
               for r in rows]
     lines += ["", f"Worst |error| {worst:.1%}. Load average {load_before[0]:.2f} before, {load_after[0]:.2f} after.", "",
               f"    {doc['command']}", ""]

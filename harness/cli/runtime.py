@@ -244,12 +244,12 @@ def cmd_inspect_memory(args: argparse.Namespace) -> int:
     if args.json:
         print_json(plan)
         return 0 if plan["fits"] else 10
-    t = Table("where", "weights MiB", "repacked MiB", "KV cache MiB", "compute MiB", "outputs MiB", "need MiB", "free MiB", "budget MiB",
+    t = Table("where", "weights MiB", "repacked MiB", "KV cache MiB", "compute MiB", "outputs MiB", "vocab MiB", "need MiB", "free MiB", "budget MiB",
               "margin MiB", "usable MiB", "fits")
     for r in plan["rows"]:
         t.add_row(r["device"] + ("" if r["host"] else f" ({r['platform']})"), _mib(r["weights"]),
                   _mib(r.get("repacked", 0)), _mib(r["kv_cache"]),
-                  _mib(r["compute"]), _mib(r.get("outputs", 0)), _mib(r["need"]), _mib(r["free"] if not r["host"] else None),
+                  _mib(r["compute"]), _mib(r.get("outputs", 0)), _mib(r.get("vocabulary", 0)), _mib(r["need"]), _mib(r["free"] if not r["host"] else None),
                   _mib(r["budget"]), _mib(r["margin"]) if not r["host"] else "-", _mib(r["available"]),
                   "yes" if r["fits"] else "NO")
     _stdout_table(t)

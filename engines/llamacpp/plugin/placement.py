@@ -38,7 +38,7 @@ def estimate(model: str | Path, *, variant: str | None = None, effective: Effect
              **engine_args: Any) -> dict[str, Any]:
     """The engine's estimate of loading ``model`` with these settings (no weight is read): ``rows``
     (per device the model uses, then ``host``: ``weights``, ``repacked`` (the CPU's repacked copy),
-    ``kv_cache``, ``compute``, ``outputs`` (the context's output buffer), ``free``,
+    ``kv_cache``, ``compute``, ``outputs`` (the context's output buffer), ``vocabulary`` (its heap), ``free``,
     ``total``, ``budget``, ``margin``, ``available`` and ``fits``), ``n_ctx``, ``n_layer``,
     ``n_gpu_layers`` (fitted when asked as auto), ``fit``, ``fits`` and ``verdict``; plus ``variant``,
     ``model`` and ``need`` (bytes per row)."""
@@ -54,7 +54,7 @@ def estimate(model: str | Path, *, variant: str | None = None, effective: Effect
     except Exception as e:
         raise _model_error(e, path) from e
     for row in plan["rows"]:
-        row["need"] = sum(int(row.get(k, 0)) for k in ("weights", "repacked", "kv_cache", "compute", "outputs"))
+        row["need"] = sum(int(row.get(k, 0)) for k in ("weights", "repacked", "kv_cache", "compute", "outputs", "vocabulary"))
     plan.update(variant=cand.variant, model=str(path), device=params.get("device", ""),
                 gpu_layers="auto" if params.get("gpu_layers_auto") else params.get("n_gpu_layers"))
     return plan

@@ -88,6 +88,7 @@ struct MemoryRow {
     size_t model = 0, context = 0, compute = 0;   // weights, KV cache (and recurrent state), compute buffers
     size_t repacked = 0;            // host: the weights' copy repacked for the CPU's kernels
     size_t output = 0;              // host: the context's output buffer (logits, embeddings)
+    size_t vocab = 0;               // host: the vocabulary's heap
     bool fits = true;
 };
 
@@ -98,6 +99,8 @@ struct MemoryPlan {
     int32_t n_gpu_layers = 0;       // layers offloaded (n_layer + 1: every layer and the output)
     bool embedding_only = false;
     size_t output_bytes = 0;
+    size_t vocab_bytes = 0;
+    uint32_t n_outputs = 1;         // the most outputs one batch of this engine asks (evaluate() aside)
     std::string fit_status;         // "" (no fit asked), "fitted", "failed" (upstream could not fit), "no device"
     bool fits = true;
     std::string verdict;            // why it does not fit, with the numbers

@@ -13,6 +13,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <mutex>
 #include <sstream>
 
@@ -24,6 +27,15 @@ namespace {
 std::mutex g_plan_mu;
 
 constexpr int64_t MIB = 1024 * 1024;
+
+// Bytes of the C heap in use (glibc); 0 where it cannot be read.
+size_t heap_in_use() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    return mallinfo2().uordblks;
+#else
+    return 0;
+#endif
+}
 
 std::string dev_type_name(ggml_backend_dev_t d) {
     switch (ggml_backend_dev_type(d)) {
@@ -120,7 +132,13 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
         auto vp = llama_model_default_params();
         vp.vocab_only = true;
         vp.n_gpu_layers = 0;
+        // The vocabulary (token texts, merges, maps) lives on the C heap, outside every buffer upstream's
+        // breakdown counts: measured here, while the vocabulary-only load holds the structures the real
+        // load builds.
+        const size_t heap0 = heap_in_use();
         llama_model * m = llama_model_load_from_file(model_path.c_str(), vp);
+        const size_t heap1 = heap_in_use();
+        plan.vocab_bytes = heap1 > heap0 ? heap1 - heap0 : 0;
         if (!m) {
             std::string why = last_errors();
             throw ModelLoadError("failed to read model " + model_path + (why.empty() ? "" : ": " + why));
@@ -144,6 +162,7 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
         int64_t outputs = plan.embedding_only ? (int64_t) std::min(plan.cp.n_batch, plan.n_ctx)
                                               : (int64_t) params.max_num_seqs * (spec ? params.n_draft + 1 : 1);
         outputs = std::max<int64_t>(outputs, (int64_t) plan.cp.n_seq_max);
+        plan.n_outputs = (uint32_t) outputs;
         plan.output_bytes = (size_t) (n_vocab + (plan.cp.embeddings ? n_embd_out : 0)) * sizeof(float) * (size_t) outputs;
     }
 
@@ -160,9 +179,9 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
 
     std::vector<ggml_backend_dev_t> devs;
     uint32_t n_layer = 0, n_ctx_train = 0, n_expert = 0;
-    auto measure = [&](const llama_model_params & mp) {
+    auto measure = [&](const llama_model_params & mp, const llama_context_params & cp) {
         try {
-            auto rows = common_get_device_memory_data(model_path.c_str(), &mp, &plan.cp, devs, n_layer, n_ctx_train,
+            auto rows = common_get_device_memory_data(model_path.c_str(), &mp, &cp, devs, n_layer, n_ctx_train,
                                                       n_expert, GGML_LOG_LEVEL_ERROR);
             return rows;
         } catch (const std::exception & e) {
@@ -171,7 +190,7 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
                                  (why.empty() ? "" : " (" + why + ")"));
         }
     };
-    auto rows = measure(est);
+    auto rows = measure(est, plan.cp);
 
     // The margin left on each device, widened so that a budget below a device's free memory is
     // what the fit aims at: free - margins = min(free, budget) - margin.
@@ -197,7 +216,7 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
         plan.mp = fit;
         est = fit;
         est.use_extra_bufts = false;
-        rows = measure(est);
+        rows = measure(est, plan.cp);
     } else if (params.gpu_layers_auto) {
         plan.fit_status = "no device";
         plan.mp.n_gpu_layers = 0;
@@ -210,8 +229,19 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
     if (plan.mp.use_extra_bufts) {
         llama_model_params with_extra = est;
         with_extra.use_extra_bufts = true;
-        auto xrows = measure(with_extra);
+        auto xrows = measure(with_extra, plan.cp);
         if (!xrows.empty() && xrows.back().model < rows.back().model) repacked = rows.back().model - xrows.back().model;
+    }
+    // Host memory is committed when it is first written, a device's when it is allocated: the host's
+    // compute buffers count what the engine's own batches write, the graph upstream reserves for its
+    // most outputs (llama_context_params.n_outputs_max), not a logit at every token of a batch, which
+    // only evaluate() (the agreement tooling's path) asks. A device keeps the whole reserve.
+    size_t host_compute = rows.back().compute;
+    if (!plan.embedding_only && plan.n_outputs < plan.cp.n_batch) {
+        llama_context_params few = plan.cp;
+        few.n_outputs_max = plan.n_outputs;
+        auto orows = measure(est, few);
+        if (!orows.empty()) host_compute = std::min(host_compute, orows.back().compute);
     }
     plan.n_layer = n_layer;
     plan.n_gpu_layers = plan.mp.n_gpu_layers < 0 ? (int32_t) n_layer + 1
@@ -238,9 +268,10 @@ MemoryPlan plan_memory(const std::string & model_path, const EngineParams & para
         if (r.host) {
             r.repacked = repacked;
             r.output = plan.output_bytes;
+            r.vocab = plan.vocab_bytes;
         }
         r.context = rows[i].context;
-        r.compute = rows[i].compute;
+        r.compute = r.host ? host_compute : rows[i].compute;
         plan.rows.push_back(r);
     }
     judge(plan, params);
@@ -251,7 +282,7 @@ void judge(MemoryPlan & plan, const EngineParams & params) {
     plan.fits = true;
     plan.verdict.clear();
     for (auto & r : plan.rows) {
-        int64_t need = (int64_t) (r.model + r.repacked + r.context + r.compute + r.output);
+        int64_t need = (int64_t) (r.model + r.repacked + r.context + r.compute + r.output + r.vocab);
         if (r.host) {
             // ggml's CPU device reports all of memory as free: the caller says what is available.
             r.available = params.host_available_bytes > 0 ? params.host_available_bytes : -1;
@@ -271,7 +302,8 @@ void judge(MemoryPlan & plan, const EngineParams & params) {
                             mib((int64_t) r.model) +
                             (r.repacked ? ", repacked weights " + mib((int64_t) r.repacked) : std::string()) + ", KV cache " + mib((int64_t) r.context) + ", compute " +
                             mib((int64_t) r.compute) +
-                            (r.output ? ", outputs " + mib((int64_t) r.output) : std::string()) + ") but has " + cap;
+                            (r.output ? ", outputs " + mib((int64_t) r.output) : std::string()) +
+                            (r.vocab ? ", vocabulary " + mib((int64_t) r.vocab) : std::string()) + ") but has " + cap;
         }
     }
     if (params.gpu_layers_auto && !plan.devices.empty() && plan.devices[0] != nullptr && plan.n_gpu_layers == 0) {

@@ -129,6 +129,7 @@ py::dict plan_dict(const MemoryPlan & plan) {
         d["weights"] = r.model;
         d["repacked"] = r.repacked;
         d["outputs"] = r.output;
+        d["vocabulary"] = r.vocab;
         d["kv_cache"] = r.context;
         d["compute"] = r.compute;
         d["fits"] = r.fits;
