@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the command line reads the defaults here before it needs any of these
@@ -67,14 +65,13 @@ BOUNDS = ("requests", "memory", "wait")
 
 
 def available_memory() -> int | None:
-    """Bytes of memory available for new allocations (Linux's MemAvailable), or None if unknown."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    with contextlib.suppress(OSError, ValueError, AttributeError):  # elsewhere: free pages
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    return None
+    """Bytes of memory available for new allocations (psutil: Linux's MemAvailable), or None if unknown."""
+    import psutil
+
+    try:
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError, AttributeError):
+        return None
 
 
 def default_max_bytes() -> int:

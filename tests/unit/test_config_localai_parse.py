@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -532,26 +531,8 @@ def test_localai_backend_options_are_labelled_as_such(tmp_path: Path,
     assert not [k for k, s in ignored.items() if "unknown key" in s["source"]]
 
 
-# -- speed -----------------------------------------------------------------------------------
-
-
-def test_validate_1000_configs_under_half_a_second(benchmark: Any) -> None:
-    texts = [p.read_text() for p in sorted(CORPUS.glob("*.yaml"))]
-    docs = []
-    for i in range(1000):
-        parsed, _ = load_text(texts[i % len(texts)], f"m{i}.yaml")
-        docs += parsed
-    validator = Validator(engines=ENGINES, pm=PM)
-
-    def validate_all() -> float:
-        start = time.perf_counter()
-        for d in docs:
-            validator.validate_document(d)
-        return time.perf_counter() - start
-
-    elapsed = benchmark.pedantic(validate_all, rounds=1, iterations=1, warmup_rounds=1)
-    assert len(docs) >= 1000
-    assert elapsed < 0.5, f"validating {len(docs)} configs took {elapsed:.3f} s (the budget: 0.5 s)"
+# Speed: tests/bench/test_bench_validate.py (nox -s bench) times validate on 1,000 configs; no unit test
+# asserts a wall-clock bound (a busy CI host must not fail the test command).
 
 
 def test_llamacpp_does_not_accept_a_config_for_images_or_transcription() -> None:

@@ -105,7 +105,6 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/agree/corpus.py", "_member_bytes", "tarfile.open"): "the pinned corpus archive, read after its sha256 matched",
     # the host's own files
     ("harness/core/host.py", "_cpu_model", "Path('/proc/cpuinfo').read_text"): "/proc/cpuinfo",
-    ("harness/serve/admission.py", "available_memory", "Path('/proc/meminfo').read_text"): "/proc/meminfo: the memory available when the server starts",
     ("harness/core/host.py", "vulkan_header_version", "core.read_text"): "the host's Vulkan SDK header",
     ("harness/bench/system.py", "_read", "path.read_text"): "/sys and /proc settings of the host",
     ("harness/source/mirrors.py", "apt_sources", "path.read_text"): "the host's /etc/apt sources",
