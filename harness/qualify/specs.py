@@ -33,10 +33,27 @@ def _env_path(name: str) -> Path:
     return p
 
 
-@pytest.fixture(scope="session")
-def artifact() -> Path:
-    """The built artifact (``$HARNESS_ARTIFACT``)."""
-    return _env_path("HARNESS_ARTIFACT")
+@pytest.fixture(scope="module")
+def artifact(request: pytest.FixtureRequest) -> Path:
+    """The built artifact: ``$HARNESS_ARTIFACT``, or else the spec's engine's artifact of the variant
+    the run names (``--variant``; the first installed one without it) where it has been built."""
+    if os.environ.get("HARNESS_ARTIFACT"):
+        return _env_path("HARNESS_ARTIFACT")
+    engine = spec_engine(Path(str(request.path)))
+    if engine is not None:
+        variant = _variants(request.config, engine)[0]
+        try:
+            from harness.build.cmake import artifact_dir
+            from harness.build.matrix import get_variant
+            from harness.engine.descriptor import load_engine
+
+            built = artifact_dir(load_engine(engine), get_variant(variant))
+        except Exception:  # an engine or variant this checkout cannot name: no artifact here
+            built = None
+        if built is not None and (built / "manifest.json").is_file():
+            return built
+    pytest.skip("set HARNESS_ARTIFACT to run this spec, or build the spec's engine "
+                "(`harness build ENGINE --variant V`): none is built for it here")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -71,15 +71,30 @@ def level_library(lib: Path, level: str) -> Path:
 
 
 def level_dir(lib: Path, keep: set[str] | list[str], into: Path) -> Path:
-    """A lib dir exposing only the CPU levels in ``keep`` (every other file linked as is)."""
+    """A lib dir exposing only the CPU levels in ``keep`` (every other file linked as is).
+
+    The dir is keyed by the artifact's content, so two installations of one artifact (a CI checkout's
+    venv and a developer's) share it: every link is pointed at ``lib``'s own files again, and a link
+    to a file ``lib`` does not expose is removed, so a dir left by an installation since deleted never
+    hands ggml dangling links (which it skips silently, loading another level)."""
     into.mkdir(parents=True, exist_ok=True)
+    wanted: dict[str, Path] = {}
     for p in lib.iterdir():
         if p.name.startswith(_PREFIX) and p.name.endswith(_SUFFIX) \
                 and p.name[len(_PREFIX):-len(_SUFFIX)] not in keep:
             continue
-        link = into / p.name
-        if not link.is_symlink():
-            link.symlink_to(p.resolve())
+        wanted[p.name] = p.resolve()
+    for link in into.iterdir():
+        if link.name not in wanted and link.is_symlink():
+            link.unlink()
+    for name, target in wanted.items():
+        link = into / name
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            continue
+        tmp = into / f".{name}.{os.getpid()}.tmp"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target)
+        os.replace(tmp, link)  # atomic: a process loading from the dir sees the old link or the new
     return into
 
 

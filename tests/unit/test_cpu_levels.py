@@ -115,3 +115,26 @@ def test_backend_dir_takes_another_builds_levels(lib: Path, tmp_path: Path, monk
     monkeypatch.setenv(levels.LEVEL_ENV, "sapphirerapids")
     with pytest.raises(BindingError, match=r"not a CPU level of .*other-build"):
         levels.backend_dir(lib)
+
+
+def test_a_level_dir_left_by_a_deleted_installation_is_relinked(lib: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another installation of the same artifact (a CI checkout's venv: same manifest, same key) made
+    # the forced dir, then was deleted: its links dangle, and ggml skips a dangling level silently.
+    other = tmp_path / "other-venv" / "lib"
+    other.mkdir(parents=True)
+    for p in lib.iterdir():
+        (other / p.name).write_bytes(p.read_bytes())
+    monkeypatch.setenv(levels.LEVEL_ENV, "x64")
+    first = levels.select(other)
+    stale_extra = first.lib_dir / "libggml-cpu-zen4.so"
+    stale_extra.symlink_to(other / "libggml-cpu-zen4.so")  # a level the forced dir must not expose
+    for p in other.iterdir():
+        p.unlink()
+    other.rmdir()
+
+    sel = levels.select(lib)
+    assert sel.lib_dir == first.lib_dir  # the same dir, keyed by the artifact's content
+    assert levels.cpu_levels(sel.lib_dir) == ["x64"]
+    for link in sel.lib_dir.iterdir():
+        assert link.resolve() == (lib / link.name).resolve() and link.exists(), link

@@ -34,10 +34,11 @@ std::mutex g_log_mu;
 std::deque<std::string> g_log;
 std::string g_log_partial;
 std::atomic<bool> g_verbose{false};
+thread_local int t_quiet = 0;  // QuietLog scopes on this thread
 
 void log_cb(ggml_log_level level, const char * text, void *) {
     std::lock_guard<std::mutex> lk(g_log_mu);
-    if (g_verbose.load() || level == GGML_LOG_LEVEL_ERROR) {
+    if ((g_verbose.load() && t_quiet == 0) || level == GGML_LOG_LEVEL_ERROR) {
         fputs(text, stderr);
     }
     g_log_partial += text;
@@ -102,6 +103,9 @@ std::vector<std::string> Engine::recent_log() const {
 // ---------------------------------------------------------------------------
 // Engine: load
 // ---------------------------------------------------------------------------
+
+QuietLog::QuietLog() { ++t_quiet; }
+QuietLog::~QuietLog() { --t_quiet; }
 
 void install_log() {
     llama_log_set(log_cb, nullptr);

@@ -113,6 +113,14 @@ struct MemoryPlan {
 };
 
 void install_log();
+// While one lives, the engine's log lines are kept (last_errors) but not echoed, verbose or not: the
+// memory estimate's dry runs (metadata-only loads) must not read, in a verbose log, as the load itself.
+struct QuietLog {
+    QuietLog();
+    ~QuietLog();
+    QuietLog(const QuietLog &) = delete;
+    QuietLog & operator=(const QuietLog &) = delete;
+};
 void load_backends(const std::string & backend_dir);
 std::vector<DeviceInfo> list_devices(const std::string & backend_dir);
 MemoryPlan plan_memory(const std::string & model_path, const EngineParams & params);

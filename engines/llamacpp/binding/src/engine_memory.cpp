@@ -123,6 +123,7 @@ std::vector<DeviceInfo> list_devices(const std::string & backend_dir) {
 MemoryPlan plan_memory(const std::string & model_path, const EngineParams & params) {
     load_backends(params.backend_dir);
     std::lock_guard<std::mutex> lk(g_plan_mu);
+    QuietLog quiet;  // the dry runs below are not the load: a verbose log shows the load alone
     MemoryPlan plan;
     plan.devices = chosen_devices(params.device);
     int64_t n_vocab = 0, n_embd_out = 0;
