@@ -1,9 +1,10 @@
 """Source kind ``local-archive``: a pinned archive file beside the project, for engines no
 registry carries (``git archive`` of an upstream commit, kept at ``../shared/sources/``).
 
-``source.path`` names the file: an absolute path, a ``file://`` URL, or a path relative to the
-project root the descriptor sits in (the folder holding ``engines/``); the descriptor parser
-resolves it (:func:`harness.engine.descriptor.parse_engine`). ``source.sha256`` pins its bytes;
+``source.path`` names the file: an absolute path, a ``file://`` URL, a path relative to the
+project root the descriptor sits in (the folder holding ``engines/``), or ``$HARNESS_MIRRORS/...``
+(what ``harness pin`` writes: :mod:`harness.engine.locations`); the descriptor parser resolves it
+(:func:`harness.engine.descriptor.parse_engine`). ``source.sha256`` pins its bytes;
 ``source.url`` and ``source.commit`` say which upstream repository and commit it is (recorded
 in the tree's stamp, and what a user with the network switches to: ``kind: git`` with the same
 ``url`` and ``commit``).

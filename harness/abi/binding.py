@@ -12,7 +12,13 @@ weeks and are where pin moves break. This check answers "does the binding still 
    standard are the binding's own, not a copy of them;
 3. each translation unit of ``compile_commands.json`` is compiled with ``-fsyntax-only`` (in
    parallel); every error is reported with its binding file:line and the upstream declaration it met
-   (the compiler's notes inside the pinned tree, else the declaration of the class it names).
+   (the compiler's notes inside the pinned tree, else the declaration of the class it names), once
+   however many units hit it (naming them), with the ``#include`` chain that led into an upstream header
+   (:mod:`harness.abi.diagnostics`);
+4. a unit that stops at a header missing from the stand-in artifact but present in the pinned tree is
+   the descriptor's gap, not the binding's: the check names the ``artifacts.include`` entry that
+   collects it, and compiles the unit again with that header's directory of the tree added to its
+   include path, so the fatal error hides none of the unit's real errors.
 
 The result is stamped by the hash of everything it read (binding sources, the collected headers,
 compiler, Python and pybind11): a second run with nothing changed compiles nothing.
@@ -33,13 +39,24 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.abi.diagnostics import (
+    CompileProblem,
+    TreeFiles,
+    descriptor_hint,
+    locate_missing,
+    merge,
+    nowhere_hint,
+    parse_diagnostics,
+    shown_path,
+)
 from harness.core import paths, progress
 from harness.core.errors import (
     AbiError,
+    ArtifactIncludeError,
     BindingSurfaceError,
     ConfigError,
     HostError,
@@ -52,31 +69,10 @@ if TYPE_CHECKING:
     from harness.core.types import EngineSpec
 
 #: Bumped when what the stamp holds changes shape.
-STAMP_VERSION = 1
-#: A compiler diagnostic line, as GCC and Clang both print it.
-_DIAG = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): (?P<kind>fatal error|error|note|warning): "
-                   r"(?P<text>.*)$")
-#: The class or struct a diagnostic names (GCC: 'class common_peg_arena', curly-quoted in a UTF-8 locale;
-#: Clang: 'common_peg_arena'). The compilers run with LC_ALL=C, so plain quotes are what they print here.
-_NAMED_TYPE = re.compile(r"(?:class|struct)\s+[\u2018'`\"]?(?P<name>[A-Za-z_][\w:]*)")
-_QUOTED = re.compile(r"[\u2018'`\"](?P<name>[A-Za-z_][\w:]*)[\u2019'`\"]")
-
-
-@dataclass(frozen=True, kw_only=True)
-class CompileProblem:
-    """One error of one binding translation unit."""
-
-    file: str
-    """The binding file, relative to the checkout (or absolute outside it)."""
-    line: int
-    column: int
-    message: str
-    upstream: tuple[str, ...] = ()
-    """The upstream declarations it met: ``common/chat.h:366: <the compiler's note>``, paths in the pinned tree."""
-
-    def __str__(self) -> str:
-        head = f"{self.file}:{self.line}:{self.column}: {self.message}"
-        return "\n".join([head, *(f"    upstream: {u}" for u in self.upstream)])
+STAMP_VERSION = 2
+#: How often one unit is compiled again with one more directory of the pinned tree on its include path, each time
+#: it stops at a header the stand-in artifact lacks and the tree has.
+MAX_RETRIES = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,11 +87,23 @@ class BindingCheck:
     cached: bool = False
     compiler: str = ""
     key: str = ""
+    descriptor: str = ""
+    """The engine's descriptor, as messages name it (where ``artifacts.include`` is)."""
     log: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def missing_from_artifact(self) -> tuple[CompileProblem, ...]:
+        """The headers the pinned tree has and the stand-in artifact lacks: the descriptor's to fix."""
+        return tuple(p for p in self.problems if p.artifact_include)
+
+    @property
+    def binding_errors(self) -> tuple[CompileProblem, ...]:
+        """The rest: the binding's to fix."""
+        return tuple(p for p in self.problems if not p.artifact_include)
 
     def as_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -103,7 +111,14 @@ class BindingCheck:
         d.pop("log")
         d["ok"] = self.ok
         d["seconds"] = round(self.seconds, 3)
+        d["artifact_include"] = list(dict.fromkeys(p.artifact_include for p in self.missing_from_artifact))
         return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], **changes: Any) -> BindingCheck:
+        fields = {k: v for k, v in d.items() if k not in ("ok", "artifact_include")}
+        fields.update(units=tuple(d["units"]), problems=tuple(CompileProblem.from_json(p) for p in d["problems"]))
+        return cls(**{**fields, **changes})
 
 
 def include_members(spec: EngineSpec, tree: Path) -> Iterator[tuple[Path, Path]]:
@@ -194,59 +209,6 @@ def _tool_version(argv: list[str]) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "?"
     return (r.stdout or r.stderr).splitlines()[0] if (r.stdout or r.stderr) else "?"
-
-
-def _shown(path: str) -> str:
-    root = str(paths.project_root())
-    return os.path.relpath(path, root) if path.startswith(root + os.sep) else path
-
-
-def _declaration_of(name: str, include: Path, names: dict[str, str]) -> str | None:
-    """Where the pinned headers define class/struct ``name`` (``common/peg-parser.h:333: class common_peg_arena``)."""
-    short = name.rsplit("::", 1)[-1]
-    pattern = re.compile(rf"^\s*(?:class|struct)\s+(?:\w+\s+)*{re.escape(short)}\b(?![^;{{]*;)")
-    stand_in = Tree(include, what="the stand-in artifact's headers")  # the recipe's CMake run could write it
-    for rel, shown in sorted(names.items()):
-        try:
-            text = stand_in.read_text(rel)
-        except (OSError, ConfinementError):
-            continue
-        for n, line in enumerate(text.splitlines(), 1):
-            if pattern.match(line):
-                return f"{shown}:{n}: {line.strip().rstrip('{').strip()}"
-    return None
-
-
-def parse_diagnostics(output: str, *, include: Path, names: dict[str, str], unit: str) -> list[CompileProblem]:
-    """The errors of one compiler run, each with the notes that point into the pinned tree.
-
-    ``names``: path below the stand-in ``include/`` -> its path in the pinned tree (what is shown)."""
-    inc = str(include) + os.sep
-    problems: list[dict[str, Any]] = []
-    for raw in output.splitlines():
-        m = _DIAG.match(raw.strip())
-        if not m:
-            continue
-        file, kind, text = m.group("file"), m.group("kind"), m.group("text")
-        absolute = os.path.normpath(file if os.path.isabs(file) else os.path.join(os.path.dirname(unit), file))
-        upstream = absolute.startswith(inc)
-        where = names.get(absolute[len(inc):], absolute[len(inc):]) if upstream else _shown(absolute)
-        if kind in ("error", "fatal error"):
-            problems.append({"file": where, "line": int(m.group("line")), "column": int(m.group("col")),
-                             "message": text, "upstream": [], "in_upstream": upstream})
-        elif kind == "note" and problems and upstream:
-            problems[-1]["upstream"].append(f"{where}:{m.group('line')}: {text}")
-    out = []
-    for p in problems:
-        if not p["upstream"]:
-            for m2 in (_NAMED_TYPE.search(p["message"]), *_QUOTED.finditer(p["message"])):
-                found = _declaration_of(m2.group("name"), include, names) if m2 else None
-                if found:
-                    p["upstream"].append(found)
-                    break
-        out.append(CompileProblem(file=p["file"], line=p["line"], column=p["column"], message=p["message"],
-                                  upstream=tuple(dict.fromkeys(p["upstream"]))))
-    return out
 
 
 def _stand_in(spec: EngineSpec, tree: Path, dest: Path) -> dict[str, str]:
@@ -422,49 +384,90 @@ def check_binding(spec: EngineSpec, tree: Path, *, source_dir: Path | None = Non
         "cxx": _tool_version([compiler, "--version"]), "py": sys.version_info[:2], "pybind11": pybind11.__version__,
         "sandboxed": not is_trusted(spec),  # what a unit can read differs in the sandbox
     }, sort_keys=True).encode()).hexdigest()
+    # A unit retried with a directory of the tree also read headers the key does not cover: such a result fails
+    # until the descriptor collects them, which changes the key.
     stamp = paths.cache_root() / "binding-check" / spec.name / f"{key[:32]}.json"
     if stamp.is_file() and not force:
-        data = json.loads(stamp.read_text())
-        data["problems"] = tuple(CompileProblem(**{**p, "upstream": tuple(p["upstream"])}) for p in data["problems"])
-        data.update(units=tuple(data["units"]), cached=True, pin=spec.pin, seconds=time.perf_counter() - t0)
-        data.pop("ok", None)
-        return BindingCheck(**data)
+        return BindingCheck.from_json(json.loads(stamp.read_text()), cached=True, pin=spec.pin,
+                                      seconds=time.perf_counter() - t0)
     env = compile_env()
+    files = TreeFiles(tree)
+    descriptor = shown_path(str(spec.root / "engine.yaml"))
     with progress.spinner(f"binding {spec.name}: compile surface (syntax only)") as update, \
             stand_in(spec, tree, source_dir, within=stamp.parent) as si:
-
-        def one(entry: dict[str, Any]) -> tuple[str, list[CompileProblem], str]:
-            unit = str(Path(entry.get("directory", ".")) / entry["file"])
-            argv = _syntax_argv(entry)
-            r = si.run(argv, env=env, cwd=entry.get("directory"))
-            found = parse_diagnostics(r.stderr, include=si.include, names=si.names, unit=unit)
-            if r.returncode and not found:  # failed without a diagnostic we can read: keep its words
-                found = [CompileProblem(file=_shown(unit), line=0, column=0,
-                                        message=(r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])]
-            return _shown(os.path.normpath(unit)), found, r.stderr
-
         update(f"{len(si.entries)} units")
         with ThreadPoolExecutor(max_workers=max(1, min(len(si.entries), os.cpu_count() or 1))) as pool:
-            results = list(pool.map(one, si.entries))
-    problems = tuple(p for _, found, _ in results for p in found)
-    result = BindingCheck(engine=spec.name, pin=spec.pin, units=tuple(u for u, _, _ in results), problems=problems,
-                          seconds=time.perf_counter() - t0, compiler=_tool_version([compiler, "--version"]), key=key,
+            results = list(pool.map(lambda e: _compile_unit(e, si, env=env, files=files, descriptor=descriptor),
+                                    si.entries))
+    result = BindingCheck(engine=spec.name, pin=spec.pin, units=tuple(u for u, _, _ in results),
+                          problems=merge(found for _, found, _ in results), seconds=time.perf_counter() - t0,
+                          compiler=_tool_version([compiler, "--version"]), key=key, descriptor=descriptor,
                           log=tuple(log for _, _, log in results if log))
     stamp.write_text(json.dumps(result.as_json(), indent=1) + "\n")
     return result
 
 
+def _compile_unit(entry: dict[str, Any], si: StandIn, *, env: dict[str, str], files: TreeFiles,
+                  descriptor: str) -> tuple[str, list[CompileProblem], str]:
+    """``(unit as shown, its problems, the compiler's words)`` for one translation unit. A unit that stops at a
+    header the stand-in lacks and the pinned tree has is compiled again with that header's directory of the tree
+    on its include path (up to :data:`MAX_RETRIES` times), so the errors behind the fatal one are found too."""
+    unit = str(Path(entry.get("directory", ".")) / entry["file"])
+    shown = shown_path(os.path.normpath(unit))
+    argv = _syntax_argv(entry)
+    added: list[Path] = []
+    found: dict[tuple[str, int, int, str], CompileProblem] = {}
+    logs: list[str] = []
+    for attempt in range(MAX_RETRIES + 1):
+        r = si.run([*argv[:-1], *(f"-I{d}" for d in added), argv[-1]], env=env, cwd=entry.get("directory"))
+        logs.append(r.stderr)
+        problems = parse_diagnostics(r.stderr, include=si.include, names=si.names, unit=unit, tree=files.root)
+        if r.returncode and not problems:  # failed without a diagnostic we can read: keep its words
+            problems = [CompileProblem(file=shown, line=0, column=0,
+                                       message=(r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])]
+        retry: Path | None = None
+        for p in problems:
+            p = replace(p, units=(shown,), retried_with=tuple(os.path.relpath(d, files.root) for d in added))
+            if p.missing_header:
+                at = locate_missing(p, include=si.include, names=si.names, files=files)
+                if at is None:
+                    p = replace(p, hint=nowhere_hint(p.missing_header))
+                else:
+                    p = replace(p, artifact_include=at.entry, hint=descriptor_hint(at, descriptor=descriptor))
+                    if at.include_dir not in added:
+                        retry = at.include_dir
+                    if at.include_dir in added or attempt == MAX_RETRIES:
+                        p = replace(p, hint=f"{p.hint}. This unit's other errors are unknown until it is collected")
+            found.setdefault((p.file, p.line, p.column, p.message), p)
+        if retry is None:
+            break
+        added.append(retry)
+    return shown, list(found.values()), "\n".join(log for log in logs if log)
+
+
 def raise_for(result: BindingCheck) -> None:
-    """:class:`BindingSurfaceError` listing each problem, when there are any."""
+    """:class:`BindingSurfaceError` listing each problem, when there are any; :class:`ArtifactIncludeError` when
+    every one is a header the stand-in artifact lacks and the pinned tree has (the descriptor's to fix)."""
     if result.ok:
         return
     n = len(result.problems)
-    msg = "\n".join([
+    lines = [
         f"the binding of {result.engine} does not compile against {result.pin}'s headers ({n} error{'s' if n != 1 else ''} "
         f"in {len(result.units)} translation units, syntax only, {result.seconds:.1f} s):",
         *(str(p) for p in result.problems),
-        f"The binding must change (engines/{result.engine}/binding/): these are source changes, not ABI "
-        f"differences to accept; `harness abi snapshot {result.engine}` cannot fix them. Re-run `harness abi check "
-        f"{result.engine}` after the edit (seconds, before any build).",
-    ])
-    raise BindingSurfaceError(msg)
+    ]
+    missing, real = result.missing_from_artifact, result.binding_errors
+    descriptor = result.descriptor or f"engines/{result.engine}/engine.yaml"
+    if missing:
+        entries = ", ".join(f'"{e}"' for e in dict.fromkeys(p.artifact_include for p in missing))
+        lines.append(f"{len(missing)} header{'s are' if len(missing) != 1 else ' is'} in the pinned tree but not "
+                     f"collected into the artifact: add {entries} to `artifacts.include` in {descriptor} (the build "
+                     "collects the artifact's headers by the same globs). The binding need not change for "
+                     f"{'these' if len(missing) != 1 else 'it'}.")
+    if real:
+        other = "the other " if missing else ""
+        lines.append(f"The binding must change (engines/{result.engine}/binding/) for {other}{len(real)} "
+                     f"error{'s' if len(real) != 1 else ''}: these are source changes, not ABI differences to accept; "
+                     f"`harness abi snapshot {result.engine}` cannot fix them.")
+    lines.append(f"Re-run `harness abi check {result.engine}` after the edit (seconds, before any build).")
+    raise (BindingSurfaceError if real else ArtifactIncludeError)("\n".join(lines))

@@ -7,6 +7,11 @@ on every target is reported once, one seen on some targets only ends with
 When the engine declares an ABI version macro (``abi.version_macro`` in its descriptor), a
 change of that macro is reported first, as "the engine's declared ABI version moved from
 3 to 4", not among the ordinary constants.
+
+Before even that comes each version constant that goes DOWN (a name with ``VERSION`` in it whose
+integer value is lower on the new side, the declared macro included: ``GGML_BACKEND_API_VERSION 3 -> 2
+(goes DOWN)``): the new headers are older than the old ones, which a move backwards means and a
+move forward never should.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ from typing import Any
 
 from harness.abi.surface import Flat, split
 
+#: The group of the version constants that go down: listed before every other change.
+VERSIONS_DOWN = "versions_down"
 GROUPS: tuple[tuple[str, str], ...] = (
+    (VERSIONS_DOWN, "Versions going DOWN (the new headers are older)"),
     ("abi_version", "Declared ABI version"),
     ("targets", "Targets"),
     ("functions", "Functions"),
@@ -187,12 +195,20 @@ def _typedefs(a: Mapping[str, Any], b: Mapping[str, Any], out: _Out) -> None:
             out.append(("changed", f"typedef {name}: {a[name]} -> {b[name]}"))
 
 
+def goes_down(name: str, a: Any, b: Any) -> bool:
+    """Whether constant ``name`` is a version (``VERSION`` in its name) whose value went down from ``a`` to ``b``."""
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b))
+    return ints and "VERSION" in name.upper() and b < a
+
+
 def _constants(a: Mapping[str, Any], b: Mapping[str, Any], out: _Out) -> None:
     for name in sorted(a.keys() | b.keys()):
         if name not in b:
             out.append(("removed", f"{name}: removed (was {fmt(a[name])})"))
         elif name not in a:
             out.append(("added", f"{name}: added ({fmt(b[name])})"))
+        elif goes_down(name, a[name], b[name]):
+            out.append((VERSIONS_DOWN, f"{name} {fmt(a[name])} -> {fmt(b[name])} (goes DOWN)"))
         elif a[name] != b[name]:
             out.append(("changed", f"{name} {fmt(a[name])} -> {fmt(b[name])}"))
 
@@ -209,7 +225,9 @@ def diff_flat(a: Flat, b: Flat) -> list[tuple[str, str, str]]:
     for group, differ in _DIFFERS.items():
         out: _Out = []
         differ(a.get(group, {}), b.get(group, {}), out)
-        result.extend((group, kind, msg) for kind, msg in out)
+        # a version going down is its own group (listed first), a change all the same
+        result.extend((VERSIONS_DOWN, "changed", msg) if kind == VERSIONS_DOWN else (group, kind, msg)
+                      for kind, msg in out)
     return result
 
 
@@ -239,6 +257,9 @@ def declared_version_change(a: Mapping[str, Flat], b: Mapping[str, Flat], macro:
         message = f"the engine's declared ABI version {macro} appeared ({show(vb)})"
     elif vb == [None]:
         message = f"the engine's declared ABI version {macro} is gone from the headers (was {show(va)})"
+    elif len(va) == len(vb) == 1 and goes_down("VERSION", va[0], vb[0]):  # declared: a version whatever its name
+        return Change(group=VERSIONS_DOWN, kind="changed", message=f"the engine's declared ABI version goes DOWN "
+                      f"from {show(va)} to {show(vb)} ({macro})")
     else:
         message = f"the engine's declared ABI version moved from {show(va)} to {show(vb)} ({macro})"
     return Change(group="abi_version", kind="changed", message=message)
@@ -269,7 +290,20 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, version_macro: str | Non
     for (group, kind, msg), ts in seen.items():
         only = () if len(ts) == len(common) else tuple(ts)
         changes.append(Change(group=group, kind=kind, message=msg, targets=only))
-    return changes
+    return sorted(changes, key=lambda c: c.group != VERSIONS_DOWN)  # stable: the rest keep their order
+
+
+def versions_down(changes: Sequence[Change]) -> list[Change]:
+    """The changes that are a version going down (what a pin move's report lists first)."""
+    return [c for c in changes if c.group == VERSIONS_DOWN]
+
+
+def render_versions_down(changes: Sequence[Change]) -> str:
+    """A Markdown block naming each version that goes down, for the top of a report ("" when none)."""
+    down = versions_down(changes)
+    if not down:
+        return ""
+    return "\n".join([f"### {dict(GROUPS)[VERSIONS_DOWN]}", "", *(f"- **`{c}`**" for c in down), "", ""])
 
 
 def diff_surfaces(a: Mapping[str, Any], b: Mapping[str, Any], *, version_macro: str | None = None) -> list[str]:

@@ -220,9 +220,11 @@ def locate(pin: str, spec: EngineSpec) -> PinTree:
         named = f"{pin}: " if pin != recipe.pin else ""
         return PinTree(tree, f"{named}{describe(recipe.raw['source'])} ({where})", recipe)
     if spec.source.kind == "git":
+        from harness.engine.locations import shown
         from harness.engine.plugin import get_manager
 
-        return PinTree(fetch_revision(spec, pin, get_manager()), f"{spec.source.url} @ {pin}")
+        # the URL as the descriptor writes it (a local mirror relative to the project), not as this host resolves it
+        return PinTree(fetch_revision(spec, pin, get_manager()), f"{shown(str(spec.raw['source'].get('url')))} @ {pin}")
     from harness.abi.pins import resolve_pin
 
     return PinTree(resolve_pin(pin, package=spec.source.package or spec.name, subdir=spec.source.subdir),

@@ -79,15 +79,17 @@ def archive_dirs() -> list[Path]:
 
 def check_source_path(spec: EngineSpec) -> None:
     """An untrusted recipe's ``source.path`` is read only inside its own project (the folder holding
-    its ``engines/``), the downloads cache, or a folder the harness's own recipes keep archives in:
+    its ``engines/``), the downloads cache, ``$HARNESS_MIRRORS`` or a folder the harness's own recipes keep archives in:
     any other file (``/etc/shadow``) is refused before it is opened, hashed or named by its sha256. Its
     git ``source.url`` names a server, or a repository in those same places (``file://``, a path)."""
     from harness.engine.confine import git_url_is_local
+    from harness.engine.locations import mirrors_dir
     from harness.engine.trust import is_trusted, untrusted_hint
 
     if is_trusted(spec):
         return
-    allowed = [spec.root.parent.parent, paths.downloads_dir(), *archive_dirs()]
+    # $HARNESS_MIRRORS: the folder this machine's user keeps mirrors and archives in for descriptors to name
+    allowed = [spec.root.parent.parent, paths.downloads_dir(), *archive_dirs(), *filter(None, [mirrors_dir()])]
     places = ", ".join(str(a) for a in dict.fromkeys(allowed))
 
     def inside(path: str) -> bool:

@@ -250,7 +250,7 @@ def _shown(path: Path) -> str:
 def cmd_diff(args: argparse.Namespace) -> int:
     from harness.abi import surface as surf
     from harness.abi.check import load_committed, version_macro
-    from harness.abi.diff import diff, render_markdown
+    from harness.abi.diff import diff, render_markdown, render_versions_down, versions_down
     from harness.abi.revisions import snapshot_pin
     from harness.core import progress
     t0 = time.perf_counter()
@@ -277,6 +277,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         print_json({"old": args.pin_a, "new": args.pin_b, "old_label": label_a, "new_label": label_b,
                     "seconds": round(seconds, 3), "binding_cpp": cpp_lines,
                     "fingerprints": {"old": a["fingerprint"], "new": b["fingerprint"]},
+                    "versions_down": [str(c) for c in versions_down(changes)],
                     "changes": [{"group": c.group, "kind": c.kind, "line": str(c)} for c in changes]})
     elif args.markdown:
         from harness.abi.revisions import dir_label
@@ -289,12 +290,16 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if args.used:
             from harness.abi.cpp import render_markdown as cpp_markdown
 
-            md = cpp_markdown(cpp_lines) + "\n" + md
+            # a version going down before everything, the C++ the binding uses next
+            md = render_versions_down(changes) + cpp_markdown(cpp_lines) + "\n" + md
         sys.stdout.write(md)
     else:
+        down = versions_down(changes)
+        for c in down:
+            print(c)
         for line in cpp_lines:
             print(f"binding C++: {line}")
-        for c in changes:
+        for c in changes[len(down):]:
             print(c)
         progress.info(f"{len(changes)} differences{f' (+{len(cpp_lines)} in the C++ the binding uses)' if args.used else ''}"
                       f" in {seconds:.1f} s")

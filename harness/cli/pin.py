@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 DESCRIPTION = """\
 Move an engine's pin: resolve SOURCE, derive the upstream build and commit from what the source carries,
 rewrite the engine's engine.yaml (comments, order and quoting kept; pinned_on bumped), then check the move
-before any build, stopping at the first failure with what to do:
+before any build, stopping at the first failure with what to do. The first line says which way the move
+goes by upstream build: BACKWARDS (a rollback to an older build), sideways (the same build: another source,
+fork or patch series), forward, or direction unknown (and why):
 
   fetch          download and verify the new source (its sha256 from the index, the file or the commit)
   patch --check  every patch of the series: applies / already upstream (retire it) / conflicts (the hunk)
@@ -30,8 +32,20 @@ SOURCE is one of:
   pypi:PACKAGE==VERSION[#SUBDIR]            an sdist on the configured index (any package that vendors the
                                             engine: the engine tree is found by its ABI headers)
   git:URL@REV[#SUBDIR]                      a tag, branch or commit (the full commit is written; the build
-                                            is `git rev-list --count`)
-  archive:PATH#sha256=HEX[&subdir=SUBDIR]   a local archive (local-archive kind; give --upstream-commit)
+                                            only when the commit is upstream's build tag, per the
+                                            descriptor's provenance.build_tags: a fork's, a branch's or an
+                                            untagged commit needs --upstream-build); a mirror without its
+                                            large blobs (a partial clone) takes --filter blob:none and
+                                            --sparse PATH
+  archive:PATH#sha256=HEX[&subdir=SUBDIR][&url=URL]
+                                            a local archive (local-archive kind): the commit from the
+                                            archive (git archive records it) or --upstream-commit; the
+                                            upstream repository from url= or the old source
+
+The engine tree (the top or SUBDIR) must hold the engine's ABI headers and a CMakeLists.txt, and the new
+descriptor must load as the engine's, before anything is written (--dry-run checks the same). A local
+mirror or archive is written relative to the project, or as $HARNESS_MIRRORS/PATH when it lies under
+the folder HARNESS_MIRRORS names; any other absolute path is refused.
 
 examples:
   harness pin ENGINE pypi:PACKAGE==VERSION --dry-run        the descriptor diff and the derived provenance
@@ -51,6 +65,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="the upstream build the source holds, when it does not say (refused if it says otherwise)")
     p.add_argument("--upstream-commit", metavar="SHA",
                    help="the upstream commit the source holds, when it does not say (else written 'unknown')")
+    p.add_argument("--filter", dest="git_filter", metavar="FILTER",
+                   help="git: a partial clone (blob:none): only the blobs the checkout needs are fetched, "
+                   "for a mirror without its large blobs; written as source.filter")
+    p.add_argument("--sparse", action="append", default=[], metavar="PATH",
+                   help="git: check out only PATH (a file or directory from the repository root; repeat it); "
+                   "written as source.sparse; must keep the engine's files")
     p.add_argument("--dry-run", action="store_true", help="print the descriptor diff and the provenance; write nothing")
     p.add_argument("--no-check", action="store_true", help="write the descriptor only; skip fetch, patch and ABI checks")
     p.add_argument("--qualify", action="store_true",
@@ -81,6 +101,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
     from harness.engine.descriptor import load_engine
     from harness.pin import describe, plan, write
     from harness.pin.sources import resolve
+    from harness.source.gitbuild import tag_rule
 
     t0 = time.perf_counter()
     old = load_engine(args.engine)
@@ -91,19 +112,29 @@ def cmd_pin(args: argparse.Namespace) -> int:
         msg = (f"--qualify compares with the committed descriptor (--old-rev HEAD), but engines/{old.name}/engine.yaml "
                "has uncommitted edits: commit or revert them first, or qualify by hand with --old-rev REV")
         raise UsageError(msg)
-    with progress.spinner(f"pin {old.name}: resolve {args.source}"):
+    with progress.spinner(f"pin {old.name}: resolve {_shown(args.source)}"):
         # the engine tree inside another package's sdist: the directory with the ABI headers, the constant
         # headers and a CMakeLists.txt (a package may also carry a loose copy of a few headers)
         markers = [*(str(h) for h in old.abi.get("headers", [])), *(str(h) for h in old.abi.get("constant_headers", [])),
                    "CMakeLists.txt"]
-        resolved = resolve(args.source, old=old.raw["source"], headers=markers, commit=args.upstream_commit)
+        # what any pin of the engine holds (constant headers come and go between pins)
+        required = [*(str(h) for h in old.abi.get("headers", [])), "CMakeLists.txt"]
+        resolved = resolve(args.source, old=old.raw["source"], headers=markers, commit=args.upstream_commit,
+                           project=old.root.parent.parent, required=required, git_filter=args.git_filter,
+                           sparse=args.sparse, rule=tag_rule(old.raw.get("provenance") or {}))
     p = plan(old.root, resolved, build=args.upstream_build, commit=args.upstream_commit)
+    # which way the move goes, first: a rollback is named as one (BACKWARDS, build 11549 -> 11063 ...)
+    headline = f"pin {old.name}: {p.direction.text}"
     summary = (f"{old.name}: {describe(p.old)} ({_fmt_upstream(old.upstream)}) -> {describe(p.new)} "
                f"({_fmt_upstream(p.upstream)})")
     doc: dict[str, Any] = {"engine": old.name, "old": {"source": p.old, "upstream": old.upstream},
                            "new": {"source": p.new, "upstream": p.upstream}, "provenance": list(p.provenance),
-                           "changed": p.changed, "diff": p.diff(), "written": False, "steps": []}
+                           "changed": p.changed, "diff": p.diff(), "written": False, "steps": [],
+                           "direction": p.direction.direction, "move": p.direction.as_json(),
+                           "git": p.git.as_json() if p.git else None}
     if not args.json:
+        sys.stdout.write(headline + "\n")
+        sys.stdout.flush()
         progress.info(summary)
         for line in p.provenance:
             progress.info(f"  provenance: {line}")
@@ -150,6 +181,13 @@ def cmd_pin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _shown(source: str) -> str:
+    """SOURCE as progress shows it: a local mirror or archive by its last part, never this machine's path."""
+    kind, _, rest = source.partition(":")
+    local = kind == "archive" or rest.startswith(("/", "~", ".", "$", "file:"))
+    return f"{kind}:.../{rest.rstrip('/').rsplit('/', 1)[-1]}" if local and "/" in rest else source
+
+
 def _descriptor_dirty(spec: EngineSpec) -> bool:
     r = subprocess.run(["git", "status", "--porcelain", "--", str(spec.root / "engine.yaml")], cwd=spec.root,
                        capture_output=True, text=True, check=False)
@@ -162,6 +200,7 @@ def _checks(spec: EngineSpec) -> Any:
     from harness.abi.check import check_engine
     from harness.build import pipeline
     from harness.core.errors import AbiError, HarnessError, PatchError
+    from harness.pin import digest_label
 
     def failed(e: HarnessError, step: str) -> HarnessError:
         e.pin_step = step  # type: ignore[attr-defined]
@@ -172,7 +211,7 @@ def _checks(spec: EngineSpec) -> Any:
         tree = pipeline.fetch(spec)
     except HarnessError as e:
         raise failed(e, "fetch") from None
-    yield Step("fetch", True, time.perf_counter() - t, f"{spec.pin} (sha256 {tree.digest[:12]})")
+    yield Step("fetch", True, time.perf_counter() - t, f"{spec.pin} ({digest_label(spec.raw['source'], tree.digest)})")
     t = time.perf_counter()
     outcomes = pipeline.check_patches(spec)
     bad = [o for o in outcomes if o.status != "applies"]

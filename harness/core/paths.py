@@ -82,6 +82,11 @@ def locks_dir() -> Path:
     return _sub("locks")
 
 
+def provenance_dir() -> Path:
+    """What a git source's commit is upstream (its build tag, or why it has none), kept per commit."""
+    return _sub("provenance")
+
+
 def _sub(name: str) -> Path:
     p = cache_root() / name
     p.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,9 @@ SETTINGS: tuple[Setting, ...] = (
             doc="the project data root (engines/, matrix/, abi/, patches/)"),
     Setting(name="HARNESS_ENGINES_PATH", default="unset",
             doc="more engine descriptor folders, os.pathsep-separated, searched before the built-in engines/"),
+    Setting(name="HARNESS_MIRRORS", default="unset",
+            doc="this machine's folder of local git mirrors and source archives: a descriptor names one as "
+                "$HARNESS_MIRRORS/PATH (harness pin writes that form for a path under it), never by its absolute path"),
     Setting(name="HARNESS_BINDING_PATH", default="unset",
             doc="more directories holding bindings (pybind11 modules), os.pathsep-separated"),
     Setting(name="HARNESS_MODELS_DIR", default="the config file's directory",

@@ -156,6 +156,17 @@ def git_url_is_local(url: str) -> bool:
     return not _SCP_LIKE.match(url)
 
 
+#: The upload-pack a local repository is served by: git's local transport ignores a partial-clone filter
+#: ("filtering not recognized by server") unless the serving side allows one, and then sends every blob,
+#: which a mirror without its large blobs cannot ("possible repository corruption").
+LOCAL_UPLOAD_PACK = "git -c uploadpack.allowFilter=true upload-pack"
+
+
+def upload_pack_args(url: str) -> list[str]:
+    """``--upload-pack=...`` for a repository on this host (a path or ``file://``), else nothing."""
+    return [f"--upload-pack={LOCAL_UPLOAD_PACK}"] if git_url_is_local(url) else []
+
+
 def check_git_url(url: str, *, where: str) -> str:
     """``url`` when git fetches it as a repository: no option, no remote helper, a protocol of
     :data:`GIT_PROTOCOLS` (a scp-like ``user@host:path`` is ssh)."""
@@ -261,3 +272,6 @@ def check_descriptor(path: Path, data: Mapping[str, Any]) -> None:
         recipe_regex(str(data["abi"]["used_pattern"]), where=f"{path}:abi.used_pattern")
     for package, pattern in dict(dict(data.get("provenance") or {}).get("build_from_version") or {}).items():
         recipe_regex(str(pattern), where=f"{path}:provenance.build_from_version.{package}")
+    build_tags = dict(dict(data.get("provenance") or {}).get("build_tags") or {})
+    if build_tags.get("pattern"):
+        recipe_regex(str(build_tags["pattern"]), where=f"{path}:provenance.build_tags.pattern")

@@ -73,6 +73,12 @@ def _expand(value: str, upstream: dict[str, Any]) -> str:
     return re.sub(r"\{upstream\.(\w+)\}", sub, value)
 
 
+def expand_upstream(value: str, upstream: dict[str, Any]) -> str:
+    """``value`` with its ``{upstream.key}`` placeholders replaced from ``upstream`` (a recipe whose
+    upstream moves, e.g. a bisect's probe of one commit)."""
+    return _expand(value, upstream)
+
+
 def check_name(name: str) -> str:
     """``name`` when it can name an engine (the schema's ``name`` rule): a name no descriptor
     can have is refused before it reaches the file system (a 300-character name is a usage
@@ -138,6 +144,9 @@ def resolve_source_path(value: str, project: Path, *, where: Path) -> Path:
     from urllib.parse import urlsplit
     from urllib.request import url2pathname
 
+    from harness.engine import locations
+
+    value = locations.expand(value, where=f"{where}:source.path")
     if "://" in value:
         parts = urlsplit(value)
         if parts.scheme != "file" or parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
@@ -149,6 +158,20 @@ def resolve_source_path(value: str, project: Path, *, where: Path) -> Path:
     return p if p.is_absolute() else Path(os.path.normpath(project.absolute() / p))
 
 
+def resolve_git_url(value: str, project: Path, *, where: Path) -> str:
+    """A git ``source.url`` as git fetches it: ``$HARNESS_MIRRORS/...`` and a relative path (taken from
+    ``project``, like ``source.path``) become ``file://`` URLs; any other URL is left as written."""
+    from harness.engine import locations
+
+    if locations.is_reference(value):
+        return Path(locations.expand(value, where=f"{where}:source.url")).as_uri()
+    if confine.git_url_is_local(value) and "://" not in value and ":" not in value.split("/", 1)[0]:
+        p = Path(value)
+        if not p.is_absolute() and not value.startswith("~"):
+            return Path(os.path.normpath(project.absolute() / p)).as_uri()
+    return value
+
+
 def parse_engine(path: Path, *, project: Path | None = None) -> EngineSpec:
     """The descriptor at ``path``, validated and confined (:mod:`harness.engine.confine`).
 
@@ -156,6 +179,12 @@ def parse_engine(path: Path, *, project: Path | None = None) -> EngineSpec:
     the descriptor's ``engines/``; a recipe from git history passes the checkout's, where its
     paths were written)."""
     data = load_yaml(inputs.read_text(path, kind="descriptor", error=ConfigError), where=path)
+    return engine_from_data(data, path, project=project)
+
+
+def engine_from_data(data: Any, path: Path, *, project: Path | None = None) -> EngineSpec:
+    """:func:`parse_engine` of a descriptor's parsed ``data`` that will be at ``path`` (``harness pin`` checks
+    the text it would write before it writes it)."""
     errors = sorted(jsonschema.Draft202012Validator(engine_schema()).iter_errors(data), key=str)
     if errors:
         lines = [f"{path}:{_field(e)}: {_message(e)}" for e in errors]
@@ -175,6 +204,8 @@ def parse_engine(path: Path, *, project: Path | None = None) -> EngineSpec:
     source["sparse"] = tuple(source.get("sparse", ()))
     if "path" in source:
         source["path"] = str(resolve_source_path(str(source["path"]), project or path.parent.parent.parent, where=path))
+    if source.get("kind") == "git" and source.get("url"):
+        source["url"] = resolve_git_url(str(source["url"]), project or path.parent.parent.parent, where=path)
     return EngineSpec(
         name=data["name"],
         root=path.parent,

@@ -10,6 +10,8 @@ A pin move is one command instead of a hand edit of YAML:
    nobody knows is written ``unknown``, never left at the old pin's;
 3. ``engines/<engine>/engine.yaml`` is rewritten with a round-trip YAML library (ruamel.yaml): comments,
    key order and quoting stay; ``pinned_on`` becomes today (``--dry-run`` prints the diff and writes nothing);
+   the new text must load as the engine's descriptor (its schema, its confinement, its paths) before anything
+   is written, on a dry run too;
 4. then the checks a release engineer runs, stopping at the first failure with what to do: fetch,
    ``patch --check`` (a patch now upstream named for retirement, a conflict naming its hunk), and the
    ABI check with both halves (the C surface; the binding compiled syntax-only against the new headers).
@@ -25,10 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.core.errors import ConfigError, UsageError
+from harness.pin.direction import Direction, direction
 from harness.source.provenance import UNKNOWN, Provenance, disagreements, from_source
 
 if TYPE_CHECKING:
     from harness.pin.sources import Resolved
+    from harness.source.gitbuild import GitBuild
 
 DESCRIPTOR = "engine.yaml"
 
@@ -45,6 +49,10 @@ class PinPlan:
     new: dict[str, Any]
     upstream: dict[str, Any]
     provenance: tuple[str, ...] = field(default=())
+    direction: Direction = field(default_factory=lambda: direction({}, {}))
+    """Backwards, sideways, forward or unknown, by upstream build: the first line ``harness pin`` prints."""
+    git: GitBuild | None = None
+    """A git source: what its commit is upstream (a release, a fork, a branch or an untagged commit)."""
 
     @property
     def changed(self) -> bool:
@@ -67,12 +75,19 @@ def _yaml() -> Any:
 
 
 def _set(mapping: Any, key: str, value: Any) -> None:
-    """Set ``key`` keeping its place (and its comment) when it exists; quoted like the value it replaces."""
+    """Set ``key`` keeping its place (and its comment) when it exists; quoted like the value it replaces, a
+    list in the style of the one it replaces (a new one in flow style: ``[a, b]``)."""
+    from ruamel.yaml.comments import CommentedSeq
     from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
     old = mapping.get(key)
     if isinstance(old, DoubleQuotedScalarString) and isinstance(value, str):
         value = DoubleQuotedScalarString(value)
+    if isinstance(value, list):
+        seq = CommentedSeq(value)
+        if not (isinstance(old, CommentedSeq) and old.fa.flow_style() is False):
+            seq.fa.set_flow_style()
+        value = seq
     mapping[key] = value
 
 
@@ -112,6 +127,20 @@ def plan(engine_dir: Path, resolved: Resolved, *, build: int | None = None, comm
     new_commit = derived.commit or commit
     upstream = doc.setdefault("upstream", {})
     moved = old_source != dict(src)
+    git = resolved.git
+    if git is not None and git.build is None:
+        # a fork's, a branch's or an untagged commit: no build the source vouches for, whatever its tags say
+        lines.append(f"{git.kind}: {git.why}")
+        if build is None and (moved or upstream.get("build") is None):
+            based = f" (it descends from the build tag {git.nearest})" if git.nearest else ""
+            where = f"{git.repository} @ {str(resolved.source.get('commit', ''))[:12]}"  # never this host's path
+            msg = (f"{where} is a {git.kind}, not an upstream release: {git.why}. It carries no "
+                   f"upstream build, so say which upstream build it holds with --upstream-build N{based}; it is "
+                   "recorded as given. Or pin upstream's own release tag instead.")
+            raise UsageError(msg)
+    if git is not None and git.repository and str(upstream.get("repository") or "") != git.repository:
+        _set(upstream, "repository", git.repository)  # where the commit really comes from: a fork's is the fork's
+        lines.append(f"repository {git.repository}: the git source's ({git.kind})")
     if new_build is not None:
         _set(upstream, "build", int(new_build))
         if derived.build is None:
@@ -139,8 +168,28 @@ def plan(engine_dir: Path, resolved: Resolved, *, build: int | None = None, comm
         out = io.StringIO()
         y.dump(doc, out)
         after = out.getvalue()
+    _validate(after, path)
+    unknown_why = ("the source does not carry it and --upstream-build was not given" if new_build is None else "")
+    move = direction(old_upstream, dict(upstream), new_why=unknown_why,
+                     sideways_why=(f"a {git.kind} of it" if git is not None and git.build is None else
+                                   "another source" if moved else "nothing moved"))
     return PinPlan(engine=engine_dir.name, path=path, before=before, after=after, old=old_source,
-                   new=dict(src), upstream=dict(upstream), provenance=tuple(lines))
+                   new=dict(src), upstream=dict(upstream), provenance=tuple(lines), direction=move, git=git)
+
+
+def _validate(text: str, path: Path) -> None:
+    """``text`` loads as the descriptor at ``path`` would (schema, confinement, its paths): else a
+    :class:`ConfigError`, and nothing is written."""
+    from harness.core.datafile import load_yaml
+    from harness.core.errors import HarnessError
+    from harness.engine.descriptor import engine_from_data
+
+    try:
+        engine_from_data(load_yaml(text, where=path), path)
+    except HarnessError as e:
+        msg = (f"the new {path.name} would not load as the engine's descriptor, so nothing was written:\n{e}\n"
+               "Fix SOURCE or the options that set the failing field (see `harness pin --help`).")
+        raise ConfigError(msg) from None
 
 
 def write(p: PinPlan) -> None:
@@ -156,8 +205,19 @@ def describe(source: dict[str, Any]) -> str:
     if kind == "pypi-sdist":
         return f"{source.get('package')} {source.get('version')}"
     if kind == "git":
-        return f"{source.get('url')} @ {str(source.get('commit'))[:12]}"
+        from harness.engine.locations import shown
+
+        return f"{shown(str(source.get('url')))} @ {str(source.get('commit'))[:12]}"
     return f"{kind} {Path(str(source.get('path', ''))).name} (sha256 {str(source.get('sha256'))[:12]})"
+
+
+def digest_label(source: dict[str, Any], digest: str) -> str:
+    """A fetched tree's digest as reports name it: a git tree by its commit (a sparse one says so), an archive
+    by its sha256."""
+    if source.get("kind") == "git":
+        commit, _, sparse = digest.partition("-sparse-")
+        return f"commit {commit[:12]}" + (f", sparse checkout {sparse}" if sparse else "")
+    return f"sha256 {digest[:12]}"
 
 
 def source_arg(source: dict[str, Any]) -> str:
@@ -169,4 +229,5 @@ def source_arg(source: dict[str, Any]) -> str:
     if kind == "git":
         return f"git:{source.get('url')}@{source.get('commit')}{sub}"
     sub = f"&subdir={source['subdir']}" if source.get("subdir") else ""
-    return f"archive:{source.get('path')}#sha256={source.get('sha256')}{sub}"
+    url = f"&url={source['url']}" if source.get("url") else ""
+    return f"archive:{source.get('path')}#sha256={source.get('sha256')}{sub}{url}"

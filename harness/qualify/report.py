@@ -88,7 +88,12 @@ def pin_move_block(doc: Mapping[str, Any]) -> list[str]:
         c = str(up.get("commit") or "unknown")
         return "unknown (the source does not carry it)" if c == "unknown" else c
 
+    from harness.pin.direction import direction
+
+    # a rollback is named as one, on the first line (Renovate's rollback PRs)
+    move = direction(up_old, up_new)
     lines = [f"## Pin move: {doc['engine']} {old.get('source')} -> {doc.get('source') or doc['pin']}", "",
+             f"**{move.text}**", "",
              "| | old | new |", "|---|---|---|",
              f"| source | {old.get('source')} | {doc.get('source') or doc['pin']} |",
              f"| upstream build | {up_old.get('build', '?')} | {up_new.get('build', '?')} |",
@@ -104,6 +109,8 @@ def pin_move_block(doc: Mapping[str, Any]) -> list[str]:
     abi_check = _stage(doc, "abi-check")
     binding = (abi_check.get("data") or {}).get("binding") or {}
     lines += ["", "**Binding and ABI** (what the binding uses first):", ""]
+    for line in (_stage(doc, "old-pin-abi").get("data") or {}).get("versions_down") or ():
+        lines.append(f"- **version going DOWN: `{line}`**")
     if binding:
         ok = "compiles" if binding.get("ok") else f"does NOT compile ({len(binding.get('problems') or [])} errors)"
         when = " (stamped by an earlier identical check)" if binding.get("cached") else ""

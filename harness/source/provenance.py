@@ -5,8 +5,9 @@ stamps them into the artifact (llama.cpp: ``LLAMA_BUILD_NUMBER``, ``LLAMA_BUILD_
 names them. Written by hand they drift (a pin move once left the old pin's commit beside the new build),
 so they are derived where the source carries them and checked against it at every fetch:
 
-- a ``git`` source carries its commit (``source.commit``); ``harness pin`` counts the build with
-  ``git rev-list --count`` on a treeless clone;
+- a ``git`` source carries its commit (``source.commit``), and a build only where a build tag of the
+  repository that numbers builds is that commit (``provenance.build_tags``; :mod:`harness.source.gitbuild`:
+  a fork's, a branch's or an untagged commit has none the source vouches for, and the build is given);
 - a ``local-archive`` source records the upstream commit it was made from (``source.commit``);
 - a ``pypi-sdist`` source carries a build where the package's version encodes it: the engine's
   descriptor says how, per package (``provenance.build_from_version``: a regex with a ``build`` group;
@@ -79,10 +80,29 @@ def disagreements(upstream: Mapping[str, Any], found: Provenance) -> list[str]:
     return lines
 
 
+def git_disagreement(spec: EngineSpec) -> str | None:
+    """The line naming a git source's ``upstream.build`` that the repository's build tags contradict: the commit
+    is upstream's build tag for another build. A fork's, branch's or untagged commit says nothing against a
+    build the user gave; a repository out of reach now (offline, a cached tree) says nothing either."""
+    from harness.source.gitbuild import recorded, tag_rule
+
+    rule = tag_rule(spec.raw.get("provenance") or {})
+    given = spec.upstream.get("build")
+    if spec.source.kind != "git" or rule is None or given is None or not spec.source.url or not spec.source.commit:
+        return None
+    found = recorded(spec.source.url, spec.source.commit, rule, where=f"the {spec.name} engine's source.url")
+    if found is None or found.build is None or int(given) == found.build:
+        return None
+    return f"upstream.build: {given}, but the source holds build {found.build} ({found.why})"
+
+
 def check(spec: EngineSpec) -> Provenance:
     """:class:`ConfigError` when the descriptor's upstream fields disagree with what its source carries."""
     found = derive(spec)
     lines = disagreements(spec.upstream, found)
+    tagged = git_disagreement(spec)
+    if tagged:
+        lines.append(tagged)
     if lines:
         where = spec.root / "engine.yaml"
         msg = "\n".join([f"{where}: the upstream fields disagree with the pinned source:", *(f"  {x}" for x in lines),

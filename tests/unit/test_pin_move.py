@@ -1,7 +1,8 @@
 """A pin move, as a release engineer makes it: ``harness pin`` moves a tiny C/C++ engine's pin to an upstream
 commit whose C++ header changed a signature the binding calls; the check before any build fails naming the
 binding's line and the upstream declaration; a fixed binding passes. The written descriptor is compared byte
-for byte (comments, order and quoting kept; pinned_on bumped; build and commit derived from the git source).
+for byte (comments, order and quoting kept; pinned_on bumped; build and commit derived from the git source:
+the build from upstream's build tag at the commit, ``provenance.build_tags``).
 
 The engine ``tinypp`` is one folder on ``$HARNESS_ENGINES_PATH`` (descriptor, ABI surface, binding sources),
 its upstream a local git repository with two commits: the second changes ``tiny_scaled(float, float)`` into
@@ -86,6 +87,8 @@ upstream:
   repository: example/tiny
   build: 1
   commit: "{commit}"
+provenance:
+  build_tags: {{repository: example/tiny, pattern: 'b(?P<build>[0-9]+)'}}
 cmake:
   base: {{CMAKE_BUILD_TYPE: Release}}
 targets: [tiny]
@@ -111,13 +114,16 @@ def _upstream(tmp: Path) -> tuple[Path, str, str]:
     _git("init", "-q", "-b", "main", cwd=work)
     _git("add", "-A", cwd=work)
     _git("commit", "-qm", "tiny 1", cwd=work)
+    _git("tag", "b1", cwd=work)
     one = _git("rev-parse", "HEAD", cwd=work)
     (work / "include" / "tiny.hpp").write_text(HPP_2)
     _git("commit", "-qam", "tiny 2: options", cwd=work)
     _git("tag", "v2", cwd=work)
+    _git("tag", "b2", cwd=work)
     two = _git("rev-parse", "HEAD", cwd=work)
     bare = tmp / "tinypp.git"
     _git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp)
+    _git("config", "remote.origin.url", "https://example.invalid/example/tiny.git", cwd=bare)  # a mirror of it
     _git("config", "uploadpack.allowFilter", "true", cwd=bare)
     _git("config", "uploadpack.allowAnySHA1InWant", "true", cwd=bare)
     return bare, one, two
@@ -175,12 +181,14 @@ def test_pin_moves_and_the_binding_check_fails_before_any_build(
     code, out, err = _run(capsys, "pin", "tinypp", f"git:{url}@v2")
     assert code == 7, out + err
     # the descriptor, byte for byte: only the pin's fields and the date moved, comments and quoting kept
-    expected = (before.replace(f'commit: "{one}"', f'commit: "{two}"')
+    # the mirror lies in the engine folder's project: written relative to it, never as this machine's path
+    expected = (before.replace(f'commit: "{one}"', f'commit: "{two}"').replace(f'url: "{url}"', 'url: "tinypp.git"')
                 .replace("  build: 1\n", "  build: 2\n")
                 .replace('pinned_on: "2026-01-01"', f'pinned_on: "{datetime.date.today().isoformat()}"'))
     assert (folder / "engine.yaml").read_text() == expected
-    # derived from the source: the commit v2 names and its rev-list count
-    assert "build 2: `git rev-list --count" in err
+    # derived from the source: the commit v2 names, which is upstream's build tag b2; the move's direction first
+    assert out.splitlines()[0] == "pin tinypp: forward, build 1 -> 2 (1 build newer)"
+    assert f"build 2: commit {two[:12]} is the build tag b2 of example/tiny" in err
     # the failure names the binding's line and the upstream declaration it met, and what to do
     assert "binding.cpp:8:" in err and "tiny_scaled" in err
     assert "upstream: include/tiny.hpp:" in err

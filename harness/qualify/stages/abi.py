@@ -48,7 +48,7 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> Sta
     from harness.abi.check import load_committed
     from harness.abi.cpp import at_tree, diff_records, merge_used, recipe_used
     from harness.abi.cpp import render_markdown as cpp_markdown
-    from harness.abi.diff import diff, render_markdown
+    from harness.abi.diff import diff, render_markdown, render_versions_down, versions_down
     from harness.abi.revisions import snapshot_pin
     from harness.build import pipeline
 
@@ -71,10 +71,11 @@ def old_pin_abi_diff(engine: EngineSpec, old: EngineSpec, new_tree: Path) -> Sta
               f"{', '.join(b['targets'])}; `harness abi diff {rev} {engine.pin} --used --markdown`, {seconds:.1f} s._")
     md = render_markdown(changes, old=f"{engine.name} {old.pin}", new=f"{engine.name} {engine.pin}", footer=footer)
     if cpp:
-        md = cpp_markdown(cpp_lines) + "\n" + md
+        md = render_versions_down(changes) + cpp_markdown(cpp_lines) + "\n" + md
     used_lines = [str(c) for c in used_changes]
     return StageResult(f"{old.pin} -> {engine.pin}: {len(changes)} differences, {len(used_changes)} in the binding's "
                        f"used set, {len(cpp_lines)} in the C++ it uses", {
         "old_pin": old.pin, "old_recipe_commit": old.recipe_commit or None, "differences": len(changes),
         "used_differences": len(used_changes), "used_lines": used_lines, "cpp_differences": cpp_lines,
+        "versions_down": [str(c) for c in versions_down(changes)],
         "markdown": md, "seconds": round(seconds, 2)})

@@ -10,13 +10,14 @@ from harness.qualify.result import StageResult
 def fetch(ctx: QualifyContext) -> StageResult:
     """The pinned source, checked against its manifest."""
     from harness.build import pipeline
-    from harness.pin import describe
+    from harness.pin import describe, digest_label
     from harness.source import provenance
 
     tree = pipeline.fetch(ctx.engine, ctx.pm)
     found = provenance.derive(ctx.engine)
-    # named by what it is (package, version, hash), never by where this host caches it
-    return StageResult(f"{describe(ctx.engine.raw['source'])} (sha256 {tree.digest[:12]}), checked against its "
+    # named by what it is (package, version, hash or commit), never by where this host caches it
+    source = ctx.engine.raw["source"]
+    return StageResult(f"{describe(source)} ({digest_label(source, tree.digest)}), checked against its "
                        "manifest", {"source": describe(ctx.engine.raw["source"]), "sha256": tree.digest,
                                     "provenance": list(found.how)})
 
