@@ -42,6 +42,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "harness.cli.video",
     "harness.cli.bench",
     "harness.cli.agree",
+    "harness.cli.bisect",
     "harness.cli.serve",
     "harness.cli.completion",
 )

@@ -111,6 +111,11 @@ class BindingSurfaceError(AbiError):
     the binding must change; accepting a snapshot cannot fix it."""
 
 
+class ArtifactIncludeError(BindingSurfaceError):
+    """A header the binding compiles against is in the pinned tree but the descriptor's ``artifacts.include``
+    does not collect it into the artifact: the descriptor must change, not the binding."""
+
+
 class BuildError(HarnessError):
     """Configuring or building a variant failed."""
 
@@ -233,3 +238,10 @@ class AgreementError(HarnessError):
     """Two arms disagree beyond a gated agreement threshold (harness agree --gate, qualification)."""
 
     exit_code = 19
+
+
+class BisectError(HarnessError):
+    """A bisect could not name the commit: an endpoint is not what it was said to be (the good build fails
+    the gate, the bad one passes), or the step runs stopped (the reason is in the message)."""
+
+    exit_code = 20

@@ -104,6 +104,11 @@ class EngineImpl:
     """Extra model fixtures the engine's e2e specs need (name -> path), written on demand."""
     old_pin_bench_arm: str | None = None
     """Bench arm kind that runs an artifact's own benchmark tool (old pin vs new pin)."""
+    compare_outputs: Callable[..., dict[str, Any]] | None = None
+    """``compare_outputs(a, b, *, model, workdir)`` -> ``kld`` (mean KL divergence of b's next-token
+    distributions from a's), ``top1`` (the fraction of positions whose most likely token agrees) and
+    ``positions``: two builds of this engine (artifact dirs ``a`` and ``b``, e.g. two commits) on the same
+    model and text, through the artifacts' own programs (``harness bisect``'s agreement gate)."""
     bench_arms: Mapping[str, BenchArmKind] = field(default_factory=dict)
     """Arm kind -> how to make it. A spec naming ``engine=NAME`` takes that engine's kind; one naming
     none takes the only engine that has the kind, or the default text engine among several

@@ -28,6 +28,8 @@ FLOORS: dict[str, int] = {
     **{f"harness.{p}": 3 for p in ("source", "abi", "build", "binding", "audit", "models", "config", "runtime",
                                    "video", "bench", "agree", "serve", "pin")},
     "harness.qualify": 4,
+    # drives the stages as qualify does (fetch, build, simulation, e2e runs) over one commit at a time
+    "harness.bisect": 4,
     "harness.cli": 5, "harness.__main__": 5,
     # the plugins stand on the core: any harness module that imports one climbs
     "harness_plugins": 6,

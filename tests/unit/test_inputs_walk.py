@@ -27,6 +27,9 @@ _WRITE_FLAGS = frozenset({"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"
 ALLOWED: dict[tuple[str, str, str], str] = {
     # the agreement's reference rows: a temp dir of the harness's own, written by the same series
     ("harness/agree/run.py", "ReferenceRows.load", "meta.read_text"): "the reference rows' meta file, written by an earlier agree() of the same series",
+    # a bisect's state dir: its config, its probes' stamps and git's bisect log, all written by the bisect
+    ("harness/bisect/gates.py", "_own", "path.read_text"): "the good build's simulation runs, kept by the bisect beside its probes",
+    ("harness/bisect/search.py", "_own", "path.read_text"): "a file of the bisect's own state dir (config, stamps, git's log)",
     # the simulation instrument's own files: cachegrind's output and the run's log, both written by it
     ("harness/bench/simulation.py", "run_one", "out.read_text"): "cachegrind's output file of a run the harness started",
     ("harness/bench/simulation.py", "_tail", "log.read_text"): "the log of a run the harness started",
@@ -37,7 +40,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("harness/config/localai.py", "_read", "resources.files('harness.config').joinpath(name).read_text"): "package data (localai.yaml, localai_index.yaml)",
     # the binding's compile-surface check: CMake's compile_commands.json and the check's own stamp
     ("harness/abi/binding.py", "_read_all", "tree.read_bytes"): "binding sources, through the confined accessor",
-    ("harness/abi/binding.py", "_declaration_of", "stand_in.read_text"): "the stand-in headers, through the confined accessor",
+    ("harness/abi/diagnostics.py", "_header_text", "inside.read_text"): "a header of the pinned tree, through the confined accessor",
+    ("harness/abi/diagnostics.py", "_header_text", "Tree(include, what=\"the stand-in artifact's headers\").read_text"): "the stand-in headers, through the confined accessor",
     ("harness/abi/used.py", "recipe_identifiers", "tree.read_bytes"): "a recipe's abi.used_from, through the confined accessor",
     ("harness/abi/binding.py", "check_binding", "stamp.read_text"): "the check's own stamp under the harness cache",
     ("harness/abi/revisions.py", "dir_label", "stamp.read_text"): "a cached source tree's stamp, written by the source cache",
@@ -112,6 +116,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     # not a path: a file object or an archive member
     ("harness/models/wheels.py", "extract_member", "zf.open"): "a member of a zip already opened",
     ("harness/build/recipes.py", "recipe_at", "tarfile.open"): "an in-memory blob (fileobj=BytesIO)",
+    ("harness/pin/sources.py", "_archive_listing", "tarfile.open"): "fileobj= the reader harness.core.inputs.open_input gave for the archive the user names",
     ("harness/video/mux.py", "check_wav", "wave.open"): "a file object from harness.core.inputs.open_input",
 }
 

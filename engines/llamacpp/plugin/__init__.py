@@ -415,4 +415,10 @@ def harness_engine_register() -> list[EngineImpl]:
                        cross_variant=_cross_variant, emulated_levels=_emulated_levels,
                        old_pin_bench_arm="llama-bench", bench_arms=bench_arms(), match=match,
                        config_check=config_check, estimate_memory=_estimate_memory, devices=_devices,
-                       localai_backends=("llama-cpp",))]
+                       compare_outputs=_compare_outputs, localai_backends=("llama-cpp",))]
+
+
+def _compare_outputs(a: Path, b: Path, **kwargs: Any) -> dict[str, Any]:
+    from harness_plugins.llamacpp.outputs import compare_outputs
+
+    return compare_outputs(a, b, **kwargs)
