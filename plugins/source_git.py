@@ -16,15 +16,18 @@ descriptor parser hands this plugin its ``file://`` URL (:func:`harness.engine.d
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 from harness.core.errors import SourceError, SubprocessError
 from harness.core.types import SourceSpec, SourceTree
-from harness.engine.confine import LOCAL_UPLOAD_PACK, check_git_url, git_env, upload_pack_args
+from harness.engine.confine import (
+    LOCAL_UPLOAD_PACK,
+    check_git_url,
+    run_git,
+    upload_pack_args,
+)
 from harness.engine.plugin import hookimpl
 
 KIND = "git"
@@ -32,11 +35,7 @@ REMOTE = "origin"
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    argv = ["git", *args]
-    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=git_env(os.environ))
-    if r.returncode:
-        raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
-    return r.stdout.strip()
+    return run_git(*args, cwd=cwd)
 
 
 def cache_key(spec: SourceSpec) -> str:

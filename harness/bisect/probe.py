@@ -94,14 +94,17 @@ def probe_spec(engine: EngineSpec, *, url: str, commit: str, gate_kind: str, fil
     return dataclasses.replace(engine, source=source, upstream=upstream, cmake=cmake, targets=progs, artifacts=artifacts)
 
 
-def cpu_row(level: str) -> Variant:
+def cpu_row(level: str, gate_kind: str) -> Variant:
+    """The cpu row as a probe builds it: one level, named for the level and the gate kind (a probe for a speed
+    gate and one for an agreement gate build other programs: their artifacts must not overwrite each other)."""
     from harness.build.matrix import get_variant
 
-    return dataclasses.replace(get_variant("cpu"), name=f"cpu-{level}", description=f"one CPU level ({level}): a bisect probe",
+    return dataclasses.replace(get_variant("cpu"), name=f"cpu-{level}-{gate_kind}",
+                               description=f"one CPU level ({level}), the programs of a {gate_kind} gate: a bisect probe",
                                default=False, ci=False)
 
 
-def build(engine: EngineSpec, *, level: str, patches: bool = True) -> Built:
+def build(engine: EngineSpec, *, level: str, gate_kind: str, patches: bool = True) -> Built:
     """fetch -> patch -> build of ``engine`` (a :func:`probe_spec`) at one CPU level; a no-op when stamped.
     ``patches=False`` builds the upstream commit as it is (the engine's patch series left out)."""
     from harness.build import cmake
@@ -134,7 +137,7 @@ def build(engine: EngineSpec, *, level: str, patches: bool = True) -> Built:
     except PatchError as e:
         msg = f"the patch series does not apply at {commit[:12]}: {_first_line(e)}"
         raise Unbuildable(msg) from e
-    row = cpu_row(level)
+    row = cpu_row(level, gate_kind)
     try:
         res = cmake.build(pm, engine, row, patched, hostmod.probe(), overrides=level_defines(engine, level))
     except BuildError as e:

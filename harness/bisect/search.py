@@ -235,7 +235,7 @@ def probe_commit(state: Path, config: Config, commit: str) -> Step:
                             sparse=config.sparse)
     progress.info(f"probe {commit[:12]} {subj[:70]}")
     try:
-        built = probe.build(spec, level=config.level, patches=config.patches)
+        built = probe.build(spec, level=config.level, gate_kind=gate.kind, patches=config.patches)
     except probe.Unbuildable as e:
         step = Step(commit=commit, subject=subj, verdict="skip", text=f"skipped: {e}", seconds=time.perf_counter() - t0)
         _write(stamp, step)

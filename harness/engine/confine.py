@@ -148,6 +148,20 @@ def git_env(base: Mapping[str, str]) -> dict[str, str]:
     return {**base, "GIT_ALLOW_PROTOCOL": ":".join(GIT_PROTOCOLS), "GIT_TERMINAL_PROMPT": "0"}
 
 
+def run_git(*args: str, cwd: Path | None = None) -> str:
+    """``git ARGS`` in :func:`git_env`'s environment: its stdout, stripped; :class:`SubprocessError` on failure."""
+    import os
+    import subprocess
+
+    from harness.core.errors import SubprocessError
+
+    argv = ["git", *args]
+    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=git_env(os.environ))
+    if r.returncode:
+        raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
+    return r.stdout.strip()
+
+
 def git_url_is_local(url: str) -> bool:
     """Whether a git URL names a repository on this host (``file://``, a path) rather than a server."""
     m = _URL_SCHEME.match(url)

@@ -37,6 +37,7 @@ from harness.engine.confine import (
     check_git_url,
     git_env,
     git_url_is_local,
+    run_git,
     upload_pack_args,
 )
 from harness.source import gitbuild
@@ -78,11 +79,7 @@ def _subdir(value: str | None, text: str) -> str | None:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    argv = ["git", *args]
-    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=git_env(os.environ))
-    if r.returncode:
-        raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
-    return r.stdout.strip()
+    return run_git(*args, cwd=cwd)
 
 
 def resolve_git(url: str, rev: str, *, check: Callable[[Path, str], None] | None = None,

@@ -51,6 +51,7 @@ from harness.engine.confine import (
     git_env,
     git_url_is_local,
     recipe_regex,
+    run_git,
     upload_pack_args,
 )
 
@@ -98,11 +99,7 @@ def tag_rule(provenance: Mapping[str, Any]) -> TagRule | None:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    argv = ["git", *args]
-    r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False, env=git_env(os.environ))
-    if r.returncode:
-        raise SubprocessError(argv, r.returncode, r.stdout + r.stderr)
-    return r.stdout.strip()
+    return run_git(*args, cwd=cwd)
 
 
 def _local_path(url: str) -> str:
