@@ -7,29 +7,35 @@ import argparse
 from harness.cli import add_json_flag, print_json
 
 DESCRIPTION = """\
-Find the commit that broke a gate between a good and a bad revision of the engine's repository.
-git keeps the search (git bisect run, in a bare clone under the cache); each step builds one
-commit (the patch series applied, one CPU level: the one the gate's instrument runs, haswell on
-x86-64 for CPU simulation; the shared ccache) and decides it against the good build:
+Find the commit that broke a gate between a good and a bad revision of the
+engine's repository. git keeps the search (git bisect run, in a bare clone
+under the cache); each step builds one commit (the patch series applied, one
+CPU level: the one the gate's instrument runs, haswell on x86-64 for CPU
+simulation; the shared ccache) and decides it against the good build:
 
-  decode>=R, prefill>=R   speed per token relative to the good build, by CPU simulation
-                          (instructions and estimated cycles under Valgrind: the same figure on
-                          any host, resolved to a few hundredths of a percent); e.g. decode>=0.97
-  kld<=X, top1>=F         agreement of the next-token distributions with the good build's
-  e2e:PATH[::TEST]        an e2e spec, run with $HARNESS_ARTIFACT set to the commit's build
+  decode>=R, prefill>=R  speed per token relative to the good build, by CPU
+                         simulation (instructions and estimated cycles under
+                         Valgrind: the same figure on any host); decode>=0.97
+  kld<=X, top1>=F        agreement of the next-token distributions with the
+                         good build's; e.g. kld<=0.01
+  e2e:PATH[::TEST]       an e2e spec, run with $HARNESS_ARTIFACT set to the
+                         commit's build
 
-A commit that does not build, whose patches do not apply, or that the gate cannot decide is
-skipped (git bisect skip) and listed. Every probe is stamped: the same command again resumes a
-stopped search, and answers a finished one at once. The good build must pass and the bad one
-fail, or nothing is bisected (exit 20).
+A commit that does not build, whose patches do not apply, or that the gate
+cannot decide is skipped (git bisect skip) and listed. Every probe is stamped:
+the same command again resumes a stopped search, and answers a finished one at
+once. The good build must pass and the bad one fail, or nothing is bisected
+(exit 20).
 
 examples:
-  harness bisect ENGINE --repo ~/mirrors/ENGINE.git --good b11300 --bad b11549 \\
-      --gate decode>=0.97 --option model=$HARNESS_MODEL
-  harness bisect ENGINE --repo URL --good G --bad B --gate kld<=0.01 --option model=M --json
-  harness bisect ENGINE --repo MIRROR --filter blob:none --sparse src --sparse include ...
-      (a mirror without its large blobs: check out only what the build needs)
-  harness bisect ENGINE --good G --bad B --gate e2e:SPEC.py::greedy   (a spec file of the engine's e2e/)
+  harness bisect ENGINE --repo ~/mirrors/ENGINE.git --good b11300 \\
+      --bad b11549 --gate 'decode>=0.97' --option model=$HARNESS_MODEL
+  harness bisect ENGINE --repo URL --good G --bad B --gate 'kld<=0.01' \\
+      --option model=M --json
+  harness bisect ENGINE --good G --bad B --gate e2e:SPEC.py::greedy
+      (a spec file of the engine's e2e/)
+  harness bisect ENGINE --repo MIRROR --filter blob:none --sparse src ...
+      (a mirror without its large blobs: check out what the build needs)
 """
 
 
