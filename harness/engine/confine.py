@@ -267,6 +267,12 @@ def check_descriptor(path: Path, data: Mapping[str, Any]) -> None:
                         what="a library pattern (a glob of file names in the build's library directories)")
     bins = [("artifacts.bin", b) for b in artifacts.get("bin", ())]
     bins += [("cross.bin", b) for b in dict(data.get("cross") or {}).get("bin", ())]
+    # a bisect probe builds and collects these programs, with these defines, as a matrix row's
+    bisect = dict(data.get("bisect") or {})
+    for kind, programs in dict(bisect.get("programs") or {}).items():
+        bins += [(f"bisect.programs.{kind}", b) for b in programs or ()]
+    for level, defines in dict(bisect.get("levels") or {}).items():
+        check_recipe_defines(dict(defines or {}), where=f"{path}:bisect.levels.{level}")
     for field, name in bins:
         check_bare_name(str(name), where=f"{path}:{field}", what="a program name (collected into bin/)")
     for i, entry in enumerate(artifacts.get("include", ())):
