@@ -13,8 +13,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,10 +143,6 @@ def _measure_against_good(simulation: Any, good: Any, probe: Any, plan: Any, wor
     """(good's figures, the probe's, seconds): the good build's runs are measured once per search and kept
     beside the probes' (``good-<key>.json``); each probe then runs alone, in the good runs' environment
     size (the stack's place, which :func:`harness.bench.simulation.measure` shares between arms)."""
-    import hashlib
-    import json
-    import time
-
     if simulation.identity(good, plan) == simulation.identity(probe, plan):
         msg = "the probe's build is the good build's (same artifact and command): nothing to compare"
         raise UsageError(msg)

@@ -71,9 +71,9 @@ def level_defines(engine: EngineSpec, level: str) -> dict[str, str]:
 
 
 def programs(engine: EngineSpec, gate_kind: str) -> tuple[str, ...]:
-    """The programs a probe builds for a gate of ``gate_kind`` (CMake targets, collected into bin/)."""
-    named = engine.raw.get("bisect", {}).get("programs", {}).get(gate_kind)
-    return tuple(named) if named else tuple(engine.targets)
+    """The programs ``bisect.programs`` names for a gate of ``gate_kind`` (CMake targets, collected into bin/);
+    empty: the descriptor's targets and ``artifacts.bin`` stand."""
+    return tuple(engine.raw.get("bisect", {}).get("programs", {}).get(gate_kind) or ())
 
 
 def probe_spec(engine: EngineSpec, *, url: str, commit: str, gate_kind: str, filter: str = "",
@@ -87,11 +87,10 @@ def probe_spec(engine: EngineSpec, *, url: str, commit: str, gate_kind: str, fil
     upstream = {**engine.upstream, "commit": commit, "build": 0}
     raw_base = dict(engine.raw.get("cmake", {}).get("base", {}))
     cmake = {**engine.cmake, "base": {k: expand_upstream(str(v), upstream) for k, v in raw_base.items()}}
-    progs = programs(engine, gate_kind)
-    named_bins = tuple(engine.raw.get("bisect", {}).get("programs", {}).get(gate_kind, ()))
-    bins = named_bins or tuple(engine.artifacts.get("bin", ()))
-    artifacts = {**engine.artifacts, "bin": bins}
-    return dataclasses.replace(engine, source=source, upstream=upstream, cmake=cmake, targets=progs, artifacts=artifacts)
+    named = programs(engine, gate_kind)
+    artifacts = {**engine.artifacts, "bin": named or tuple(engine.artifacts.get("bin", ()))}
+    return dataclasses.replace(engine, source=source, upstream=upstream, cmake=cmake, targets=named or engine.targets,
+                               artifacts=artifacts)
 
 
 def cpu_row(level: str, gate_kind: str) -> Variant:

@@ -62,7 +62,7 @@ class Config:
     sparse: tuple[str, ...] = ()
 
     def key(self) -> str:
-        blob = json.dumps({k: v for k, v in self.as_dict().items()}, sort_keys=True)
+        blob = json.dumps(self.as_dict(), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def as_dict(self) -> dict[str, Any]:
@@ -314,7 +314,7 @@ def run(engine: EngineSpec, *, good: str, bad: str, gate: gates.Gate, repo_url: 
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         out = proc.stdout + proc.stderr
         (state / "bisect.log").write_text(_git(repo, "bisect", "log", check=False) + "\n")
-        order = [m for m in re.findall(r"^# (?:good|bad|skip): \[([0-9a-f]{40})\]", _own(state / "bisect.log"), re.M)]
+        order = re.findall(r"^# (?:good|bad|skip): \[([0-9a-f]{40})\]", _own(state / "bisect.log"), re.M)
         first_bad, candidates = _answer(repo)
         _git(repo, "bisect", "reset", check=False)
         error = state / "steps" / "error.txt"
