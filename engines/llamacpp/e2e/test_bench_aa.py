@@ -1,17 +1,18 @@
-"""A/A on the real binding arm: an arm against itself shows no difference, by either instrument.
+"""A/A on the real binding arm: the runner end to end, and the simulated instrument's resolution.
 
-These test the instruments' properties, not this host's noise: every wall-clock A/A interval holds
-1.0, and the simulated A/A ratio lies within the instrument's resolution (its interval holds 1.0).
-How wide a wall-clock interval is on a given host belongs to benchmarks and their reports: a
-20% half-width bound measured 60.5% on a 2-core host with other work running and failed the test
-command after 18 minutes (issue 54).
+The wall-clock spec checks what the runner does with a real arm (a fresh worker per arm per block,
+ABBA order, family-wise A/A intervals computed for every metric, the report written), not whether this
+run's intervals hold 1.0. That is a statistical property with a false-alarm rate of its own: 1% at the
+99% family-wise level on independent noise (tests/unit/test_bench_stats.py measures it on seeded
+draws), more on a shared VM whose bursts hit one arm of a block. A single draw of it in the test
+command failed CI twice (a 20% half-width bound that read 60.5%, issue 54; then aggregate
+1.0775 [1.0037, 1.1567] at 99.67% per metric, 2026-12-07). The rate on a real host is what
+``nox -s bench-error-rates`` measures (20 A/A and 20 calibrated 3% comparisons, a quiet host).
 
 Wall-clock runs on SmolLM2 (HARNESS_MODEL), not the 0.5 MB tiny model: there a measurement is
-~1 ms (TTFT 0.7 ms, 32 tokens in 2-4 ms), and two worker processes of the same arm differed by a
-steady 15-20% in decode tok/s (scheduling on 2 cores), so the check failed on timing noise, not
-on the runner. With SmolLM2 at p128/g256 decode is ~1 s per measurement. Simulation counts what
-runs, not how long, so it takes the tiny model (HARNESS_TINY_MODEL) and run lengths whose differences
-dwarf the run-to-run jitter.
+~1 ms, and two worker processes of the same arm differed by a steady 15-20% in decode tok/s.
+Simulation counts what runs, not how long, so it takes the tiny model (HARNESS_TINY_MODEL) and run
+lengths whose differences dwarf the run-to-run jitter: its A/A does assert the interval holds 1.0.
 """
 
 from __future__ import annotations
@@ -30,30 +31,30 @@ from harness.qualify.specs import model_path, require_variant
 pytestmark = pytest.mark.harness_selftest
 
 
-def test_aa_interval_contains_one(variant: str, tmp_path: Path) -> None:
+def test_aa_run_on_the_binding_arm(variant: str, tmp_path: Path) -> None:
     require_variant(variant)
     model = model_path("HARNESS_MODEL")
     arm = ArmSpec.parse(f"in-process:model={model},variant={variant},threads=2,n_ctx=512,max_num_seqs=1")
-    # a fresh worker per arm per block (the default): each block's ratio carries its own draw of the
-    # per-process offset that one long-lived worker per arm turned into a steady 1-3% "difference"
-    # 6 blocks, more (up to 14) on a host whose processes spread wider, as a user would (--until-halfwidth):
-    # a CI run on an AMD Zen 4 VM drew a 99% decode half-width of 20.3% from 6 blocks
-    config = BenchConfig(blocks=6, pn=128, gn=256, concurrency=(1,), until_halfwidth=8.0, max_blocks=14)
+    # 4 blocks (two AB/BA pairs), a fresh worker per arm per block (the default)
+    config = BenchConfig(blocks=4, pn=128, gn=128, concurrency=(1,))
     result = run_abba(arm, arm, config, aa=True, name="aa-smollm2")
-    blocks = len({s.block for s in result.samples})
-    assert 6 <= blocks <= 14 and len(result.samples) == 2 * blocks
-    assert sorted({s.process for s in result.samples}) == list(range(blocks))
-    # 99%: a statistical gate in CI must rarely cry wolf (family-wise over the metrics)
+    assert [(s.block, s.arm) for s in result.samples] == [(0, "A"), (0, "B"), (1, "B"), (1, "A"),
+                                                         (2, "A"), (2, "B"), (3, "B"), (3, "A")]
+    # one worker per arm per block: the process index is the block's
+    assert all(s.process == s.block for s in result.samples)
+    assert all(s.decode_tps > 0 and s.ttft_s > 0 and s.aggregate_tps > 0 for s in result.samples)
     analysis = analyze(result.samples, aa=True, confidence=0.99)
-    intervals = {k: v for k, v in analysis.aa_intervals.items()}
-    assert intervals, analysis
-    # the A/A check proper: every interval holds 1.0 (no "nothing beyond 5%" slack), whatever its width
-    # on this host (a 2-core VM: 99% decode half-widths of 13.9% quiet, 60.5% with other work running;
-    # the width is the report's business, issue 54)
-    assert all(v.contains(1.0) for v in intervals.values()), intervals
-    assert all(v.half_width_pct is not None for v in intervals.values()), intervals
+    # a family-wise interval for every metric, each with a width, and the verdict is what they say
+    assert set(analysis.aa_intervals) == {"ttft_ms@c1", "decode_tps@c1", "aggregate_tps@c1"}, analysis
+    assert all(v.half_width_pct is not None and v.lo is not None and v.hi is not None and v.lo <= v.point <= v.hi
+               for v in analysis.aa_intervals.values()), analysis.aa_intervals
+    assert analysis.aa_confidence is not None and analysis.aa_confidence > 0.99
+    assert analysis.aa_ok == all(v.contains(1.0) for v in analysis.aa_intervals.values())
+    missed = {f.metric for f in analysis.findings if f.kind == "aa"}
+    assert missed == {k for k, v in analysis.aa_intervals.items() if not v.contains(1.0)}
     files = write_report(result, out=tmp_path, analysis=analysis, plots=False)
     assert files.results.is_file() and files.markdown.is_file()
+    assert "A/A" in files.markdown.read_text()
 
 
 def test_simulated_aa_is_within_the_resolution(variant: str, tmp_path: Path) -> None:
