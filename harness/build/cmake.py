@@ -438,8 +438,8 @@ def build(pm: pluggy.PluginManager, engine: EngineSpec, variant: Variant, tree: 
             progress.info("another build holds the machine's compile lock; waiting for it")
             compile_lock.acquire()
         try:
-            _run_logged(["cmake", "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", "-C", str(init)],
-                        build_dir, log, env, f"configure {engine.name} {variant.name}", box)
+            _run_logged(configure_command(source_dir, build_dir, init, host), build_dir, log, env,
+                        f"configure {engine.name} {variant.name}", box)
             # this build's own ccache counts (other builds running now keep theirs): see harness/build/ccache.py
             build_env = {**env, **ccache.build_env(build_tree)} if _uses_ccache(defines) else env
             _run_logged(["cmake", "--build", str(build_dir), "--parallel", str(jobs()), "--target", *targets],
@@ -536,6 +536,15 @@ def header_hash(include: Path) -> str:
     for p in sorted(include.glob("*.h")):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
+
+
+def configure_command(source_dir: Path, build_dir: Path, init: Path, host: HostInfo) -> list[str]:
+    """cmake's configure line. The ninja found now is named: a build dir in the shared cache keeps the
+    CMAKE_MAKE_PROGRAM of whoever configured it first (a CI clone's venv, since deleted: "ninja --version
+    failed: no such file or directory"), and a -D on the command line also outranks a recipe's define."""
+    ninja = host.tool("ninja")
+    make_program = [f"-DCMAKE_MAKE_PROGRAM={ninja.path}"] if ninja.found and ninja.path else []
+    return ["cmake", "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", *make_program, "-C", str(init)]
 
 
 def _clear_stale(build_dir: Path, own: Path, source_dir: Path, toolchain: dict[str, str | None]) -> None:

@@ -71,10 +71,27 @@ def spec_paths(given: list[str]) -> list[Path]:
     return out
 
 
+def _spec_after_dashes(extra: list[str]) -> str | None:
+    """The first argument after ``--`` that names a spec file (``FILE.py`` or ``FILE.py::test``)."""
+    for arg in extra:
+        head = arg.split("::", 1)[0]
+        if not arg.startswith("-") and head.endswith(".py") and Path(head).is_file():
+            return arg
+    return None
+
+
 def cmd_e2e(args: argparse.Namespace) -> int:
+    from harness.core.errors import UsageError
     from harness.qualify.e2e import run_specs
 
     specs, extra = spec_paths(args.specs), list(getattr(args, "passthrough", []))
+    if (named := _spec_after_dashes(extra)) is not None:
+        # pytest would run it beside every spec file of the run, once per file
+        msg = (f"{named!r} comes after --, where arguments go to every spec file's pytest run (it would run "
+               "once beside each of them): "
+               f"give spec files before --: harness e2e {named.split('::', 1)[0]} --variant ... "
+               "(one test: -- -k NAME)")
+        raise UsageError(msg)
     for v in args.variant:
         extra += ["--variant", v]
     res = run_specs(specs, pytest_args=["-ra", *extra], capture=bool(args.json))

@@ -68,5 +68,20 @@ def test_all_lacks_test_and_the_hint_says_so(monkeypatch: pytest.MonkeyPatch,
     assert "'harness[all,test]'" in err and "'harness[all]'" not in err
 
 
+@pytest.mark.parametrize("after", ["engines/llamacpp/e2e/test_bench_aa.py",
+                                   "engines/llamacpp/e2e/test_bench_aa.py::test_aa_run_on_the_binding_arm"])
+def test_a_spec_file_after_the_dashes_is_a_usage_error(after: str, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """`harness e2e ENGINE -- FILE.py` would run FILE beside each of the engine's spec files (20 times
+    over, cachegrind included): refused before any spec runs, with the form that runs it once."""
+    import harness.qualify.e2e as e2e
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(e2e, "run_specs", lambda *a, **k: pytest.fail("a spec ran"))
+    assert cli.main(["e2e", "llamacpp", "--variant", "cpu", "--", after]) == errors.UsageError.exit_code
+    err = " ".join(capsys.readouterr().err.split())
+    assert "give spec files before --: harness e2e engines/llamacpp/e2e/test_bench_aa.py" in err
+
+
 def test_an_extra_within_all_keeps_the_short_hint() -> None:
     assert "'harness[all]'" in str(extras.missing_error("harness bench", "bench", ["scipy"]))

@@ -256,3 +256,22 @@ def test_an_untrusted_build_never_writes_a_trusted_one_s_paths(recipe: hostile_e
     ma = json.loads((Path(a["artifact"]) / "manifest.json").read_text())
     mb = json.loads((Path(b["artifact"]) / "manifest.json").read_text())
     assert ma["build_dir"] != mb["build_dir"] and ma["build_log"] != mb["build_log"]
+
+
+@needs_bwrap
+def test_a_build_dir_configured_with_a_ninja_since_deleted_builds_again(recipe: hostile_engine.Recipe) -> None:
+    """The build dirs are shared by every checkout on the host: one configured by a CI clone keeps
+    that clone's ``.nox/tests/bin/ninja`` in CMakeCache.txt, and once the clone is gone the next
+    configure failed ("'ninja' '--version' failed with: no such file or directory"). The ninja found
+    now is what configure uses."""
+    run = recipe.harness("build", "tiny", "--variant", "cpu")
+    assert run.returncode == 0, run.output
+    (cache,) = (recipe.cache / "work").rglob("CMakeCache.txt")
+    gone = recipe.scratch / "gone-clone" / ".nox" / "tests" / "bin" / "ninja"
+    text = "\n".join(f"CMAKE_MAKE_PROGRAM:FILEPATH={gone}" if ln.startswith("CMAKE_MAKE_PROGRAM:") else ln
+                     for ln in cache.read_text().splitlines())
+    assert str(gone) in text
+    cache.write_text(text + "\n")
+    run = recipe.harness("build", "tiny", "--variant", "cpu", "--force")
+    assert run.returncode == 0, run.output
+    assert str(gone) not in cache.read_text()
