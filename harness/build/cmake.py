@@ -543,7 +543,7 @@ def configure_command(source_dir: Path, build_dir: Path, init: Path, host: HostI
     CMAKE_MAKE_PROGRAM of whoever configured it first (a CI clone's venv, since deleted: "ninja --version
     failed: no such file or directory"), and a -D on the command line also outranks a recipe's define."""
     ninja = host.tool("ninja")
-    make_program = [f"-DCMAKE_MAKE_PROGRAM={ninja.path}"] if ninja.found and ninja.path else []
+    make_program = [f"-DCMAKE_MAKE_PROGRAM:FILEPATH={ninja.path}"] if ninja.found and ninja.path else []
     return ["cmake", "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja", *make_program, "-C", str(init)]
 
 
