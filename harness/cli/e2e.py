@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from harness.cli import add_json_flag, print_json
-from harness.core.errors import EngineCrashError, HarnessError
+from harness.core.errors import EngineCrashError, HarnessError, UsageError
 
 DESCRIPTION = """\
 Run e2e spec files, each in its own pytest process. A process that dies by a signal
@@ -40,7 +40,6 @@ def spec_paths(given: list[str]) -> list[Path]:
     """Each argument as a path: an existing file or folder as it is, an engine's name as its folder's
     ``e2e/``; none: every engine's ``e2e/`` folder."""
     from harness.core import progress
-    from harness.core.errors import UsageError
     from harness.engine.descriptor import descriptor_path, engine_names
     from harness.engine.trust import untrusted_specs
 
@@ -81,7 +80,6 @@ def _spec_after_dashes(extra: list[str]) -> str | None:
 
 
 def cmd_e2e(args: argparse.Namespace) -> int:
-    from harness.core.errors import UsageError
     from harness.qualify.e2e import run_specs
 
     specs, extra = spec_paths(args.specs), list(getattr(args, "passthrough", []))
